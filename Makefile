@@ -1,0 +1,40 @@
+# gpuyard — every target creates .venv and installs what it needs on first use.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: run test lint bench bench-small format clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)  ## the demo on the embedded fake cluster at http://127.0.0.1:8080
+	$(BIN)/gpuyard demo
+
+test: $(STAMP)  ## the whole test suite
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)  ## ruff + import-linter layer contracts
+	$(BIN)/ruff check gpuyard tests bench
+	$(BIN)/ruff format --check gpuyard tests bench
+	$(BIN)/lint-imports
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix gpuyard tests bench
+	$(BIN)/ruff format gpuyard tests bench
+
+bench: $(STAMP)  ## benchmarks; each prints JSON figures
+	@mkdir -p bench/out
+	@for b in bench/*.py; do echo "== $$b" >&2; $(BIN)/python $$b || exit 1; done
+
+bench-small: $(STAMP)  ## CI-sized benchmark runs
+	@for b in bench/*.py; do echo "== $$b" >&2; $(BIN)/python $$b --small || exit 1; done
+
+clean:
+	rm -rf $(VENV) .gpuyard build *.egg-info

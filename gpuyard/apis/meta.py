@@ -1,0 +1,116 @@
+"""Object metadata and the base class of every object kept in the store.
+
+Every object has `apiVersion`, `kind` and `metadata`, exactly as in Kubernetes. Python attributes
+are snake_case; JSON/YAML use the Kubernetes camelCase names (`resourceVersion`, `nodeName`), and
+both spellings are accepted on input.
+
+Objects returned by the store are shared: never mutate them in place. Make a copy
+(`obj.model_copy(deep=True)`), change it, and write it back with `store.update`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = ["K8sModel", "ObjectMeta", "OwnerReference", "Resource", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class K8sModel(BaseModel):
+    """Base of all API models: camelCase on the wire, snake_case in Python, unknown fields kept.
+
+    Kubernetes objects written for other tools carry fields gpuyard does not interpret
+    (`volumes`, `securityContext`, ...); they are preserved and passed through, not rejected.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="allow",
+        validate_assignment=False,
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form as Kubernetes writes it (camelCase, no nulls)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class StrictK8sModel(K8sModel):
+    """A model whose unknown fields are errors (gpuyard's own kinds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class OwnerReference(K8sModel):
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(K8sModel):
+    name: str = ""
+    generate_name: str | None = None
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    resource_version: str = ""
+    generation: int = 0
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    owner_references: list[OwnerReference] = Field(default_factory=list)
+    finalizers: list[str] = Field(default_factory=list)
+
+
+class Resource(K8sModel):
+    """A top-level object with kind, apiVersion and metadata.
+
+    Subclasses set `KIND`, `API_VERSION` and `NAMESPACED`; the store keys objects by
+    (kind, namespace, name) and uses these class attributes to register kinds.
+    """
+
+    KIND: ClassVar[str] = ""
+    API_VERSION: ClassVar[str] = "v1"
+    NAMESPACED: ClassVar[bool] = True
+
+    api_version: str = ""
+    kind: str = ""
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+    def model_post_init(self, __context: Any) -> None:
+        if not self.kind:
+            self.kind = self.KIND
+        if not self.api_version:
+            self.api_version = self.API_VERSION
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.kind, self.metadata.namespace, self.metadata.name)
+
+    @property
+    def resource_version(self) -> int:
+        return int(self.metadata.resource_version or 0)
+
+    def clone(self) -> Self:
+        """A deep copy that is safe to change and write back."""
+        return self.model_copy(deep=True)

@@ -1,0 +1,160 @@
+"""The `gpuyard` command line: `serve`, `demo`, `version`, and the client commands.
+
+Exit codes: 0 success, 2 bad input (config, scenario, job file, flags), 1 server or network
+errors. Bad input is reported as one line naming the file and field path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import signal
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuyard.fakecluster import ScenarioError, load_scenario
+from gpuyard.platform.config import ConfigError, Settings, load_settings
+from gpuyard.platform.logs import configure_logging
+
+__all__ = ["main"]
+
+DEMO_SCENARIO = "configs/clusters/demo.yaml"
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def resolve_path(path: str) -> Path:
+    """A path as given, else relative to the source checkout (for the bundled configs)."""
+    p = Path(path)
+    if p.exists() or p.is_absolute():
+        return p
+    bundled = Path(__file__).resolve().parents[2] / path
+    return bundled if bundled.exists() else p
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def _serve(settings: Settings, *, banner: str | None = None) -> None:
+    from gpuyard.platform.runtime import Platform
+
+    scenario = load_scenario(resolve_path(settings.backend.cluster))
+    platform = Platform(settings, scenario=scenario)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, platform.stop)
+    task = asyncio.create_task(platform.run())
+    serving = asyncio.create_task(platform.serving.wait())
+    done, _ = await asyncio.wait({task, serving}, return_when=asyncio.FIRST_COMPLETED)
+    if serving in done and banner:
+        click.echo(banner.format(url=platform.url), err=True)
+    serving.cancel()
+    await task
+
+
+def _run_server(settings: Settings, *, banner: str | None = None) -> None:
+    configure_logging(level=settings.logging.level, fmt=settings.logging.format)
+    if not _is_loopback(settings.server.host) and not settings.server.insecure:
+        _fail(
+            f"server.host: {settings.server.host} is not a loopback address and no API tokens are configured; "
+            "pass --insecure to serve without authentication"
+        )
+    try:
+        asyncio.run(_serve(settings, banner=banner))
+    except (ConfigError, ScenarioError) as exc:
+        _fail(str(exc))
+    except ExceptionGroup as group:
+        match, rest = group.split(OSError)
+        if match is None or rest is not None:
+            raise
+        exc = match.exceptions[0]
+        _fail(f"cannot serve on {settings.server.host}:{settings.server.port}: {getattr(exc, 'strerror', None) or exc}", code=1)
+
+
+def _load(config: str | None, **sections: dict[str, Any]) -> Settings:
+    try:
+        return load_settings(
+            config, **{k: v for k, v in sections.items() if any(x is not None for x in v.values())}
+        )
+    except ConfigError as exc:
+        _fail(str(exc))
+        raise  # unreachable
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """gpuyard: gang + topology scheduling, job queue and quota for AI training on GPU clusters."""
+
+
+@main.command()
+@click.option(
+    "--config", "config", type=click.Path(dir_okay=False), help="Config file (default configs/gpuyard.yaml)."
+)
+@click.option("--backend", type=click.Choice(["fake", "kubernetes"]), help="Cluster backend.")
+@click.option("--cluster", help="Fake cluster scenario file.")
+@click.option("--host", help="Address to bind (default 127.0.0.1).")
+@click.option("--port", type=int, help="Port to bind (default 8080).")
+@click.option("--data-dir", help="Journal directory (default ./.gpuyard).")
+@click.option("--clock", type=click.Choice(["real", "virtual"]), help="Real or virtual time (fake backend).")
+@click.option(
+    "--insecure", is_flag=True, default=None, help="Allow a non-loopback address without API tokens."
+)
+def serve(config, backend, cluster, host, port, data_dir, clock, insecure) -> None:  # type: ignore[no-untyped-def]
+    """Run the platform: HTTP API, controllers, scheduler and the cluster backend."""
+    settings = _load(
+        config,
+        server={"host": host, "port": port, "insecure": insecure},
+        backend={"kind": backend, "cluster": cluster, "data_dir": data_dir, "clock": clock},
+    )
+    _check_scenario(settings)
+    _run_server(settings, banner="gpuyard serving on {url}")
+
+
+def _check_scenario(settings: Settings) -> None:
+    if settings.backend.kind == "fake":
+        try:
+            load_scenario(resolve_path(settings.backend.cluster))
+        except ScenarioError as exc:
+            _fail(str(exc))
+    else:
+        _fail("backend.kind: the kubernetes backend is not available in this build; allowed: fake")
+
+
+@main.command()
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--cluster", default=DEMO_SCENARIO, show_default=True, help="Scenario file.")
+@click.option("--data-dir", default=None, help="Keep state in this directory (default: in memory).")
+def demo(port: int, cluster: str, data_dir: str | None) -> None:
+    """Serve the bundled demo cluster on 127.0.0.1 and print the URL."""
+    settings = _load(
+        None,
+        server={"host": "127.0.0.1", "port": port},
+        backend={"kind": "fake", "cluster": cluster},
+    )
+    settings = settings.model_copy(
+        update={"backend": settings.backend.model_copy(update={"data_dir": data_dir})}
+    )
+    _check_scenario(settings)
+    _run_server(settings, banner="gpuyard demo: open {url}/ (health: {url}/healthz) — Ctrl-C to stop")
+
+
+@main.command(name="version")
+def version_cmd() -> None:
+    """Print the gpuyard version."""
+    try:
+        click.echo(f"gpuyard {version('gpuyard')}")
+    except PackageNotFoundError:
+        click.echo("gpuyard (not installed)")

@@ -1,0 +1,156 @@
+"""The simulated kubelet: runs the pods bound to the fake cluster's nodes on the clock.
+
+A reconciler over Pods, level-triggered like everything else: for a pod bound to a Ready node
+it computes where the pod should be now and writes that, or asks to be called again when the
+next transition is due (`Requeue(after=...)` on the clock):
+
+    Pending --(start delay)--> Running --(duration)--> Succeeded | Failed(exit code)
+
+Per pod, annotations override the scenario defaults: `fake.gpuyard.io/duration` (seconds;
+`inf` runs forever), `fake.gpuyard.io/exit-code`, `fake.gpuyard.io/start-delay`. Because the
+decision depends only on the stored pod and the clock, a restarted process resumes every pod
+exactly where it was.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from datetime import datetime
+
+from gpuyard.apis.core import ContainerState, ContainerStatus, Node, Pod
+from gpuyard.fakecluster.scenario import KubeletDefaults
+from gpuyard.platform.bus import ObjectKey, Requeue, Watch
+from gpuyard.platform.clock import Clock
+from gpuyard.platform.store import Store
+
+__all__ = [
+    "ANNOTATION_DURATION",
+    "ANNOTATION_EXIT_CODE",
+    "ANNOTATION_START_DELAY",
+    "FakeKubelet",
+    "terminate",
+]
+
+ANNOTATION_DURATION = "fake.gpuyard.io/duration"
+ANNOTATION_EXIT_CODE = "fake.gpuyard.io/exit-code"
+ANNOTATION_START_DELAY = "fake.gpuyard.io/start-delay"
+
+
+def _float(annotations: dict[str, str], key: str, default: float | None) -> float | None:
+    raw = annotations.get(key)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        return default
+    return None if math.isinf(value) else max(0.0, value)
+
+
+def terminate(
+    pod: Pod, *, exit_code: int | None, reason: str | None, message: str | None, now: datetime
+) -> None:
+    """Put a (copied) pod into its terminal phase with the container's exit code and reason."""
+    failed = (reason is not None and exit_code is None) or (exit_code is not None and exit_code != 0)
+    pod.status.phase = "Failed" if failed else "Succeeded"
+    pod.status.reason = reason
+    pod.status.message = message
+    terminated: dict[str, object] = {"finishedAt": now.isoformat()}
+    if exit_code is not None:
+        terminated["exitCode"] = exit_code
+    if reason:
+        terminated["reason"] = reason
+    names = [c.name for c in pod.spec.containers] or ["main"]
+    pod.status.container_statuses = [
+        ContainerStatus(name=n, ready=False, exit_code=exit_code, state=ContainerState(terminated=terminated))
+        for n in names
+    ]
+
+
+class FakeKubelet:
+    """Reconciles pods bound to fake nodes through their simulated lifecycle."""
+
+    name = "fake-kubelet"
+    concurrency = 1
+
+    def __init__(self, *, store: Store, clock: Clock, defaults: KubeletDefaults) -> None:
+        self.store = store
+        self.clock = clock
+        self.defaults = defaults
+        self.watches = (Watch("Pod"), Watch("Node", self._pending_pods_on))
+
+    def _pending_pods_on(self, node: Node) -> list[ObjectKey]:
+        """A node that turns Ready again starts the pods waiting on it."""
+        if not node.ready:
+            return []
+        return [
+            (p.metadata.namespace, p.metadata.name)
+            for p in self.store.list("Pod")
+            if p.spec.node_name == node.metadata.name and p.status.phase == "Pending"  # type: ignore[attr-defined]
+        ]
+
+    async def reconcile(self, key: ObjectKey) -> Requeue | None:
+        pod = self.store.get("Pod", *key)
+        if pod is None or pod.status.phase in ("Succeeded", "Failed") or not pod.spec.node_name:
+            return None
+        node = self.store.get("Node", "", pod.spec.node_name)
+        if node is None or not node.ready:
+            return None  # the node controller fails pods of lost nodes
+        assert isinstance(pod, Pod) and isinstance(node, Node)
+        now = self.clock.now()
+        ann = pod.metadata.annotations
+        if pod.status.phase == "Pending":
+            delay = _float(ann, ANNOTATION_START_DELAY, self.defaults.start_delay) or 0.0
+            created = pod.metadata.creation_timestamp.timestamp() if pod.metadata.creation_timestamp else now
+            due = created + delay
+            if now < due:
+                return Requeue(after=due - now)
+            running = pod.clone()
+            running.status.phase = "Running"
+            running.status.start_time = self.clock.utcnow()
+            running.status.host_ip = _node_ip(node)
+            running.status.pod_ip = running.status.host_ip if pod.spec.host_network else _pod_ip(key)
+            running.status.container_statuses = [
+                ContainerStatus(
+                    name=c.name,
+                    ready=True,
+                    state=ContainerState(running={"startedAt": running.status.start_time.isoformat()}),
+                )
+                for c in pod.spec.containers
+            ]
+            self.store.update(running)
+            pod = running
+        duration = _float(ann, ANNOTATION_DURATION, self.defaults.duration)
+        if duration is None:
+            return None  # runs until deleted or crashed
+        started = pod.status.start_time.timestamp() if pod.status.start_time else now
+        due = started + duration
+        if now < due:
+            return Requeue(after=due - now)
+        code_raw = ann.get(ANNOTATION_EXIT_CODE)
+        exit_code = (
+            int(code_raw)
+            if code_raw is not None and code_raw.lstrip("-").isdigit()
+            else self.defaults.exit_code
+        )
+        done = pod.clone()
+        terminate(
+            done,
+            exit_code=exit_code,
+            reason="Completed" if exit_code == 0 else "Error",
+            message=None,
+            now=self.clock.utcnow(),
+        )
+        self.store.update(done)
+        return None
+
+
+def _node_ip(node: Node) -> str:
+    h = zlib.crc32(node.metadata.name.encode()) & 0xFFFF
+    return f"172.16.{h >> 8}.{(h & 0xFF) or 1}"
+
+
+def _pod_ip(key: ObjectKey) -> str:
+    h = zlib.crc32("/".join(key).encode()) & 0xFFFF
+    return f"10.244.{h >> 8}.{(h & 0xFF) or 1}"

@@ -1,0 +1,75 @@
+"""Builds the aiohttp application: error middleware, health, metrics, and the API routes.
+
+State shared with handlers is stored under typed `web.AppKey`s (`CTX`, `READY`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gpuyard.platform.api.errors import ApiError, error_response
+from gpuyard.platform.context import Context
+
+__all__ = ["CTX", "READY", "make_app"]
+
+log = structlog.get_logger(__name__)
+
+CTX: web.AppKey[Context] = web.AppKey("ctx", Context)
+READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready", Callable[[], bool])
+
+# Each module exposes `setup(app: web.Application) -> None` adding its routes.
+ROUTE_MODULES: list[str] = ["gpuyard.platform.api.cluster"]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_response(exc.status, exc.message, exc.details)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error_response(413, f"request body too large; the limit is {exc.max_size} bytes")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(exc.status, exc.reason)
+    except json.JSONDecodeError as exc:
+        return error_response(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except Exception:
+        log.exception("http.unhandled", path=request.path, method=request.method)
+        return error_response(500, "internal error; see the server log")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    if request.app[READY]():
+        return web.json_response({"status": "ready"})
+    return error_response(503, "not ready: the cluster backend has not synced yet")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[CTX].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def make_app(ctx: Context, *, ready: Callable[[], bool] = lambda: True) -> web.Application:
+    """The application for `ctx`; routes of every module in `ROUTE_MODULES` are added."""
+    import importlib
+
+    app = web.Application(middlewares=[error_middleware], client_max_size=ctx.settings.server.max_body_bytes)
+    app[CTX] = ctx
+    app[READY] = ready
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    for name in ROUTE_MODULES:
+        importlib.import_module(name).setup(app)
+    return app

@@ -1,0 +1,148 @@
+"""Configuration: one pydantic-settings root with a plain section per component.
+
+Read from `configs/gpuyard.yaml` (or `--config FILE`), then overridden by environment
+variables `GPUYARD__SECTION__KEY` (e.g. `GPUYARD__SERVER__PORT=9090`). A bad file or value
+raises :class:`ConfigError` with the file and the field path, and the CLI exits with code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+__all__ = [
+    "BackendConfig",
+    "ConfigError",
+    "OperatorConfig",
+    "SchedulerConfig",
+    "ServerConfig",
+    "Settings",
+    "format_validation_error",
+    "load_settings",
+]
+
+DEFAULT_CONFIG = Path("configs/gpuyard.yaml")
+
+
+class ConfigError(Exception):
+    """A config or scenario file that cannot be used; the message names file and field."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    insecure: bool = False
+
+
+class BackendConfig(Section):
+    kind: Literal["fake", "kubernetes"] = "fake"
+    cluster: str = Field(default="configs/clusters/demo.yaml", description="Fake cluster scenario file.")
+    clock: Literal["real", "virtual"] = "real"
+    data_dir: str | None = Field(
+        default=".gpuyard", description="Journal directory; null keeps everything in memory."
+    )
+    journal_interval: float = Field(default=0.05, gt=0)
+
+
+class OperatorConfig(Section):
+    cluster_domain: str = ""
+    host_port_range: tuple[int, int] = (20000, 30000)
+    concurrency: int = Field(default=4, ge=1)
+
+
+class SchedulerConfig(Section):
+    profile: str = "default"
+    plugins: dict[str, float] = Field(default_factory=dict, description="Score plugin name -> weight.")
+    cycle_interval: float = Field(default=0.05, gt=0)
+
+
+class LoggingConfig(Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "console", "json"] = "auto"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUYARD__", env_nested_delimiter="__", extra="forbid")
+
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    backend: BackendConfig = Field(default_factory=BackendConfig)
+    operator: OperatorConfig = Field(default_factory=OperatorConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # environment beats the file (passed as init kwargs)
+        return (env_settings, init_settings)
+
+
+def format_validation_error(exc: ValidationError, *, source: str) -> str:
+    """One line per problem: `source: field.path: message`."""
+    lines = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "<root>"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        lines.append(f"{source}: {path}: {msg}")
+    return "; ".join(lines)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of sections (server, backend, ...), got {type(data).__name__}"
+        )
+    return data
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Load the config file (default `configs/gpuyard.yaml` if present), env, then overrides.
+
+    `overrides` are section -> {key: value} dicts from CLI flags and win over everything.
+    """
+    file_data: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        file_data = _read_yaml(Path(path))
+        source = str(path)
+    elif DEFAULT_CONFIG.exists():
+        file_data = _read_yaml(DEFAULT_CONFIG)
+        source = str(DEFAULT_CONFIG)
+    try:
+        settings = Settings(**file_data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source=source)) from None
+    for section, values in overrides.items():
+        current = getattr(settings, section)
+        given = {k: v for k, v in values.items() if v is not None}
+        try:
+            replaced = type(current).model_validate({**current.model_dump(), **given})
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, source=f"--{section} options")) from None
+        settings = settings.model_copy(update={section: replaced})
+    return settings

@@ -1,0 +1,46 @@
+"""What every component is built with: store, bus, clock, config, metrics registry, backend.
+
+The runtime makes one :class:`Context` and hands it to each component factory, so components
+share nothing by import and tests build a context from plain parts (`Context.for_tests()`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+
+from gpuyard.platform.bus import Bus
+from gpuyard.platform.clock import Clock, VirtualClock
+from gpuyard.platform.config import Settings
+from gpuyard.platform.kinds import register_kinds
+from gpuyard.platform.store import Store
+
+if TYPE_CHECKING:
+    from gpuyard.platform.backend import ClusterBackend
+
+__all__ = ["Context"]
+
+
+@dataclass(slots=True)
+class Context:
+    store: Store
+    bus: Bus
+    clock: Clock
+    settings: Settings
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    backend: ClusterBackend | None = None
+
+    @classmethod
+    def for_tests(cls, *, settings: Settings | None = None, clock: Clock | None = None) -> Context:
+        """An in-memory context on a virtual clock with every kind registered."""
+        clock = clock or VirtualClock()
+        store = Store(now=clock.utcnow)
+        register_kinds(store)
+        return cls(
+            store=store,
+            bus=Bus(),
+            clock=clock,
+            settings=settings or Settings(backend={"data_dir": None, "clock": "virtual"}),
+        )

@@ -1,0 +1,30 @@
+"""Which kinds the store knows, and which of them are journaled (platform-owned).
+
+Other packages add their kinds here as they land (jobs, quotas, queues, resource classes,
+node topologies); the store needs only the model class of each.
+"""
+
+from __future__ import annotations
+
+from gpuyard.apis.core import Event, Node, Pod, Service
+from gpuyard.apis.jobs import JOB_KINDS
+from gpuyard.apis.meta import Resource
+from gpuyard.apis.resourceclasses import RESOURCE_CLASS_KINDS
+from gpuyard.apis.scheduling import PodGroup, Reservation
+from gpuyard.platform.store import Store
+
+__all__ = ["CORE_KINDS", "JOURNALED_KINDS", "register_kinds"]
+
+# Kinds the platform owns in fake mode: a restart must find them again.
+JOURNALED_KINDS: list[type[Resource]] = [Node, Pod, PodGroup, Reservation, *JOB_KINDS, *RESOURCE_CLASS_KINDS]
+# Kinds that are rebuilt from the others or are only informational.
+CORE_KINDS: list[type[Resource]] = [Service, Event]
+
+
+def register_kinds(store: Store, *, extra: list[tuple[type[Resource], bool]] | None = None) -> None:
+    for cls in JOURNALED_KINDS:
+        store.register(cls, journaled=True)
+    for cls in CORE_KINDS:
+        store.register(cls)
+    for cls, journaled in extra or []:
+        store.register(cls, journaled=journaled)

@@ -1,0 +1,197 @@
+"""The process: a `Platform` built from settings that runs every component under one TaskGroup.
+
+Start-up order: validate config and scenario (nothing is written before both are valid), open
+the journal and reload what it holds, build the backend and the components, then run them all
+as supervised tasks. A component that crashes is logged and restarted with backoff; a component
+that returns is logged and left stopped. `stop()` (SIGINT/SIGTERM in `serve`) cancels
+everything, flushes the journal and returns within a few seconds with no task left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from gpuyard.fakecluster import FakeCluster, Scenario, load_scenario
+from gpuyard.platform.api.app import make_app
+from gpuyard.platform.bus import Bus, ControllerRunner, Reconciler
+from gpuyard.platform.clock import Clock, RealClock, VirtualClock
+from gpuyard.platform.config import ConfigError, Settings
+from gpuyard.platform.context import Context
+from gpuyard.platform.journal import Journal
+from gpuyard.platform.kinds import register_kinds
+from gpuyard.platform.metrics import CoreMetrics
+from gpuyard.platform.store import Store, tune_gc
+
+__all__ = ["Component", "Platform", "supervise"]
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class Component:
+    """A named long-running coroutine factory."""
+
+    name: str
+    run: Callable[[], Awaitable[Any]]
+    restart: bool = True
+
+
+async def supervise(component: Component, *, clock: Clock, max_backoff: float = 30.0) -> None:
+    """Run a component; on an unexpected exception log it and restart with backoff.
+
+    A component with `restart=False` is fatal: its exception ends the platform.
+    """
+    failures = 0
+    while True:
+        started = time.monotonic()
+        try:
+            await component.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if not component.restart:
+                raise  # a fatal component (the HTTP listener) stops the platform
+            failures = 0 if time.monotonic() - started > 60 else failures + 1
+            delay = min(max_backoff, 0.1 * 2**failures)
+            log.exception("component.crashed", component=component.name, restart_in=round(delay, 2))
+            await clock.sleep(delay)
+            continue
+        log.info("component.exited", component=component.name)
+        return
+
+
+def _component_factories() -> list[Callable[[Context], list[Any]]]:
+    """Packages that contribute components: each exposes `components(ctx) -> list`."""
+    factories: list[Callable[[Context], list[Any]]] = []
+    return factories
+
+
+class Platform:
+    """Everything gpuyard runs in one process, over one backend."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        scenario: Scenario | None = None,
+        clock: Clock | None = None,
+        serve_http: bool = True,
+    ) -> None:
+        self.settings = settings
+        if settings.backend.kind != "fake":
+            raise ConfigError("backend.kind: only 'fake' is available in this build; allowed: fake")
+        # 1. validate everything before anything is written
+        self.scenario = scenario or load_scenario(settings.backend.cluster)
+        self.clock: Clock = clock or (VirtualClock() if settings.backend.clock == "virtual" else RealClock())
+        store = Store(now=self.clock.utcnow)
+        register_kinds(store)
+        self.ctx = Context(store=store, bus=Bus(), clock=self.clock, settings=settings)
+        # 2. the journal, only now
+        self.journal: Journal | None = None
+        if settings.backend.data_dir:
+            data_dir = Path(settings.backend.data_dir)
+            data_dir.mkdir(parents=True, exist_ok=True)
+            self.journal = Journal(data_dir / "journal.db")
+            loaded = self.journal.load_into(store)
+            store.attach_journal(self.journal)
+            log.info(
+                "journal.loaded",
+                path=str(self.journal.path),
+                objects=loaded,
+                resource_version=store.resource_version,
+            )
+        tune_gc()
+        self.backend = FakeCluster(self.ctx, self.scenario)
+        self.ctx.backend = self.backend
+        self.metrics = CoreMetrics(self.ctx.registry, store)
+        self.serve_http = serve_http
+        self.components: list[Component] = self._build_components()
+        self._stop = asyncio.Event()
+        self.site: web.TCPSite | None = None
+        self.serving = asyncio.Event()  # set once the HTTP server listens
+
+    @property
+    def store(self) -> Store:
+        return self.ctx.store
+
+    def _build_components(self) -> list[Component]:
+        components = [Component("backend", self.backend.run)]
+        if self.journal is not None:
+            components.append(
+                Component(
+                    "journal", lambda: self.journal.run(interval=self.settings.backend.journal_interval)
+                )
+            )  # type: ignore[union-attr]
+        if isinstance(self.clock, VirtualClock) and self.serve_http:
+            components.append(Component("virtual-clock", self.clock.run))
+        components.append(Component("metrics", self.metrics.run))
+        for factory in _component_factories():
+            for item in factory(self.ctx):
+                components.append(self._as_component(item))
+        return components
+
+    def _as_component(self, item: Any) -> Component:
+        if isinstance(item, Component):
+            return item
+        if hasattr(item, "reconcile") and hasattr(item, "watches"):
+            runner = ControllerRunner(item, store=self.ctx.store, clock=self.clock, metrics=self.metrics)
+            return Component(item.name, runner.run)
+        return Component(item.name, item.run)
+
+    def add_reconciler(self, reconciler: Reconciler) -> None:
+        """Add a reconciler before `run()` (tests and embedders)."""
+        self.components.append(self._as_component(reconciler))
+
+    def ready(self) -> bool:
+        return self.backend.synced.is_set()
+
+    async def _serve_http(self) -> None:
+        app = make_app(self.ctx, ready=self.ready)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.settings.server.host, self.settings.server.port)
+            await site.start()
+            self.site = site
+            self.serving.set()
+            log.info("http.listening", url=self.url)
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        host, port = self.settings.server.host, self.settings.server.port
+        if self.site is not None and self.site._server is not None:  # the bound port when 0 was asked
+            sockets = getattr(self.site._server, "sockets", None) or []
+            if sockets:
+                port = sockets[0].getsockname()[1]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Run every component until `stop()`; then cancel them all and flush the journal."""
+        comps = list(self.components)
+        if self.serve_http:
+            comps.append(Component("http", self._serve_http, restart=False))
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(supervise(c, clock=self.clock), name=c.name) for c in comps]
+                await self._stop.wait()
+                for t in tasks:
+                    t.cancel()
+        finally:
+            self.ctx.store.close()
+            if self.journal is not None:
+                self.journal.close()
+            log.info("platform.stopped")

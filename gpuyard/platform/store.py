@@ -1,0 +1,445 @@
+"""The object store: the single source of truth of the process.
+
+Objects are the pydantic models of `gpuyard.apis`, keyed by (kind, namespace, name). Every write
+bumps one monotonic resourceVersion and appends a change event to a bounded in-memory log;
+`watch(kind, since=rv)` replays the log from `rv` and then follows it, in order. A watcher that
+falls further behind than the log holds gets :class:`Gone` (HTTP 410 in Kubernetes) and must
+re-list, so a slow watcher costs no memory and never blocks a writer.
+
+Writes are synchronous (the scheduler "assumes" a placement in the same step as it decides it)
+and never await. Kinds registered as journaled are also written to a :class:`Journal` (SQLite),
+so a restarted process reloads them with the same resourceVersions.
+
+Objects handed out by the store are shared and must not be mutated: `obj.clone()`, change the
+copy, then `store.update(copy)`. `update` checks the copy's resourceVersion and raises
+:class:`Conflict` when someone else wrote in between (optimistic concurrency, as Kubernetes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol, TypeVar
+
+from gpuyard.apis.labels import Selector, parse_selector
+from gpuyard.apis.meta import Resource, utcnow
+
+__all__ = [
+    "AlreadyExists",
+    "Conflict",
+    "Gone",
+    "JournalSink",
+    "NotFound",
+    "Store",
+    "StoreError",
+    "WatchEvent",
+]
+
+R = TypeVar("R", bound=Resource)
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+_uid_random = random.Random(os.urandom(16))
+
+
+def new_uid() -> str:
+    """A random (version 4 format) UUID string; cheaper than `uuid.uuid4()` per write."""
+    h = f"{_uid_random.getrandbits(128) & ~(0xF000 << 64) & ~(0xC000 << 48) | (0x4000 << 64) | (0x8000 << 48):032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def tune_gc() -> None:
+    """Collect garbage less often: the store keeps many long-lived objects, and CPython's
+    default thresholds make every few hundred allocations scan them (2-3x slower writes)."""
+    import gc
+
+    gc.set_threshold(50_000, 20, 100)
+    gc.freeze()
+
+
+def _copy_with(model: Any, changes: dict[str, Any]) -> Any:
+    """A shallow copy of a pydantic model with some fields replaced (no validation).
+
+    What `model_copy(update=...)` does, minus its generic overhead: the store makes two such
+    copies per write, so this is the write path's main cost.
+    """
+    cls = model.__class__
+    new = cls.__new__(cls)
+    setattr_ = object.__setattr__
+    setattr_(new, "__dict__", {**model.__dict__, **changes})
+    setattr_(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | changes.keys())
+    extra = model.__pydantic_extra__
+    setattr_(new, "__pydantic_extra__", dict(extra) if extra is not None else None)
+    setattr_(new, "__pydantic_private__", model.__pydantic_private__)
+    return new
+
+
+class StoreError(Exception):
+    """Base of store errors; carries the object's key."""
+
+    def __init__(self, message: str, *, key: tuple[str, str, str] | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class NotFound(StoreError):
+    pass
+
+
+class AlreadyExists(StoreError):
+    pass
+
+
+class Conflict(StoreError):
+    pass
+
+
+class Gone(StoreError):
+    """The requested resourceVersion is older than the watch log holds: re-list."""
+
+
+@dataclass(slots=True, frozen=True)
+class WatchEvent:
+    type: EventType
+    object: Resource
+    rv: int
+    at: float  # time.perf_counter() when written, to measure delivery delay
+
+
+class JournalSink(Protocol):
+    """Where journaled writes go (see `platform/journal.py`)."""
+
+    def record_put(self, obj: Resource, rv: int) -> None: ...
+
+    def record_delete(self, kind: str, namespace: str, name: str, rv: int) -> None: ...
+
+
+class _Kind:
+    __slots__ = ("by_label", "cls", "journaled", "objects")
+
+    def __init__(self, cls: type[Resource], journaled: bool) -> None:
+        self.cls = cls
+        self.journaled = journaled
+        self.objects: dict[tuple[str, str], Resource] = {}
+        # label key -> label value -> set of (namespace, name)
+        self.by_label: dict[str, dict[str, set[tuple[str, str]]]] = {}
+
+    def index(self, key: tuple[str, str], labels: Mapping[str, str]) -> None:
+        for k, v in labels.items():
+            self.by_label.setdefault(k, {}).setdefault(v, set()).add(key)
+
+    def unindex(self, key: tuple[str, str], labels: Mapping[str, str]) -> None:
+        for k, v in labels.items():
+            values = self.by_label.get(k)
+            if values is None:
+                continue
+            keys = values.get(v)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del values[v]
+
+
+class Store:
+    """Typed, versioned, watchable in-memory object store."""
+
+    def __init__(
+        self,
+        *,
+        history: int = 50_000,
+        now: Callable[[], datetime] = utcnow,
+        journal: JournalSink | None = None,
+    ) -> None:
+        if history < 1:
+            raise ValueError("history must be at least 1")
+        self._kinds: dict[str, _Kind] = {}
+        self._rv = 0
+        self._cap = history
+        self._log: list[WatchEvent | None] = [None] * history
+        self._new: asyncio.Future[None] | None = None
+        self._closed = False
+        self._now = now
+        self._journal = journal
+
+    # --- kinds -------------------------------------------------------------------------------
+
+    def register(self, cls: type[Resource], *, journaled: bool = False) -> None:
+        """Make a kind known to the store; `journaled` kinds survive a restart."""
+        if not cls.KIND:
+            raise ValueError(f"{cls.__name__} has no KIND")
+        known = self._kinds.get(cls.KIND)
+        if known is not None:
+            known.journaled = known.journaled or journaled
+            return
+        self._kinds[cls.KIND] = _Kind(cls, journaled)
+
+    def kind_class(self, kind: str) -> type[Resource]:
+        return self._kind(kind).cls
+
+    def kinds(self) -> list[str]:
+        return list(self._kinds)
+
+    def is_journaled(self, kind: str) -> bool:
+        return self._kind(kind).journaled
+
+    def attach_journal(self, journal: JournalSink | None) -> None:
+        self._journal = journal
+
+    def _kind(self, kind: str) -> _Kind:
+        try:
+            return self._kinds[kind]
+        except KeyError:
+            raise StoreError(f"unknown kind {kind!r}; known: {', '.join(sorted(self._kinds))}") from None
+
+    # --- reads -------------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def get(self, kind: str, namespace: str, name: str) -> Resource | None:
+        return self._kind(kind).objects.get((namespace, name))
+
+    def must_get(self, kind: str, namespace: str, name: str) -> Resource:
+        obj = self._kind(kind).objects.get((namespace, name))
+        if obj is None:
+            raise NotFound(f"{kind} {_fmt(namespace, name)} not found", key=(kind, namespace, name))
+        return obj
+
+    def list(
+        self,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        selector: str | Mapping[str, str] | Selector | None = None,
+    ) -> list[Resource]:
+        """Objects of a kind, optionally in one namespace and matching a label selector.
+
+        Ordered by (namespace, name). Equality requirements are answered from a label index.
+        """
+        k = self._kind(kind)
+        sel = parse_selector(selector)
+        keys: Iterable[tuple[str, str]]
+        eq = sel.equalities() if sel else {}
+        if eq:
+            sets = [k.by_label.get(lk, {}).get(lv, set()) for lk, lv in eq.items()]
+            keys = set.intersection(*sorted(sets, key=len)) if sets else set()
+        else:
+            keys = k.objects.keys()
+        out = []
+        for key in keys:
+            if namespace is not None and key[0] != namespace:
+                continue
+            obj = k.objects[key]
+            if sel and not sel.matches(obj.metadata.labels):
+                continue
+            out.append(obj)
+        out.sort(key=lambda o: (o.metadata.namespace, o.metadata.name))
+        return out
+
+    def count(self, kind: str) -> int:
+        return len(self._kind(kind).objects)
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def create(self, obj: R) -> R:
+        """Store a new object; raise :class:`AlreadyExists` if its key is taken."""
+        k = self._kind(obj.kind)
+        meta = obj.metadata
+        if not meta.name:
+            if meta.generate_name:
+                meta = meta.model_copy(update={"name": f"{meta.generate_name}{new_uid()[:5]}"})
+            else:
+                raise StoreError(f"{obj.kind}: metadata.name is required")
+        namespace = meta.namespace if k.cls.NAMESPACED else ""
+        if k.cls.NAMESPACED and not namespace:
+            namespace = "default"
+        key = (namespace, meta.name)
+        if key in k.objects:
+            raise AlreadyExists(f"{obj.kind} {_fmt(*key)} already exists", key=(obj.kind, *key))
+        rv = self._rv + 1
+        stored = _copy_with(
+            obj,
+            {
+                "metadata": _copy_with(
+                    meta,
+                    {
+                        "namespace": namespace,
+                        "labels": dict(meta.labels),
+                        "annotations": dict(meta.annotations),
+                        "uid": meta.uid or new_uid(),
+                        "resource_version": str(rv),
+                        "generation": 1,
+                        "creation_timestamp": meta.creation_timestamp or self._now(),
+                    },
+                )
+            },
+        )
+        k.objects[key] = stored
+        k.index(key, stored.metadata.labels)
+        self._commit("ADDED", stored, rv, k)
+        return stored
+
+    def update(self, obj: R, *, check_version: bool = True) -> R:
+        """Replace an object. With `check_version`, its resourceVersion must be the stored one."""
+        k = self._kind(obj.kind)
+        key = (obj.metadata.namespace if k.cls.NAMESPACED else "", obj.metadata.name)
+        old = k.objects.get(key)
+        if old is None:
+            raise NotFound(f"{obj.kind} {_fmt(*key)} not found", key=(obj.kind, *key))
+        if check_version and obj.metadata.resource_version != old.metadata.resource_version:
+            raise Conflict(
+                f"{obj.kind} {_fmt(*key)}: resourceVersion {obj.metadata.resource_version or '<none>'} "
+                f"is stale (current {old.metadata.resource_version})",
+                key=(obj.kind, *key),
+            )
+        rv = self._rv + 1
+        generation = old.metadata.generation
+        if getattr(old, "spec", None) != getattr(obj, "spec", None):
+            generation += 1
+        stored = _copy_with(
+            obj,
+            {
+                "metadata": _copy_with(
+                    obj.metadata,
+                    {
+                        "namespace": key[0],
+                        "labels": dict(obj.metadata.labels),
+                        "annotations": dict(obj.metadata.annotations),
+                        "uid": old.metadata.uid,
+                        "resource_version": str(rv),
+                        "generation": generation,
+                        "creation_timestamp": old.metadata.creation_timestamp,
+                    },
+                )
+            },
+        )
+        if old.metadata.labels != stored.metadata.labels:
+            k.unindex(key, old.metadata.labels)
+            k.index(key, stored.metadata.labels)
+        k.objects[key] = stored
+        self._commit("MODIFIED", stored, rv, k)
+        return stored
+
+    def mutate(self, kind: str, namespace: str, name: str, change: Callable[[Any], Any]) -> Resource:
+        """Read, copy, apply `change(copy)` and write back; the read and write are one step."""
+        current = self.must_get(kind, namespace, name)
+        copy = current.clone()
+        change(copy)
+        return self.update(copy)
+
+    def delete(
+        self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
+    ) -> Resource:
+        k = self._kind(kind)
+        key = (namespace if k.cls.NAMESPACED else "", name)
+        old = k.objects.get(key)
+        if old is None:
+            raise NotFound(f"{kind} {_fmt(*key)} not found", key=(kind, *key))
+        if resource_version is not None and resource_version != old.metadata.resource_version:
+            raise Conflict(
+                f"{kind} {_fmt(*key)}: resourceVersion {resource_version} is stale", key=(kind, *key)
+            )
+        del k.objects[key]
+        k.unindex(key, old.metadata.labels)
+        rv = self._rv + 1
+        tomb = old.model_copy(
+            update={"metadata": old.metadata.model_copy(update={"resource_version": str(rv)})}
+        )
+        self._commit("DELETED", tomb, rv, k)
+        return tomb
+
+    def load(self, obj: Resource) -> None:
+        """Put back an object read from the journal, keeping its resourceVersion; no event."""
+        k = self._kind(obj.kind)
+        key = (obj.metadata.namespace, obj.metadata.name)
+        k.objects[key] = obj
+        k.index(key, obj.metadata.labels)
+        self._rv = max(self._rv, obj.resource_version)
+
+    def restore_version(self, rv: int) -> None:
+        """After a journal load: continue numbering after the highest version ever issued."""
+        self._rv = max(self._rv, rv)
+        self._log = [None] * self._cap
+
+    def _commit(self, type_: EventType, obj: Resource, rv: int, k: _Kind) -> None:
+        self._rv = rv
+        self._log[rv % self._cap] = WatchEvent(type_, obj, rv, time.perf_counter())
+        if k.journaled and self._journal is not None:
+            if type_ == "DELETED":
+                self._journal.record_delete(obj.kind, obj.metadata.namespace, obj.metadata.name, rv)
+            else:
+                self._journal.record_put(obj, rv)
+        fut = self._new
+        if fut is not None:
+            self._new = None
+            if not fut.done():
+                fut.set_result(None)
+
+    # --- watch -------------------------------------------------------------------------------
+
+    @property
+    def oldest_watchable(self) -> int:
+        """The oldest resourceVersion a watch may start from."""
+        return max(0, self._rv - self._cap + 1)
+
+    async def watch(
+        self,
+        kind: str | Iterable[str] | None = None,
+        *,
+        since: int | None = None,
+        namespace: str | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        """Changes after resourceVersion `since` (default: now), in order, until the store closes.
+
+        Raises :class:`Gone` when `since` is older than the log, or when this watcher falls
+        more than `history` events behind.
+        """
+        kinds: frozenset[str] | None
+        if kind is None:
+            kinds = None
+        elif isinstance(kind, str):
+            self._kind(kind)
+            kinds = frozenset([kind])
+        else:
+            kinds = frozenset(kind)
+        cursor = self._rv if since is None else since
+        if cursor < self.oldest_watchable - 1:
+            raise Gone(f"resourceVersion {cursor} is too old; oldest is {self.oldest_watchable}")
+        while True:
+            while cursor < self._rv:
+                cursor += 1
+                if cursor <= self._rv - self._cap:
+                    raise Gone(f"watcher fell behind: resourceVersion {cursor} is no longer held")
+                ev = self._log[cursor % self._cap]
+                if ev is None or ev.rv != cursor:
+                    raise Gone(f"resourceVersion {cursor} is no longer held")
+                if kinds is not None and ev.object.kind not in kinds:
+                    continue
+                if namespace is not None and ev.object.metadata.namespace != namespace:
+                    continue
+                yield ev
+            if self._closed:
+                return
+            fut = self._new
+            if fut is None:
+                fut = self._new = asyncio.get_running_loop().create_future()
+            await fut
+
+    def close(self) -> None:
+        """End every watch (after it has delivered what was written)."""
+        self._closed = True
+        fut = self._new
+        if fut is not None:
+            self._new = None
+            if not fut.done():
+                fut.set_result(None)
+
+
+def _fmt(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name

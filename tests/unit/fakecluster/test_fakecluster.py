@@ -1,0 +1,175 @@
+"""The fake cluster on the virtual clock: lifecycle, faults, scenarios."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from gpuyard.apis.scheduling import ANNOTATION_DEVICES
+from gpuyard.fakecluster import FakeCluster, ScenarioError, load_scenario, parse_scenario
+from gpuyard.platform.backend import BackendError
+from gpuyard.platform.context import Context
+from tests.builders import make_pod
+
+SCENARIO = {
+    "name": "t",
+    "kubelet": {"startDelay": 5, "duration": 100, "exitCode": 0},
+    "nodeGroups": [
+        {"name": "gpu", "count": 2, "cpu": "32", "memory": "256Gi", "gpu": {"model": "v100", "count": 8}}
+    ],
+}
+
+
+@pytest.fixture
+async def cluster():
+    ctx = Context.for_tests()
+    fake = FakeCluster(ctx, parse_scenario(SCENARIO, source="test"))
+    ctx.backend = fake
+    task = asyncio.create_task(fake.run())
+    await fake.synced.wait()
+    yield ctx, fake
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_nodes_come_from_the_scenario(cluster):
+    ctx, _ = cluster
+    nodes = ctx.store.list("Node")
+    assert [n.metadata.name for n in nodes] == ["gpu-0", "gpu-1"]
+    assert nodes[0].status.allocatable["nvidia.com/gpu"] == 8
+    assert nodes[0].metadata.labels["gpuyard.io/gpu-model"] == "v100"
+    assert nodes[0].ready
+
+
+async def test_an_hour_long_pod_completes_in_well_under_a_second(cluster):
+    ctx, fake = cluster
+    pod = make_pod("long", node="gpu-0", annotations={"fake.gpuyard.io/duration": "3600"})
+    await fake.create_pod(pod)
+    started = time.perf_counter()
+    await ctx.clock.advance(4)
+    assert ctx.store.get("Pod", "default", "long").status.phase == "Pending"
+    await ctx.clock.advance(2)
+    running = ctx.store.get("Pod", "default", "long")
+    assert running.status.phase == "Running" and running.status.pod_ip
+    await ctx.clock.advance(3600)
+    done = ctx.store.get("Pod", "default", "long")
+    assert done.status.phase == "Succeeded" and done.status.exit_code == 0
+    assert time.perf_counter() - started < 1.0
+    assert ctx.clock.elapsed == pytest.approx(3606)
+
+
+async def test_exit_code_annotation_fails_the_pod(cluster):
+    ctx, fake = cluster
+    await fake.create_pod(make_pod("bad", node="gpu-0", annotations={"fake.gpuyard.io/exit-code": "3"}))
+    await ctx.clock.advance(200)
+    pod = ctx.store.get("Pod", "default", "bad")
+    assert (pod.status.phase, pod.status.exit_code, pod.status.reason) == ("Failed", 3, "Error")
+
+
+async def test_create_pod_requires_a_known_node_and_can_be_made_to_fail(cluster):
+    ctx, fake = cluster
+    with pytest.raises(BackendError, match="nodeName"):
+        await fake.create_pod(make_pod("unbound"))
+    with pytest.raises(BackendError, match="does not exist"):
+        await fake.create_pod(make_pod("ghost", node="nope"))
+    fake.fail_next_creates(1)
+    with pytest.raises(BackendError, match="injected"):
+        await fake.create_pod(make_pod("p", node="gpu-0"))
+    await fake.create_pod(make_pod("p", node="gpu-0"))
+    assert ctx.store.get("Pod", "default", "p") is not None
+
+
+async def test_node_failure_fails_its_pods_with_node_lost_and_recovers(cluster):
+    ctx, fake = cluster
+    await fake.create_pod(make_pod("a", node="gpu-0"))
+    await fake.create_pod(make_pod("b", node="gpu-1"))
+    await ctx.clock.advance(10)
+    assert fake.fail_node("gpu-0") == 1
+    a, b = ctx.store.get("Pod", "default", "a"), ctx.store.get("Pod", "default", "b")
+    assert (a.status.phase, a.status.reason) == ("Failed", "NodeLost")
+    assert b.status.phase == "Running"
+    assert not ctx.store.get("Node", "", "gpu-0").ready
+    # a pod bound to a NotReady node does not start
+    await fake.create_pod(make_pod("c", node="gpu-0"))
+    await ctx.clock.advance(50)
+    assert ctx.store.get("Pod", "default", "c").status.phase == "Pending"
+    fake.recover_node("gpu-0")
+    await ctx.clock.advance(1)
+    assert ctx.store.get("Node", "", "gpu-0").ready
+    assert ctx.store.get("Pod", "default", "c").status.phase == "Running"
+
+
+async def test_crash_with_exit_code_or_reason(cluster):
+    ctx, fake = cluster
+    for name in ("x", "y", "z"):
+        await fake.create_pod(make_pod(name, node="gpu-0"))
+    await ctx.clock.advance(10)
+    assert fake.crash_pod("default", "x", exit_code=137).status.exit_code == 137
+    oom = fake.crash_pod("default", "y", reason="OOMKilled")
+    assert (oom.status.reason, oom.status.exit_code) == ("OOMKilled", 137)
+    evicted = fake.crash_pod("default", "z", reason="Evicted")
+    assert (evicted.status.phase, evicted.status.reason, evicted.status.exit_code) == (
+        "Failed",
+        "Evicted",
+        None,
+    )
+    with pytest.raises(ValueError, match="already finished"):
+        fake.crash_pod("default", "x", exit_code=1)
+
+
+async def test_gpu_failure_fails_only_pods_on_that_gpu(cluster):
+    ctx, fake = cluster
+    on3 = make_pod("on3", node="gpu-0", annotations={ANNOTATION_DEVICES: json.dumps({"gpus": [2, 3]})})
+    on5 = make_pod("on5", node="gpu-0", annotations={ANNOTATION_DEVICES: json.dumps({"gpus": [5]})})
+    await fake.create_pod(on3)
+    await fake.create_pod(on5)
+    await ctx.clock.advance(10)
+    assert fake.fail_gpu("gpu-0", 3) == 1
+    assert ctx.store.get("Pod", "default", "on3").status.reason == "DeviceUnhealthy"
+    assert ctx.store.get("Pod", "default", "on5").status.phase == "Running"
+    assert fake.unhealthy_gpus("gpu-0") == {3}
+    fake.recover_gpu("gpu-0", 3)
+    assert fake.unhealthy_gpus("gpu-0") == set()
+
+
+def test_bundled_scenarios_load():
+    demo = load_scenario("configs/clusters/demo.yaml")
+    assert demo.total_gpus >= 32
+    assert len({g.gpu.model for g in demo.node_groups if g.gpu}) >= 3
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"nodeGroups": []}, "nodeGroups: List should have at least 1 item"),
+        (
+            {"nodeGroups": [{"name": "a", "gpu": {"model": "x100", "count": 1}}]},
+            "nodeGroups.0.gpu.model: Value error, unknown GPU model 'x100'",
+        ),
+        (
+            {"nodeGroups": [{"name": "a", "cpu": "lots"}]},
+            "nodeGroups.0.cpu: Value error, 'lots' is not a quantity",
+        ),
+        (
+            {"nodeGroups": [{"name": "a", "count": 0}]},
+            "nodeGroups.0.count: Input should be greater than or equal to 1",
+        ),
+        ({"nodeGroups": [{"name": "a", "colour": "red"}]}, "nodeGroups.0.colour: unknown field"),
+        ({"nodeGroups": [{"name": "a"}, {"name": "a"}]}, "appears twice"),
+    ],
+)
+def test_bad_scenarios_name_the_field(data, message):
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(data, source="bad.yaml")
+    assert str(err.value).startswith("bad.yaml: ")
+    assert message in str(err.value)
+
+
+def test_bad_yaml_names_line_and_column(tmp_path):
+    p = tmp_path / "broken.yaml"
+    p.write_text("nodeGroups:\n  - name: a\n   count: [\n")
+    with pytest.raises(ScenarioError, match=r"broken.yaml:\d+:\d+: not valid YAML"):
+        load_scenario(p)

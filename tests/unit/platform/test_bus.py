@@ -1,0 +1,164 @@
+"""Work queues and reconciler runners: dedup, no lost keys, backoff, back-pressure, no leaks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gpuyard.platform.bus import Bus, ControllerRunner, Requeue, Watch, WorkQueue
+from gpuyard.platform.clock import VirtualClock
+from gpuyard.platform.kinds import register_kinds
+from gpuyard.platform.store import Store
+from tests.builders import make_pod
+
+
+async def test_queue_deduplicates_waiting_keys():
+    q = WorkQueue(clock=VirtualClock())
+    for _ in range(1000):
+        q.add(("ns", "a"))
+    q.add(("ns", "b"))
+    assert len(q) == 2
+    assert await q.get() == ("ns", "a")
+    assert await q.get() == ("ns", "b")
+
+
+async def test_key_added_while_processing_is_processed_again_not_concurrently():
+    q = WorkQueue(clock=VirtualClock())
+    q.add(("ns", "a"))
+    key = await q.get()
+    q.add(key)  # a change arrives while the key is being reconciled
+    assert len(q) == 0, "must not be handed to a second worker while processing"
+    q.done(key)
+    assert len(q) == 1
+    assert await q.get() == key
+    q.done(key)
+    assert len(q) == 0
+
+
+async def test_add_after_uses_the_clock_and_earliest_wins():
+    clock = VirtualClock()
+    q = WorkQueue(clock=clock)
+    q.add_after(("ns", "a"), 10)
+    q.add_after(("ns", "a"), 5)
+    q.add_after(("ns", "a"), 20)
+    await clock.advance(4.9)
+    assert len(q) == 0
+    await clock.advance(0.2)
+    assert len(q) == 1
+    await clock.advance(30)
+    assert len(q) == 1, "the later adds were superseded by the earliest"
+    q.shut_down()
+
+
+async def test_backoff_grows_then_resets():
+    q = WorkQueue(clock=VirtualClock(), base_delay=1, max_delay=8)
+    delays = [q.add_rate_limited(("ns", "a")) for _ in range(6)]
+    assert delays == [1, 2, 4, 8, 8, 8]
+    q.forget(("ns", "a"))
+    assert q.add_rate_limited(("ns", "a")) == 1
+    q.shut_down()
+
+
+class Recorder:
+    name = "recorder"
+    concurrency = 3
+    watches = (Watch("Pod"),)
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.calls: list[tuple[str, str]] = []
+        self.active: set[tuple[str, str]] = set()
+        self.overlap = False
+        self.fail_first: set[tuple[str, str]] = set()
+        self.seen_versions: dict[tuple[str, str], int] = {}
+
+    async def reconcile(self, key):
+        if key in self.active:
+            self.overlap = True
+        self.active.add(key)
+        try:
+            await asyncio.sleep(0)
+            self.calls.append(key)
+            obj = self.store.get("Pod", *key)
+            if obj is not None:
+                self.seen_versions[key] = obj.resource_version
+            if key in self.fail_first:
+                self.fail_first.discard(key)
+                raise RuntimeError("transient")
+            return None
+        finally:
+            self.active.discard(key)
+
+
+async def test_runner_sees_latest_state_retries_errors_and_stops_cleanly():
+    clock = VirtualClock()
+    store = Store(now=clock.utcnow)
+    register_kinds(store)
+    store.create(make_pod("existing"))
+    rec = Recorder(store)
+    rec.fail_first.add(("default", "flaky"))
+    runner = ControllerRunner(rec, store=store, clock=clock)
+    task = asyncio.create_task(runner.run())
+    await clock.advance(0)
+    assert ("default", "existing") in rec.calls  # initial LIST
+    pod = store.create(make_pod("busy"))
+    for i in range(50):  # a burst of changes to one object
+        copy = store.get("Pod", "default", "busy").clone()
+        copy.metadata.labels["n"] = str(i)
+        store.update(copy)
+    store.create(make_pod("flaky"))
+    await clock.advance(5)
+    assert rec.calls.count(("default", "busy")) < 50, "bursts are de-duplicated"
+    assert rec.seen_versions[("default", "busy")] == pod.resource_version + 50, (
+        "the last reconcile saw the newest state"
+    )
+    assert rec.calls.count(("default", "flaky")) == 2, "failed once, retried after backoff"
+    assert not rec.overlap
+    assert runner.errors == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_requeue_after_runs_again_on_the_clock():
+    clock = VirtualClock()
+    store = Store(now=clock.utcnow)
+    register_kinds(store)
+
+    class Periodic:
+        name = "periodic"
+        concurrency = 1
+        watches = (Watch("Pod"),)
+        times: list[float] = []
+
+        async def reconcile(self, key):
+            self.times.append(clock.elapsed)
+            return Requeue(after=60) if len(self.times) < 3 else None
+
+    rec = Periodic()
+    store.create(make_pod("a"))
+    task = asyncio.create_task(ControllerRunner(rec, store=store, clock=clock).run())
+    await clock.advance(600)
+    assert rec.times == [0, 60, 120]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_bus_publish_waits_for_slow_subscriber():
+    bus = Bus(maxsize=2)
+    sub = bus.subscribe("jobs")
+    await bus.publish("jobs", 1)
+    await bus.publish("jobs", 2)
+    blocked = asyncio.create_task(bus.publish("jobs", 3))
+    await asyncio.sleep(0)
+    assert not blocked.done(), "a full subscriber queue applies back-pressure"
+    assert sub.queue.qsize() == 2
+    assert await sub.get() == 1
+    await blocked
+    assert [await sub.get(), await sub.get()] == [2, 3]
+    assert bus.publish_nowait("jobs", 4) == 0
+    assert bus.publish_nowait("jobs", 5) == 0
+    assert bus.publish_nowait("jobs", 6) == 1, "nowait skips a full subscriber"
+    sub.close()
+    assert bus.subscribers("jobs") == 0
