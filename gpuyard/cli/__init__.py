@@ -81,7 +81,10 @@ def _run_server(settings: Settings, *, banner: str | None = None) -> None:
         if match is None or rest is not None:
             raise
         exc = match.exceptions[0]
-        _fail(f"cannot serve on {settings.server.host}:{settings.server.port}: {getattr(exc, 'strerror', None) or exc}", code=1)
+        _fail(
+            f"cannot serve on {settings.server.host}:{settings.server.port}: {getattr(exc, 'strerror', None) or exc}",
+            code=1,
+        )
 
 
 def _load(config: str | None, **sections: dict[str, Any]) -> Settings:

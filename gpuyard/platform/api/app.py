@@ -23,7 +23,7 @@ CTX: web.AppKey[Context] = web.AppKey("ctx", Context)
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready", Callable[[], bool])
 
 # Each module exposes `setup(app: web.Application) -> None` adding its routes.
-ROUTE_MODULES: list[str] = ["gpuyard.platform.api.cluster"]
+ROUTE_MODULES: list[str] = ["gpuyard.platform.api.cluster", "gpuyard.platform.api.fake"]
 
 
 @web.middleware

@@ -1,0 +1,129 @@
+"""Fault injection on the fake backend (HTTP): lose and recover nodes, fail GPUs, crash pods.
+
+`POST /api/v1/fake/nodes/{name}:fail`, `.../{name}:recover`, `.../{name}/gpus/{idx}:fail`,
+`.../{name}/gpus/{idx}:recover`, `POST /api/v1/fake/pods/{ns}/{name}:crash?exitCode=137&reason=OOMKilled`.
+Available only when the backend is the fake cluster (404 otherwise).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gpuyard.fakecluster import FakeCluster
+from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.store import NotFound
+
+__all__ = ["setup"]
+
+CRASH_REASONS = ("Error", "OOMKilled", "Evicted")
+
+
+def _fake(request: web.Request) -> FakeCluster:
+    backend = request.app[CTX].backend
+    if not isinstance(backend, FakeCluster):
+        raise ApiError(404, "fault injection is available only on the fake backend")
+    return backend
+
+
+def _node(fake: FakeCluster, name: str) -> str:
+    if fake.store.get("Node", "", name) is None:
+        raise ApiError(404, f"node {name} not found")
+    return name
+
+
+def _action(request: web.Request, allowed: tuple[str, ...]) -> str:
+    action = request.match_info["action"]
+    if action not in allowed:
+        raise ApiError(404, f"unknown action {action!r}; allowed: {', '.join(allowed)}")
+    return action
+
+
+async def node_action(request: web.Request) -> web.Response:
+    fake = _fake(request)
+    name = _node(fake, request.match_info["name"])
+    if _action(request, ("fail", "recover")) == "fail":
+        failed = fake.fail_node(name)
+        return web.json_response({"node": name, "ready": False, "podsFailed": failed})
+    fake.recover_node(name)
+    return web.json_response({"node": name, "ready": True})
+
+
+def _gpu_index(fake: FakeCluster, node: str, raw: str) -> int:
+    try:
+        index = int(raw)
+    except ValueError:
+        raise ApiError(
+            422,
+            f"GPU index {raw!r} is not a number",
+            details=[{"field": "idx", "reason": "must be an integer"}],
+        ) from None
+    count = int(fake.store.must_get("Node", "", node).status.capacity.get("nvidia.com/gpu", 0))  # type: ignore[attr-defined]
+    if not 0 <= index < count:
+        raise ApiError(
+            422,
+            f"node {node} has GPUs 0..{count - 1}",
+            details=[{"field": "idx", "reason": f"must be in 0..{count - 1}"}],
+        )
+    return index
+
+
+async def gpu_action(request: web.Request) -> web.Response:
+    fake = _fake(request)
+    node = _node(fake, request.match_info["name"])
+    index = _gpu_index(fake, node, request.match_info["idx"])
+    if _action(request, ("fail", "recover")) == "fail":
+        failed = fake.fail_gpu(node, index)
+        return web.json_response({"node": node, "gpu": index, "healthy": False, "podsFailed": failed})
+    fake.recover_gpu(node, index)
+    return web.json_response({"node": node, "gpu": index, "healthy": True})
+
+
+async def pod_action(request: web.Request) -> web.Response:
+    fake = _fake(request)
+    _action(request, ("crash",))
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    exit_code = None
+    raw = request.query.get("exitCode")
+    if raw is not None:
+        try:
+            exit_code = int(raw)
+        except ValueError:
+            raise ApiError(
+                422,
+                "exitCode must be an integer",
+                details=[{"field": "exitCode", "reason": "must be an integer 0-255"}],
+            ) from None
+        if not 0 <= exit_code <= 255:
+            raise ApiError(
+                422,
+                "exitCode must be in 0..255",
+                details=[{"field": "exitCode", "reason": "must be an integer 0-255"}],
+            )
+    reason = request.query.get("reason")
+    if reason is not None and reason not in CRASH_REASONS:
+        raise ApiError(
+            422,
+            f"unknown reason {reason!r}",
+            details=[{"field": "reason", "reason": f"allowed: {', '.join(CRASH_REASONS)}"}],
+        )
+    try:
+        pod = fake.crash_pod(ns, name, exit_code=exit_code, reason=reason)
+    except NotFound:
+        raise ApiError(404, f"pod {ns}/{name} not found") from None
+    except ValueError as exc:
+        raise ApiError(409, str(exc)) from None
+    return web.json_response(
+        {
+            "pod": f"{ns}/{name}",
+            "phase": pod.status.phase,
+            "exitCode": pod.status.exit_code,
+            "reason": pod.status.reason,
+        }
+    )
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post("/api/v1/fake/nodes/{name:[^/:]+}:{action}", node_action)
+    app.router.add_post("/api/v1/fake/nodes/{name:[^/:]+}/gpus/{idx:[^/:]+}:{action}", gpu_action)
+    app.router.add_post("/api/v1/fake/pods/{ns}/{name:[^/:]+}:{action}", pod_action)

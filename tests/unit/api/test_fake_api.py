@@ -1,0 +1,80 @@
+"""Fault injection over HTTP on the fake backend, and the one error shape."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gpuyard.fakecluster import FakeCluster, parse_scenario
+from gpuyard.platform.api.app import make_app
+from gpuyard.platform.context import Context
+from tests.builders import make_pod
+
+SCENARIO = {
+    "kubelet": {"startDelay": 0},
+    "nodeGroups": [{"name": "n", "count": 2, "gpu": {"model": "a100", "count": 8}}],
+}
+
+
+@pytest.fixture
+async def client(aiohttp_client):
+    ctx = Context.for_tests()
+    fake = FakeCluster(ctx, parse_scenario(SCENARIO, source="t"))
+    ctx.backend = fake
+    task = asyncio.create_task(fake.run())
+    await fake.synced.wait()
+    await fake.create_pod(make_pod("p", node="n-0"))
+    await ctx.clock.advance(1)
+    yield await aiohttp_client(make_app(ctx)), ctx
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_node_fail_and_recover(client):
+    http, ctx = client
+    r = await http.post("/api/v1/fake/nodes/n-0:fail")
+    assert r.status == 200 and (await r.json()) == {"node": "n-0", "ready": False, "podsFailed": 1}
+    assert ctx.store.get("Pod", "default", "p").status.reason == "NodeLost"
+    r = await http.post("/api/v1/fake/nodes/n-0:recover")
+    assert (await r.json())["ready"] is True
+
+
+async def test_crash_pod_with_exit_code(client):
+    http, _ = client
+    r = await http.post("/api/v1/fake/pods/default/p:crash?exitCode=137")
+    assert r.status == 200
+    assert (await r.json()) == {"pod": "default/p", "phase": "Failed", "exitCode": 137, "reason": "Error"}
+    r = await http.post("/api/v1/fake/pods/default/p:crash?exitCode=1")
+    assert r.status == 409
+
+
+async def test_gpu_fail(client):
+    http, ctx = client
+    r = await http.post("/api/v1/fake/nodes/n-1/gpus/3:fail")
+    assert (await r.json())["healthy"] is False
+    assert ctx.store.get("Node", "", "n-1").metadata.annotations["gpuyard.io/unhealthy-gpus"] == "3"
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "field"),
+    [
+        ("/api/v1/fake/nodes/ghost:fail", 404, None),
+        ("/api/v1/fake/nodes/n-0:explode", 404, None),
+        ("/api/v1/fake/nodes/n-0/gpus/9:fail", 422, "idx"),
+        ("/api/v1/fake/nodes/n-0/gpus/x:fail", 422, "idx"),
+        ("/api/v1/fake/pods/default/p:crash?exitCode=abc", 422, "exitCode"),
+        ("/api/v1/fake/pods/default/p:crash?reason=Bored", 422, "reason"),
+        ("/api/v1/fake/pods/default/ghost:crash", 404, None),
+    ],
+)
+async def test_bad_requests_use_the_error_shape(client, path, status, field):
+    http, ctx = client
+    before = ctx.store.resource_version
+    r = await http.post(path)
+    assert r.status == status
+    body = await r.json()
+    assert set(body["error"]) == {"code", "message", "details"} and body["error"]["code"] == status
+    if field:
+        assert body["error"]["details"][0]["field"] == field
+    assert ctx.store.resource_version == before, "a rejected request changes nothing"
