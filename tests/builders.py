@@ -45,11 +45,10 @@ def make_node(
     node_labels = {"kubernetes.io/hostname": name}
     capacity = {"cpu": parse_quantity(cpu), "memory": parse_quantity(memory), "pods": parse_quantity(110)}
     if gpus:
-        product, mem = GPU_MODELS[model]
         node_labels |= {
             LABEL_GPU_MODEL: model,
-            LABEL_GPU_PRODUCT: product,
-            LABEL_GPU_MEMORY: str(mem),
+            LABEL_GPU_PRODUCT: GPU_MODELS[model].name,
+            LABEL_GPU_MEMORY: str(GPU_MODELS[model].memory_mib),
             LABEL_GPU_COUNT: str(gpus),
         }
         capacity[GPU_RESOURCE] = parse_quantity(gpus)

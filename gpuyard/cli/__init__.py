@@ -161,3 +161,12 @@ def version_cmd() -> None:
         click.echo(f"gpuyard {version('gpuyard')}")
     except PackageNotFoundError:
         click.echo("gpuyard (not installed)")
+
+
+def _mount() -> None:
+    from gpuyard.cli.devices import devices
+
+    main.add_command(devices)
+
+
+_mount()

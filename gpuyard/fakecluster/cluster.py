@@ -52,8 +52,12 @@ class FakeCluster:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def sync_nodes(self) -> int:
-        """Create the scenario's nodes that the store does not hold yet; return how many."""
+        """Create the scenario's nodes (and their device topologies) that the store does not
+        hold yet; return how many nodes were created."""
         created = 0
+        for topo in self.scenario.topologies():
+            if self.store.get("NodeTopology", "", topo.metadata.name) is None:
+                self.store.create(topo)
         for node in self.scenario.nodes():
             if self.store.get("Node", "", node.metadata.name) is None:
                 self.store.create(node)
@@ -187,6 +191,13 @@ class FakeCluster:
                 n.metadata.annotations.pop(ANNOTATION_UNHEALTHY_GPUS, None)
 
         self.store.mutate("Node", "", node, change)
+        if self.store.get("NodeTopology", "", node) is not None:
+
+            def set_health(topo):  # type: ignore[no-untyped-def]
+                for gpu in topo.spec.gpus:
+                    gpu.health = "Unhealthy" if gpu.index in gpus else "Healthy"
+
+            self.store.mutate("NodeTopology", "", node, set_health)
 
     def fail_gpu(self, node: str, index: int) -> int:
         """Mark GPU `index` of `node` unhealthy and fail the pods using it. Returns pods failed."""

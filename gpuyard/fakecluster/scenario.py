@@ -16,8 +16,11 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gpuyard.apis.core import GPU_RESOURCE, Node, NodeCondition, NodeSpec, NodeStatus, Taint
+from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import ObjectMeta, StrictK8sModel
 from gpuyard.apis.quantity import Quantity, format_quantity
+from gpuyard.devices.presets import GPU_MODELS, PRESET_MODELS, PRESETS, get_preset
+from gpuyard.devices.topo_import import TopologyParseError, load_topology_file
 
 __all__ = [
     "GPU_MODELS",
@@ -44,23 +47,6 @@ LABEL_TOPOLOGY_PRESET = "gpuyard.io/topology-preset"
 LABEL_BLOCK = "topology.gpuyard.io/block"
 LABEL_SPINE = "topology.gpuyard.io/spine"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
-
-# short model key -> (product name as GPU feature discovery reports it, memory MiB per GPU)
-GPU_MODELS: dict[str, tuple[str, int]] = {
-    "k80": ("Tesla-K80", 12 * 1024),
-    "p100": ("Tesla-P100-PCIE-16GB", 16 * 1024),
-    "v100": ("Tesla-V100-SXM2-32GB", 32 * 1024),
-    "v100-16gb": ("Tesla-V100-SXM2-16GB", 16 * 1024),
-    "t4": ("Tesla-T4", 15 * 1024),
-    "a10": ("NVIDIA-A10", 24 * 1024),
-    "a30": ("NVIDIA-A30", 24 * 1024),
-    "a100": ("NVIDIA-A100-SXM4-80GB", 80 * 1024),
-    "a100-40gb": ("NVIDIA-A100-SXM4-40GB", 40 * 1024),
-    "l40s": ("NVIDIA-L40S", 45 * 1024),
-    "h100": ("NVIDIA-H100-80GB-HBM3", 80 * 1024),
-    "h800": ("NVIDIA-H800", 80 * 1024),
-    "h20": ("NVIDIA-H20", 96 * 1024),
-}
 
 
 class ScenarioError(Exception):
@@ -97,13 +83,52 @@ class NodeGroup(StrictK8sModel):
     taints: list[Taint] = Field(default_factory=list)
     max_pods: int = Field(default=110, ge=1)
 
+    @field_validator("topology")
+    @classmethod
+    def _known_preset(cls, value: str | None) -> str | None:
+        if value is not None and value not in PRESETS:
+            raise ValueError(f"unknown topology preset {value!r}; allowed: {', '.join(PRESETS)}")
+        return value
+
     @model_validator(mode="after")
-    def _positive(self) -> NodeGroup:
+    def _consistent(self) -> NodeGroup:
         if self.cpu <= 0:
             raise ValueError("cpu must be positive")
         if self.memory <= 0:
             raise ValueError("memory must be positive")
+        if self.topology is not None and self.topology_file is not None:
+            raise ValueError("give either topology (a preset) or topologyFile, not both")
+        if self.topology is not None:
+            preset = get_preset(self.topology)
+            model = PRESET_MODELS[self.topology]
+            if self.gpu is None:
+                self.gpu = GpuSpec(model=model, count=preset.gpu_count)
+            elif (
+                self.gpu.count != preset.gpu_count
+                or GPU_MODELS[self.gpu.model].name != GPU_MODELS[model].name
+            ):
+                raise ValueError(
+                    f"topology {self.topology} has {preset.gpu_count} x {model}; gpu says {self.gpu.count} x {self.gpu.model}"
+                )
         return self
+
+    def node_topology(self, node_name: str, *, base_dir: Path | None = None) -> NodeTopology | None:
+        """The device topology of one node of this group (preset or imported file), or None."""
+        if self.topology is not None:
+            return get_preset(self.topology, node_name=node_name)
+        if self.topology_file is not None:
+            path = Path(self.topology_file)
+            if not path.is_absolute() and base_dir is not None:
+                path = base_dir / path
+            model = GPU_MODELS[self.gpu.model] if self.gpu else None
+            topo = load_topology_file(
+                path,
+                name=node_name,
+                gpu_model=model.name if model else "",
+                memory_mib=model.memory_mib if model else 0,
+            )
+            return topo
+        return None
 
 
 class KubeletDefaults(StrictK8sModel):
@@ -115,6 +140,8 @@ class KubeletDefaults(StrictK8sModel):
 
 
 class Scenario(StrictK8sModel):
+    _base_dir: Path | None = None  # the scenario file's folder: topologyFile paths are relative to it
+
     name: str = "cluster"
     description: str = ""
     kubelet: KubeletDefaults = Field(default_factory=KubeletDefaults)
@@ -135,6 +162,16 @@ class Scenario(StrictK8sModel):
             if node_name.startswith(prefix) and node_name[len(prefix) :].isdigit():
                 return g
         return None
+
+    def topologies(self) -> list[NodeTopology]:
+        """The NodeTopology objects of every node that has one (same names as the nodes)."""
+        out = []
+        for g in self.node_groups:
+            for i in range(g.count):
+                topo = g.node_topology(f"{g.name}-{i}", base_dir=self._base_dir)
+                if topo is not None:
+                    out.append(topo)
+        return out
 
     def nodes(self) -> list[Node]:
         """Expand the node groups into Ready Node objects (`<group>-<i>`)."""
@@ -157,10 +194,10 @@ def _make_node(group: NodeGroup, name: str) -> Node:
         "pods": Decimal(group.max_pods),
     }
     if group.gpu is not None:
-        product, memory = GPU_MODELS[group.gpu.model]
+        model = GPU_MODELS[group.gpu.model]
         labels[LABEL_GPU_MODEL] = group.gpu.model
-        labels[LABEL_GPU_PRODUCT] = group.gpu.product or product
-        labels[LABEL_GPU_MEMORY] = str(group.gpu.memory_mib or memory)
+        labels[LABEL_GPU_PRODUCT] = group.gpu.product or model.name
+        labels[LABEL_GPU_MEMORY] = str(group.gpu.memory_mib or model.memory_mib)
         labels[LABEL_GPU_COUNT] = str(group.gpu.count)
         capacity[GPU_RESOURCE] = Decimal(group.gpu.count)
     if group.topology:
@@ -182,11 +219,16 @@ def _make_node(group: NodeGroup, name: str) -> Node:
     )
 
 
-def parse_scenario(data: object, *, source: str) -> Scenario:
+def parse_scenario(data: object, *, source: str, base_dir: Path | None = None) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: expected a mapping with nodeGroups, got {type(data).__name__}")
     try:
-        return Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
+        scenario._base_dir = base_dir
+        for i, group in enumerate(scenario.node_groups):
+            if group.topology_file is not None:
+                _check_topology_file(group, index=i, source=source, base_dir=base_dir)
+        return scenario
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -194,6 +236,23 @@ def parse_scenario(data: object, *, source: str) -> Scenario:
             msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
             problems.append(f"{path}: {msg}")
         raise ScenarioError(f"{source}: " + "; ".join(problems)) from None
+
+
+def _check_topology_file(group: NodeGroup, *, index: int, source: str, base_dir: Path | None) -> None:
+    where = f"{source}: nodeGroups.{index}.topologyFile"
+    try:
+        topo = group.node_topology(f"{group.name}-0", base_dir=base_dir)
+    except OSError as exc:
+        raise ScenarioError(f"{where}: cannot read {group.topology_file}: {exc.strerror or exc}") from None
+    except TopologyParseError as exc:
+        raise ScenarioError(
+            f"{where}: {group.topology_file}:{exc.line}:{exc.column}: {exc.message}"
+        ) from None
+    assert topo is not None
+    if group.gpu is not None and group.gpu.count != topo.gpu_count:
+        raise ScenarioError(
+            f"{where}: the matrix has {topo.gpu_count} GPUs; gpu.count says {group.gpu.count}"
+        )
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -209,7 +268,7 @@ def load_scenario(path: str | Path) -> Scenario:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise ScenarioError(f"{p}{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    return parse_scenario(data, source=str(p))
+    return parse_scenario(data, source=str(p), base_dir=p.parent)
 
 
 def describe(scenario: Scenario) -> str:

@@ -7,6 +7,7 @@ node topologies); the store needs only the model class of each.
 from __future__ import annotations
 
 from gpuyard.apis.core import Event, Node, Pod, Service
+from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.jobs import JOB_KINDS
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resourceclasses import RESOURCE_CLASS_KINDS
@@ -16,7 +17,15 @@ from gpuyard.platform.store import Store
 __all__ = ["CORE_KINDS", "JOURNALED_KINDS", "register_kinds"]
 
 # Kinds the platform owns in fake mode: a restart must find them again.
-JOURNALED_KINDS: list[type[Resource]] = [Node, Pod, PodGroup, Reservation, *JOB_KINDS, *RESOURCE_CLASS_KINDS]
+JOURNALED_KINDS: list[type[Resource]] = [
+    Node,
+    NodeTopology,
+    Pod,
+    PodGroup,
+    Reservation,
+    *JOB_KINDS,
+    *RESOURCE_CLASS_KINDS,
+]
 # Kinds that are rebuilt from the others or are only informational.
 CORE_KINDS: list[type[Resource]] = [Service, Event]
 

@@ -84,7 +84,10 @@ class Platform:
         scenario: Scenario | None = None,
         clock: Clock | None = None,
         serve_http: bool = True,
+        drive_clock: bool | None = None,
     ) -> None:
+        """`drive_clock`: run a virtual clock automatically (default: when serving HTTP);
+        tests and simulations leave it off and move time with `advance` / `run_until`."""
         self.settings = settings
         if settings.backend.kind != "fake":
             raise ConfigError("backend.kind: only 'fake' is available in this build; allowed: fake")
@@ -113,6 +116,7 @@ class Platform:
         self.ctx.backend = self.backend
         self.metrics = CoreMetrics(self.ctx.registry, store)
         self.serve_http = serve_http
+        self.drive_clock = serve_http if drive_clock is None else drive_clock
         self.components: list[Component] = self._build_components()
         self._stop = asyncio.Event()
         self.site: web.TCPSite | None = None
@@ -130,7 +134,7 @@ class Platform:
                     "journal", lambda: self.journal.run(interval=self.settings.backend.journal_interval)
                 )
             )  # type: ignore[union-attr]
-        if isinstance(self.clock, VirtualClock) and self.serve_http:
+        if isinstance(self.clock, VirtualClock) and self.drive_clock:
             components.append(Component("virtual-clock", self.clock.run))
         components.append(Component("metrics", self.metrics.run))
         for factory in _component_factories():

@@ -47,7 +47,7 @@ async def test_serves_health_ready_and_the_demo_nodes():
             names = [n["metadata"]["name"] for n in (await r.json())["items"]]
         assert "dgx1-0" in names and len(names) == 9
         async with http.get(f"{platform.url}/api/v1/summary") as r:
-            assert (await r.json())["gpusTotal"] == 44
+            assert (await r.json())["gpusTotal"] == 52
         async with http.get(f"{platform.url}/api/v1/nowhere") as r:
             assert r.status == 404
             assert (await r.json())["error"]["code"] == 404

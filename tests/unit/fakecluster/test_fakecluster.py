@@ -173,3 +173,51 @@ def test_bad_yaml_names_line_and_column(tmp_path):
     p.write_text("nodeGroups:\n  - name: a\n   count: [\n")
     with pytest.raises(ScenarioError, match=r"broken.yaml:\d+:\d+: not valid YAML"):
         load_scenario(p)
+
+
+async def test_topology_presets_become_node_topologies(cluster):
+    ctx, _ = cluster
+    assert ctx.store.list("NodeTopology") == [], "groups without a topology have none"
+    scenario = parse_scenario(
+        {"nodeGroups": [{"name": "dgx", "count": 2, "topology": "dgx1-v100"}, {"name": "cpu", "count": 1}]},
+        source="t",
+    )
+    group = scenario.node_groups[0]
+    assert (group.gpu.model, group.gpu.count) == ("v100", 8), "the GPU spec comes from the preset"
+    topos = scenario.topologies()
+    assert [t.metadata.name for t in topos] == ["dgx-0", "dgx-1"]
+    assert topos[0].spec.gpus[0].uuid != topos[1].spec.gpus[0].uuid
+    other = FakeCluster(ctx, scenario)
+    other.sync_nodes()
+    assert ctx.store.get("NodeTopology", "", "dgx-1") is not None
+    other.fail_gpu("dgx-1", 2)
+    health = [g.health for g in ctx.store.get("NodeTopology", "", "dgx-1").spec.gpus]
+    assert health[2] == "Unhealthy" and health.count("Healthy") == 7
+
+
+def test_topology_and_gpu_spec_must_agree():
+    with pytest.raises(ScenarioError, match="topology dgx-a100 has 8 x a100; gpu says 4 x a100"):
+        parse_scenario(
+            {"nodeGroups": [{"name": "a", "topology": "dgx-a100", "gpu": {"model": "a100", "count": 4}}]},
+            source="t",
+        )
+    with pytest.raises(ScenarioError, match="unknown topology preset 'dgx-9'"):
+        parse_scenario({"nodeGroups": [{"name": "a", "topology": "dgx-9"}]}, source="t")
+
+
+def test_topology_file_is_imported_and_errors_name_line_and_column(tmp_path):
+    import shutil
+
+    shutil.copy("tests/data/topo/dgx1-v100-1.txt", tmp_path / "dgx1.txt")
+    (tmp_path / "s.yaml").write_text(
+        "nodeGroups:\n  - name: real\n    gpu: {model: v100, count: 8}\n    topologyFile: dgx1.txt\n"
+    )
+    scenario = load_scenario(tmp_path / "s.yaml")
+    topo = scenario.topologies()[0]
+    assert topo.metadata.name == "real-0" and topo.gpu_count == 8
+    (tmp_path / "bad.txt").write_text("\tGPU0\tGPU1\nGPU0\t X \tNV9X\nGPU1\tNV1\t X \n")
+    (tmp_path / "b.yaml").write_text(
+        "nodeGroups:\n  - name: bad\n    gpu: {model: v100, count: 2}\n    topologyFile: bad.txt\n"
+    )
+    with pytest.raises(ScenarioError, match=r"nodeGroups\.0\.topologyFile: bad\.txt:2:\d+: "):
+        load_scenario(tmp_path / "b.yaml")
