@@ -67,10 +67,16 @@ async def _serve(settings: Settings, *, banner: str | None = None) -> None:
 
 def _run_server(settings: Settings, *, banner: str | None = None) -> None:
     configure_logging(level=settings.logging.level, fmt=settings.logging.format)
-    if not _is_loopback(settings.server.host) and not settings.server.insecure:
-        _fail(
-            f"server.host: {settings.server.host} is not a loopback address and no API tokens are configured; "
-            "pass --insecure to serve without authentication"
+    if not settings.server.tokens:
+        if not _is_loopback(settings.server.host) and not settings.server.insecure:
+            _fail(
+                f"server.host: {settings.server.host} is not a loopback address and no API tokens are configured; "
+                "pass --insecure to serve without authentication"
+            )
+        click.echo(
+            f"note: no API tokens configured (server.tokens): every caller is admin"
+            f"{'' if settings.server.insecure else '; serving on loopback only'}",
+            err=True,
         )
     try:
         asyncio.run(_serve(settings, banner=banner))
@@ -161,6 +167,23 @@ def version_cmd() -> None:
         click.echo(f"gpuyard {version('gpuyard')}")
     except PackageNotFoundError:
         click.echo("gpuyard (not installed)")
+
+
+@main.group()
+def token() -> None:
+    """API tokens."""
+
+
+@token.command("hash")
+@click.argument("value", required=False)
+def token_hash(value: str | None) -> None:
+    """Print the SHA-256 of a token (read from stdin when not given) for `server.tokens`."""
+    from gpuyard.platform.api.auth import hash_token
+
+    raw = value if value is not None else sys.stdin.readline().strip()
+    if not raw:
+        _fail("no token given")
+    click.echo(hash_token(raw))
 
 
 def _mount() -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "SchedulerConfig",
     "ServerConfig",
     "Settings",
+    "TokenConfig",
     "format_validation_error",
     "load_settings",
 ]
@@ -36,11 +37,23 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class TokenConfig(Section):
+    """One API token, by the SHA-256 hex digest of the token (`gpuyard token hash`)."""
+
+    sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
+    user: str = Field(min_length=1)
+    role: Literal["admin", "user", "viewer"] = "user"
+    namespaces: list[str] = Field(
+        default_factory=list, description='Namespaces this user may use; ["*"] for all.'
+    )
+
+
 class ServerConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     insecure: bool = False
+    tokens: list[TokenConfig] = Field(default_factory=list)
 
 
 class BackendConfig(Section):

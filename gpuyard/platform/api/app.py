@@ -12,6 +12,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gpuyard.platform.api.auth import make_auth_middleware
 from gpuyard.platform.api.errors import ApiError, error_response
 from gpuyard.platform.context import Context
 
@@ -23,7 +24,12 @@ CTX: web.AppKey[Context] = web.AppKey("ctx", Context)
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready", Callable[[], bool])
 
 # Each module exposes `setup(app: web.Application) -> None` adding its routes.
-ROUTE_MODULES: list[str] = ["gpuyard.platform.api.cluster", "gpuyard.platform.api.fake"]
+ROUTE_MODULES: list[str] = [
+    "gpuyard.platform.api.cluster",
+    "gpuyard.platform.api.fake",
+    "gpuyard.platform.api.watching",
+    "gpuyard.platform.api.openapi",
+]
 
 
 @web.middleware
@@ -64,7 +70,10 @@ def make_app(ctx: Context, *, ready: Callable[[], bool] = lambda: True) -> web.A
     """The application for `ctx`; routes of every module in `ROUTE_MODULES` are added."""
     import importlib
 
-    app = web.Application(middlewares=[error_middleware], client_max_size=ctx.settings.server.max_body_bytes)
+    app = web.Application(
+        middlewares=[error_middleware, make_auth_middleware(ctx.settings.server.tokens)],
+        client_max_size=ctx.settings.server.max_body_bytes,
+    )
     app[CTX] = ctx
     app[READY] = ready
     app.router.add_get("/healthz", healthz)

@@ -11,7 +11,9 @@ from aiohttp import web
 
 from gpuyard.fakecluster import FakeCluster
 from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.store import NotFound
 
 __all__ = ["setup"]
@@ -20,6 +22,7 @@ CRASH_REASONS = ("Error", "OOMKilled", "Evicted")
 
 
 def _fake(request: web.Request) -> FakeCluster:
+    authorize(request, "admin")
     backend = request.app[CTX].backend
     if not isinstance(backend, FakeCluster):
         raise ApiError(404, "fault injection is available only on the fake backend")
@@ -39,6 +42,7 @@ def _action(request: web.Request, allowed: tuple[str, ...]) -> str:
     return action
 
 
+@operation("Fail or recover a node (fake backend; action: fail | recover)", tags=["fake"], errors=[404])
 async def node_action(request: web.Request) -> web.Response:
     fake = _fake(request)
     name = _node(fake, request.match_info["name"])
@@ -68,6 +72,7 @@ def _gpu_index(fake: FakeCluster, node: str, raw: str) -> int:
     return index
 
 
+@operation("Fail or recover one GPU (fake backend)", tags=["fake"], errors=[404, 422])
 async def gpu_action(request: web.Request) -> web.Response:
     fake = _fake(request)
     node = _node(fake, request.match_info["name"])
@@ -79,6 +84,12 @@ async def gpu_action(request: web.Request) -> web.Response:
     return web.json_response({"node": node, "gpu": index, "healthy": True})
 
 
+@operation(
+    "Crash a pod (fake backend; action: crash)",
+    tags=["fake"],
+    params=[Param("exitCode", type="integer"), Param("reason", description="Error | OOMKilled | Evicted")],
+    errors=[404, 409, 422],
+)
 async def pod_action(request: web.Request) -> web.Response:
     fake = _fake(request)
     _action(request, ("crash",))

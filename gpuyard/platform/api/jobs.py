@@ -1,0 +1,247 @@
+"""Job endpoints: submit (YAML or JSON, multi-document, all or nothing), list, get, delete, pods, events.
+
+* `POST /api/v1/jobs` — a body of one or more job documents (YAML `---`, a JSON object or array,
+  or a `List`). Every document is validated first; any bad one rejects the whole body (422 with
+  each offending field path and the allowed values; 409 for a name already taken) and nothing is
+  stored. Then all are created in one synchronous step.
+* `GET /api/v1/jobs?namespace=&phase=&queue=&kind=` — jobs of every kind.
+* `GET|DELETE /api/v1/namespaces/{ns}/jobs/{name}` — one job; deleting it makes the operator
+  delete its PodGroup, reservations, pods and services.
+* `GET /api/v1/namespaces/{ns}/jobs/{name}/pods` and `.../events`.
+
+Handlers only touch the store; the job operator reacts to what they write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from gpuyard.apis.jobs import KIND_INFO, JobValidationError, TrainingJob, find_job, load_documents, parse_job
+from gpuyard.apis.scheduling import (
+    ANNOTATION_DEVICES,
+    LABEL_JOB_NAME,
+    LABEL_REPLICA_INDEX,
+    LABEL_REPLICA_TYPE,
+)
+from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.auth import allowed_namespaces, authorize
+from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.store import AlreadyExists
+
+__all__ = ["pod_view", "setup", "summarize"]
+
+
+def summarize(job: TrainingJob) -> dict[str, Any]:
+    """The job as stored plus the few derived fields a list view wants (`summary`)."""
+    out = job.to_dict()
+    replicas = {role: spec.count for role, spec in job.replica_specs.items()}
+    out["summary"] = {
+        "phase": job.status.phase or "Created",
+        "queue": job.queue,
+        "flavor": job.flavor,
+        "replicas": replicas,
+        "restarts": job.status.restarts,
+        "hostNetwork": job.host_network,
+    }
+    return out
+
+
+def pod_view(pod: Any) -> dict[str, Any]:
+    """The pod as stored plus `summary`: phase, node, host port, devices and each container's env."""
+    import json
+
+    out = pod.to_dict()
+    ports = [p.host_port for c in pod.spec.containers for p in c.ports if p.host_port]
+    try:
+        devices = json.loads(pod.metadata.annotations.get(ANNOTATION_DEVICES, "{}"))
+    except ValueError:
+        devices = {}
+    out["summary"] = {
+        "phase": pod.status.phase,
+        "node": pod.spec.node_name,
+        "hostPort": ports[0] if ports else None,
+        "replicaType": pod.metadata.labels.get(LABEL_REPLICA_TYPE),
+        "replicaIndex": pod.metadata.labels.get(LABEL_REPLICA_INDEX),
+        "gpus": devices.get("gpus", []),
+        "exitCode": pod.status.exit_code,
+        "reason": pod.status.reason,
+        "env": {c.name: {e.name: e.value for e in c.env if e.value is not None} for c in pod.spec.containers},
+    }
+    return out
+
+
+def _validate_resources(ctx: Any, job: TrainingJob) -> list[dict[str, str]]:
+    """Resource-class checks from the scheduler's module, when it provides them."""
+    try:
+        from gpuyard.apis import resourceclasses
+    except ImportError:  # pragma: no cover - the module always exists, maybe empty
+        return []
+    check = getattr(resourceclasses, "validate_gang_request", None) or getattr(
+        resourceclasses, "validate_job", None
+    )
+    if check is None:
+        return []
+    problems = check(job, store=ctx.store) if _accepts_store(check) else check(job)
+    return list(problems or [])
+
+
+def _accepts_store(fn: Any) -> bool:
+    import inspect
+
+    try:
+        return "store" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return False
+
+
+async def submit(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    raw = await request.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "the body is not UTF-8 text; send YAML or JSON") from None
+    try:
+        docs = load_documents(text)
+    except JobValidationError as exc:
+        raise ApiError(400, exc.message, details=exc.details) from None
+    multi = len(docs) > 1
+    jobs: list[TrainingJob] = []
+    problems: list[dict[str, str]] = []
+    for i, doc in enumerate(docs):
+        prefix = f"documents[{i}]." if multi else ""
+        try:
+            job = parse_job(doc)
+        except JobValidationError as exc:
+            problems.extend({"field": prefix + d["field"], "reason": d["reason"]} for d in exc.details)
+            continue
+        for d in _validate_resources(ctx, job):
+            problems.append({"field": prefix + d.get("field", "spec"), "reason": d.get("reason", str(d))})
+        jobs.append(job)
+    if problems:
+        what = "job" if not multi else f"{len(docs)} documents"
+        raise ApiError(422, f"invalid {what}: nothing was stored", details=problems)
+    for job in jobs:
+        authorize(request, "write", job.metadata.namespace)
+    conflicts = []
+    seen: set[tuple[str, str]] = set()
+    for i, job in enumerate(jobs):
+        key = (job.metadata.namespace, job.metadata.name)
+        existing = find_job(ctx.store, *key)
+        field = f"documents[{i}].metadata.name" if multi else "metadata.name"
+        if existing is not None:
+            conflicts.append(
+                {
+                    "field": field,
+                    "reason": f"{existing.kind} {key[0]}/{key[1]} already exists; job names are unique in a namespace",
+                }
+            )
+        elif key in seen:
+            conflicts.append(
+                {"field": field, "reason": f"{key[0]}/{key[1]} is given twice in this submission"}
+            )
+        seen.add(key)
+    if conflicts:
+        raise ApiError(409, "a job with this name already exists: nothing was stored", details=conflicts)
+    created: list[TrainingJob] = []
+    try:
+        for job in jobs:  # no await in between: all or nothing within the event loop
+            created.append(ctx.store.create(job))
+    except AlreadyExists as exc:  # pragma: no cover - checked above, kept for safety
+        for job in created:
+            ctx.store.delete(job.kind, job.metadata.namespace, job.metadata.name)
+        raise ApiError(409, str(exc)) from None
+    journal = getattr(ctx, "journal", None)
+    if journal is not None:
+        await journal.sync()
+    return web.json_response({"items": [summarize(j) for j in created]}, status=201)
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    store = request.app[CTX].store
+    q = request.query
+    namespace = q.get("namespace") or None
+    if namespace:
+        authorize(request, "read", namespace)
+    visible = allowed_namespaces(request)
+    phase, queue, kind = q.get("phase"), q.get("queue"), q.get("kind")
+    if kind and kind not in KIND_INFO:
+        raise ApiError(
+            400,
+            f"unknown kind {kind!r}",
+            details=[{"field": "kind", "reason": f"allowed: {', '.join(sorted(KIND_INFO))}"}],
+        )
+    items: list[TrainingJob] = []
+    for k in [kind] if kind else list(KIND_INFO):
+        for job in store.list(k, namespace=namespace):
+            assert isinstance(job, TrainingJob)
+            if visible is not None and job.metadata.namespace not in visible:
+                continue
+            if phase and (job.status.phase or "Created").lower() != phase.lower():
+                continue
+            if queue and job.queue != queue:
+                continue
+            items.append(job)
+    items.sort(key=lambda j: (j.metadata.namespace, j.metadata.name))
+    return web.json_response(
+        {"items": [summarize(j) for j in items], "resourceVersion": str(store.resource_version)}
+    )
+
+
+def _job(request: web.Request, action: str = "read") -> TrainingJob:
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    authorize(request, action, ns)  # type: ignore[arg-type]
+    job = find_job(request.app[CTX].store, ns, name)
+    if job is None:
+        raise ApiError(404, f"job {ns}/{name} not found")
+    return job
+
+
+async def get_job(request: web.Request) -> web.Response:
+    return web.json_response(summarize(_job(request)))
+
+
+async def delete_job(request: web.Request) -> web.Response:
+    job = _job(request, "write")
+    request.app[CTX].store.delete(job.kind, job.metadata.namespace, job.metadata.name)
+    return web.json_response(
+        {"deleted": {"kind": job.kind, "namespace": job.metadata.namespace, "name": job.metadata.name}}
+    )
+
+
+async def job_pods(request: web.Request) -> web.Response:
+    job = _job(request)
+    store = request.app[CTX].store
+    pods = [
+        p
+        for p in store.list(
+            "Pod", namespace=job.metadata.namespace, selector={LABEL_JOB_NAME: job.metadata.name}
+        )
+        if any(ref.uid == job.metadata.uid for ref in p.metadata.owner_references)
+    ]
+    return web.json_response({"items": [pod_view(p) for p in pods]})
+
+
+async def job_events(request: web.Request) -> web.Response:
+    job = _job(request)
+    store = request.app[CTX].store
+    events = [
+        e
+        for e in store.list(
+            "Event", namespace=job.metadata.namespace, selector={LABEL_JOB_NAME: job.metadata.name}
+        )
+        if e.involved_object.get("uid") == job.metadata.uid  # type: ignore[attr-defined]
+    ]
+    events.sort(key=lambda e: int(e.metadata.resource_version or 0))
+    return web.json_response({"items": [e.to_dict() for e in events]})
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post("/api/v1/jobs", submit)
+    app.router.add_get("/api/v1/jobs", list_jobs)
+    app.router.add_get("/api/v1/namespaces/{ns}/jobs/{name}", get_job)
+    app.router.add_delete("/api/v1/namespaces/{ns}/jobs/{name}", delete_job)
+    app.router.add_get("/api/v1/namespaces/{ns}/jobs/{name}/pods", job_pods)
+    app.router.add_get("/api/v1/namespaces/{ns}/jobs/{name}/events", job_events)

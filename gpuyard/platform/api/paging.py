@@ -1,0 +1,86 @@
+"""List pagination (`limit`, `continue`) and the common list filters, Kubernetes style.
+
+A list is ordered by (namespace, name); the continue token is an opaque, URL-safe encoding of
+the last key returned, so a page boundary stays correct while objects come and go.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from gpuyard.platform.api.errors import ApiError
+
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "list_body", "paginate", "parse_limit"]
+
+T = TypeVar("T")
+DEFAULT_LIMIT = 500
+MAX_LIMIT = 5000
+
+
+def _encode(key: tuple[str, str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode().rstrip("=")
+
+
+def _decode(token: str) -> tuple[str, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        ns, name = json.loads(raw)
+        if not isinstance(ns, str) or not isinstance(name, str):
+            raise ValueError
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise ApiError(
+            400,
+            "invalid continue token",
+            details=[{"field": "continue", "reason": "use the token from the previous page"}],
+        ) from None
+    return ns, name
+
+
+def parse_limit(request: web.Request) -> int:
+    raw = request.query.get("limit")
+    if raw is None:
+        return DEFAULT_LIMIT
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ApiError(
+            422,
+            f"limit must be an integer from 1 to {MAX_LIMIT}",
+            details=[{"field": "limit", "reason": f"1..{MAX_LIMIT}"}],
+        )
+    return limit
+
+
+def paginate(request: web.Request, items: Sequence[T], *, key: Any = None) -> tuple[list[T], str | None]:
+    """The page of `items` (sorted by (namespace, name)) the request asks for, and the next token."""
+    limit = parse_limit(request)
+    keyf = key or (lambda o: (o.metadata.namespace, o.metadata.name))
+    token = request.query.get("continue")
+    start = 0
+    if token:
+        after = _decode(token)
+        lo, hi = 0, len(items)
+        while lo < hi:  # first item with key > after
+            mid = (lo + hi) // 2
+            if keyf(items[mid]) <= after:
+                lo = mid + 1
+            else:
+                hi = mid
+        start = lo
+    page = list(items[start : start + limit])
+    more = start + limit < len(items)
+    return page, (_encode(keyf(page[-1])) if more and page else None)
+
+
+def list_body(
+    items: list[dict[str, Any]], *, next_token: str | None, resource_version: int
+) -> dict[str, Any]:
+    return {"items": items, "metadata": {"continue": next_token, "resourceVersion": str(resource_version)}}

@@ -1,0 +1,201 @@
+"""Scheduling endpoints: ResourceClasses, and why a job is (not) placed.
+
+* `GET /api/v1/resourceclasses` — every class; `GET /api/v1/resourceclasses/{name}` — one.
+* `PUT /api/v1/resourceclasses/{name}` — create or replace a class (YAML or JSON body). A bad
+  selector (unknown operator, a `Gt` on something that is not a number, ...) is a 422 naming
+  the field; nothing is stored. A `metadata.resourceVersion` in the body makes the write
+  conditional (409 when stale). 201 when created, 200 when replaced.
+* `DELETE /api/v1/resourceclasses/{name}`.
+* `GET /api/v1/namespaces/{ns}/jobs/{name}/explain` — the job's PodGroup as the scheduler sees
+  it: phase, the readable reason it is pending ("0/512 nodes have 4 free GPUs of class
+  nvidia.v100 in one node; 2 nodes have 3"), and the reservations it holds (node, GPUs, ports).
+
+Handlers only read and write the store; the scheduler reacts to what changes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
+from gpuyard.apis.scheduling import PodGroup, Reservation
+from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.auth import authorize
+from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.store import Conflict
+
+__all__ = ["explain_view", "setup"]
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "the body is not UTF-8 text; send YAML or JSON") from None
+    try:
+        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise ApiError(400, f"malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the body must be one ResourceClass object (a mapping)")
+    return data
+
+
+async def list_classes(request: web.Request) -> web.Response:
+    store = request.app[CTX].store
+    items = store.list("ResourceClass")
+    return web.json_response(
+        {"items": [c.to_dict() for c in items], "resourceVersion": str(store.resource_version)}
+    )
+
+
+async def get_class(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    obj = request.app[CTX].store.get("ResourceClass", "", name)
+    if obj is None:
+        raise ApiError(404, f"resource class {name} not found")
+    return web.json_response(obj.to_dict())
+
+
+async def put_class(request: web.Request) -> web.Response:
+    authorize(request, "admin")
+    store = request.app[CTX].store
+    name = request.match_info["name"]
+    data = _body(await request.read())
+    kind = data.get("kind")
+    if kind not in (None, ResourceClass.KIND):
+        raise ApiError(
+            422,
+            "the body is not a ResourceClass",
+            details=[{"field": "kind", "reason": f"must be ResourceClass, got {kind!r}"}],
+        )
+    version = data.get("apiVersion")
+    if version not in (None, ResourceClass.API_VERSION):
+        raise ApiError(
+            422,
+            "unsupported apiVersion",
+            details=[
+                {"field": "apiVersion", "reason": f"must be {ResourceClass.API_VERSION}, got {version!r}"}
+            ],
+        )
+    meta = data.setdefault("metadata", {}) or {}
+    if not isinstance(meta, dict):
+        raise ApiError(
+            422, "invalid resource class", details=[{"field": "metadata", "reason": "must be a mapping"}]
+        )
+    data["metadata"] = meta
+    if meta.get("name") not in (None, name):
+        raise ApiError(
+            422,
+            "invalid resource class",
+            details=[
+                {"field": "metadata.name", "reason": f"{meta['name']!r} differs from the URL's {name!r}"}
+            ],
+        )
+    meta["name"] = name
+    problems = validate_resource_class(data)
+    if problems:
+        raise ApiError(
+            422, f"invalid resource class {name}: nothing was stored", details=[p._asdict() for p in problems]
+        )
+    obj = ResourceClass.model_validate(data)
+    existing = store.get("ResourceClass", "", name)
+    if existing is None:
+        stored = store.create(obj)
+        status = 201
+    else:
+        wanted_rv = obj.metadata.resource_version
+        fresh = existing.model_copy(
+            update={
+                "spec": obj.spec,
+                "metadata": existing.metadata.model_copy(
+                    update={
+                        "labels": obj.metadata.labels or existing.metadata.labels,
+                        "annotations": obj.metadata.annotations or existing.metadata.annotations,
+                    }
+                ),
+            }
+        )
+        if wanted_rv:
+            fresh.metadata.resource_version = wanted_rv
+        try:
+            stored = store.update(fresh, check_version=bool(wanted_rv))
+        except Conflict as exc:
+            raise ApiError(409, str(exc)) from None
+        status = 200
+    journal = getattr(request.app[CTX], "journal", None)
+    if journal is not None:
+        await journal.sync()
+    return web.json_response(stored.to_dict(), status=status)
+
+
+async def delete_class(request: web.Request) -> web.Response:
+    authorize(request, "admin")
+    name = request.match_info["name"]
+    store = request.app[CTX].store
+    if store.get("ResourceClass", "", name) is None:
+        raise ApiError(404, f"resource class {name} not found")
+    store.delete("ResourceClass", "", name)
+    return web.json_response({"deleted": {"kind": ResourceClass.KIND, "name": name}})
+
+
+def explain_view(pg: PodGroup, reservations: list[Reservation]) -> dict[str, Any]:
+    """What `gpuyard describe job` shows about placement."""
+    status = pg.status
+    spec = pg.spec
+    return {
+        "namespace": pg.metadata.namespace,
+        "name": pg.metadata.name,
+        "phase": status.phase,
+        "reason": status.reason,
+        "message": status.message,
+        "placed": len(reservations),
+        "replicas": spec.total_replicas(),
+        "minimum": spec.minimum(),
+        "attempts": status.attempts,
+        "queuedAt": status.queued_at.isoformat() if status.queued_at else None,
+        "placedAt": status.placed_at.isoformat() if status.placed_at else None,
+        "gangGroup": list(spec.gang_group),
+        "reservations": [
+            {
+                "pod": r.metadata.name,
+                "role": r.spec.role,
+                "index": r.spec.index,
+                "node": r.spec.node,
+                "gpus": r.spec.gpus,
+                "gpuIds": r.spec.gpu_ids,
+                "hostPorts": r.spec.host_ports,
+                "nics": r.spec.nics,
+            }
+            for r in sorted(reservations, key=lambda r: (r.spec.role, r.spec.index))
+        ],
+    }
+
+
+async def explain(request: web.Request) -> web.Response:
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    authorize(request, "read", ns)
+    store = request.app[CTX].store
+    pg = store.get("PodGroup", ns, name)
+    if pg is None:
+        raise ApiError(
+            404, f"job {ns}/{name} has no PodGroup: it does not exist, or the operator has not seen it yet"
+        )
+    reservations = [r for r in store.list("Reservation", namespace=ns) if r.spec.pod_group == name]  # type: ignore[attr-defined]
+    return web.json_response(explain_view(pg, reservations))  # type: ignore[arg-type]
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/api/v1/resourceclasses", list_classes)
+    app.router.add_get("/api/v1/resourceclasses/{name}", get_class)
+    app.router.add_put("/api/v1/resourceclasses/{name}", put_class)
+    app.router.add_delete("/api/v1/resourceclasses/{name}", delete_class)
+    app.router.add_get("/api/v1/namespaces/{ns}/jobs/{name}/explain", explain)

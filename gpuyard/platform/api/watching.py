@@ -1,0 +1,116 @@
+"""Server-Sent Events watches: `GET /api/v1/watch/{resource}` streams store changes.
+
+Each change is one SSE message: `event: ADDED|MODIFIED|DELETED`, `id: <resourceVersion>`,
+`data: <object JSON>`. A client resumes with `?resourceVersion=N` (or the `Last-Event-ID`
+header). A client too slow to keep up, or resuming from a version the store no longer holds,
+gets `event: GONE` and the stream ends: re-list, then watch from the list's version
+(Kubernetes' 410 rule). A comment line is sent every `heartbeat` seconds of silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+from aiohttp import web
+
+from gpuyard.apis.jobs import JOB_KINDS
+from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.auth import allowed_namespaces
+from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.openapi import Param, operation
+from gpuyard.platform.store import Gone, WatchEvent
+
+__all__ = ["setup"]
+
+HEARTBEAT_SECONDS = 15.0
+QUEUE_SIZE = 1024
+
+
+def _resources() -> dict[str, list[str]]:
+    return {
+        "jobs": [cls.KIND for cls in JOB_KINDS] or ["Job"],
+        "pods": ["Pod"],
+        "nodes": ["Node"],
+        "podgroups": ["PodGroup"],
+        "events": ["Event"],
+    }
+
+
+def _since(request: web.Request) -> int | None:
+    raw = request.query.get("resourceVersion") or request.headers.get("Last-Event-ID")
+    if raw is None:
+        return None
+    if not raw.isdigit():
+        raise ApiError(
+            422,
+            "resourceVersion must be a non-negative integer",
+            details=[{"field": "resourceVersion", "reason": "integer"}],
+        )
+    return int(raw)
+
+
+@operation(
+    "Watch a resource as Server-Sent Events (jobs, pods, nodes, podgroups, events)",
+    tags=["watch"],
+    params=[Param("resourceVersion", type="integer"), Param("namespace")],
+    response={"type": "string", "description": "text/event-stream"},
+    response_content_type="text/event-stream",
+    errors=[404, 410, 422],
+)
+async def watch(request: web.Request) -> web.StreamResponse:
+    ctx = request.app[CTX]
+    resource = request.match_info["resource"]
+    kinds = _resources().get(resource)
+    if kinds is None:
+        raise ApiError(404, f"cannot watch {resource!r}; allowed: {', '.join(sorted(_resources()))}")
+    kinds = [k for k in kinds if k in ctx.store.kinds()]
+    since = _since(request)
+    namespace = request.query.get("namespace")
+    visible = allowed_namespaces(request)
+    if since is not None and since < ctx.store.oldest_watchable - 1:
+        raise ApiError(
+            410, f"resourceVersion {since} is too old; re-list and watch from the list's resourceVersion"
+        )
+
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue(QUEUE_SIZE)
+
+    async def pump() -> None:
+        try:
+            async for ev in ctx.store.watch(kinds, since=since, namespace=namespace):
+                ns = ev.object.metadata.namespace
+                if visible is not None and ns and ns not in visible:
+                    continue
+                await queue.put(ev)
+        except Gone:
+            pass
+        await queue.put(None)  # Gone or the store closed: end the stream
+
+    task = asyncio.create_task(pump(), name="sse-pump")
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(HEARTBEAT_SECONDS):
+                    ev = await queue.get()
+            except TimeoutError:
+                await response.write(b": keep-alive\n\n")
+                continue
+            if ev is None:
+                await response.write(b"event: GONE\ndata: {}\n\n")
+                break
+            payload = json.dumps(ev.object.to_dict(), separators=(",", ":"))
+            await response.write(f"event: {ev.type}\nid: {ev.rv}\ndata: {payload}\n\n".encode())
+    except ConnectionResetError:
+        pass  # the client went away
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return response
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/api/v1/watch/{resource}", watch)
