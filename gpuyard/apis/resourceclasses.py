@@ -1,10 +1,630 @@
-"""ResourceClass (`gpuyard.io/v1alpha1`): GPU types selected by device properties.
+"""ResourceClass (`gpuyard.io/v1alpha1`): GPU types selected by device properties, and request checks.
 
-Filled in by the scheduler; `RESOURCE_CLASS_KINDS` lists the model classes the store must know.
+A ResourceClass names a set of GPUs by their properties. A container asks for GPUs of a class
+the way it asks for any resource (`resources.limits: {nvidia.tesla.k80: 1}`); plain
+`nvidia.com/gpu` means any GPU. The scheduler chooses only devices the class matches and writes
+their indices and ids into the pod's Reservation; the operator hands them to the pod
+(`gpuyard.io/devices`, `NVIDIA_VISIBLE_DEVICES`).
+
+Device properties a selector can name (per GPU): `model` (short key: `v100`, `a100`, ...),
+`product` (`Tesla-V100-SXM2-32GB`), `memory` (`32768Mi`), `vendor` (`nvidia`), `index`, `uuid`,
+and every label of the GPU's node (`topology.gpuyard.io/block`, ...). `Gt`/`Lt` compare numbers
+with units (`memory Gt 10Gi`).
+
+This module is shared by the scheduler (matching) and the operator/HTTP API (validation at
+submit time: :func:`validate_gang_request`, :func:`validate_resource_class`), which must not
+import each other; everything here is pure and works on the API models.
 """
 
 from __future__ import annotations
 
-from gpuyard.apis.meta import Resource
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, NamedTuple
 
-RESOURCE_CLASS_KINDS: list[type[Resource]] = []
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from gpuyard.apis.core import GPU_RESOURCE, Node, PodSpec
+from gpuyard.apis.devices import NodeTopology
+from gpuyard.apis.meta import Resource, StrictK8sModel
+from gpuyard.apis.quantity import QuantityError, format_quantity, parse_quantity, to_int, to_milli
+from gpuyard.apis.scheduling import PodGroup, PodGroupSpec
+
+__all__ = [
+    "ANNOTATION_UNHEALTHY_GPUS",
+    "API_VERSION",
+    "CORE_RESOURCES",
+    "LABEL_DEFAULT_CLASS",
+    "LABEL_GPU_MEMORY",
+    "LABEL_GPU_MODEL",
+    "LABEL_GPU_PRODUCT",
+    "OPERATORS",
+    "RESOURCE_CLASS_KINDS",
+    "DeviceInfo",
+    "DeviceRequirement",
+    "DeviceSelector",
+    "GpuRequest",
+    "Problem",
+    "RequestError",
+    "ResourceClass",
+    "ResourceClassSpec",
+    "compile_selector",
+    "default_class",
+    "default_class_name",
+    "gpu_devices",
+    "model_key",
+    "parse_gpu_request",
+    "validate_gang_request",
+    "validate_resource_class",
+]
+
+API_VERSION = "gpuyard.io/v1alpha1"
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+LABEL_GPU_MODEL = "gpuyard.io/gpu-model"
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB per GPU, as NVIDIA GPU feature discovery writes it
+LABEL_DEFAULT_CLASS = "gpuyard.io/default-class"
+ANNOTATION_UNHEALTHY_GPUS = "gpuyard.io/unhealthy-gpus"  # "0,3": GPU indices the node reports broken
+
+# Resource names that are neither GPUs nor extended resources (Kubernetes' own, no domain prefix).
+CORE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage", "storage"})
+_PER_DEVICE_KEYS = frozenset({"index", "uuid"})
+_CLASS_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+# --- the model --------------------------------------------------------------------------------
+
+
+class DeviceRequirement(StrictK8sModel):
+    """`key operator values`, as a Kubernetes node-selector requirement, over device properties."""
+
+    key: str = Field(min_length=1)
+    operator: str
+    values: list[str] = Field(default_factory=list)
+
+    @field_validator("operator")
+    @classmethod
+    def _known_operator(cls, value: str) -> str:
+        if value not in OPERATORS:
+            raise ValueError(f"unknown operator {value!r}; allowed: {', '.join(OPERATORS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> DeviceRequirement:
+        op, values = self.operator, self.values
+        if op in ("In", "NotIn") and not values:
+            raise ValueError(f"operator {op} needs at least one value")
+        if op in ("Exists", "DoesNotExist") and values:
+            raise ValueError(f"operator {op} takes no values, got {values}")
+        if op in ("Gt", "Lt"):
+            if len(values) != 1:
+                raise ValueError(f"operator {op} needs exactly one value, got {len(values)}")
+            try:
+                parse_quantity(values[0])
+            except QuantityError:
+                raise ValueError(
+                    f"operator {op} compares numbers; {values[0]!r} is not a number (with an optional unit, e.g. 10Gi)"
+                ) from None
+        return self
+
+
+class DeviceSelector(StrictK8sModel):
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[DeviceRequirement] = Field(default_factory=list)
+
+
+class ResourceClassSpec(StrictK8sModel):
+    selector: DeviceSelector = Field(default_factory=DeviceSelector)
+    description: str = ""
+
+
+class ResourceClass(Resource):
+    """A named GPU type (cluster-scoped): `resources.limits: {<name>: n}` asks for n such GPUs."""
+
+    KIND = "ResourceClass"
+    API_VERSION = API_VERSION
+    NAMESPACED = False
+
+    spec: ResourceClassSpec = Field(default_factory=ResourceClassSpec)
+
+    def matcher(self) -> Matcher:
+        return compile_selector(self.spec.selector)
+
+
+RESOURCE_CLASS_KINDS: list[type[Resource]] = [ResourceClass]
+
+
+# --- matching ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    """A compiled selector: `matches(properties)`; `per_device` if it names `index` or `uuid`."""
+
+    test: Callable[[Mapping[str, str]], bool]
+    keys: frozenset[str]
+
+    @property
+    def per_device(self) -> bool:
+        return bool(self.keys & _PER_DEVICE_KEYS)
+
+    def matches(self, properties: Mapping[str, str]) -> bool:
+        return self.test(properties)
+
+
+def _number(value: str | None) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
+
+
+def _requirement_test(req: DeviceRequirement) -> Callable[[Mapping[str, str]], bool]:
+    key, op = req.key, req.operator
+    if op == "In":
+        allowed = frozenset(req.values)
+        return lambda p: p.get(key) in allowed
+    if op == "NotIn":
+        banned = frozenset(req.values)
+        return lambda p: p.get(key) not in banned
+    if op == "Exists":
+        return lambda p: key in p
+    if op == "DoesNotExist":
+        return lambda p: key not in p
+    bound = parse_quantity(req.values[0])
+    if op == "Gt":
+        return lambda p: (n := _number(p.get(key))) is not None and n > bound
+    return lambda p: (n := _number(p.get(key))) is not None and n < bound
+
+
+def compile_selector(selector: DeviceSelector) -> Matcher:
+    """A fast predicate over a device's properties (all requirements must hold)."""
+    tests = [(lambda p, k=k, v=v: p.get(k) == v) for k, v in selector.match_labels.items()]
+    tests += [_requirement_test(r) for r in selector.match_expressions]
+    keys = frozenset(selector.match_labels) | frozenset(r.key for r in selector.match_expressions)
+    if not tests:
+        return Matcher(lambda p: True, keys)
+    if len(tests) == 1:
+        return Matcher(tests[0], keys)
+    return Matcher(lambda p: all(t(p) for t in tests), keys)
+
+
+# --- device properties of a node --------------------------------------------------------------
+
+_MODEL_RE = re.compile(r"(?<![a-z0-9])([a-z]{1,2}\d{1,3}[a-z]?)(?![a-z0-9])")
+
+
+def model_key(product: str) -> str:
+    """The short model key of a product name: `Tesla-V100-SXM2-32GB` -> `v100`, `NVIDIA-A100-...` -> `a100`."""
+    text = product.lower().replace("_", "-").replace(" ", "-")
+    for part in text.split("-"):
+        if part in ("tesla", "nvidia", "geforce", "quadro", "rtx"):
+            continue
+        if _MODEL_RE.fullmatch(part):
+            return part
+    match = _MODEL_RE.search(text)
+    return match.group(1) if match else text
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """One GPU of a node: index, id, health and the properties a ResourceClass selects on.
+
+    `shared` holds the node-level properties (model, product, memory, vendor, node labels); GPUs
+    of a node whose properties come from labels share one mapping, so a class is tested once per
+    node unless it names `index` or `uuid`.
+    """
+
+    index: int
+    uuid: str
+    healthy: bool
+    model: str
+    memory_mib: int
+    shared: Mapping[str, str]
+
+    def properties(self) -> dict[str, str]:
+        props = dict(self.shared)
+        props["index"] = str(self.index)
+        props["uuid"] = self.uuid
+        return props
+
+
+def unhealthy_indices(node: Node) -> frozenset[int]:
+    """GPU indices listed in the node's `gpuyard.io/unhealthy-gpus` annotation."""
+    raw = node.metadata.annotations.get(ANNOTATION_UNHEALTHY_GPUS, "")
+    out = set()
+    for part in raw.split(","):
+        part = part.strip()
+        if part.isdigit():
+            out.add(int(part))
+    return frozenset(out)
+
+
+def gpu_devices(node: Node, topology: NodeTopology | None = None) -> list[DeviceInfo]:
+    """The GPUs of `node` (as many as its allocatable `nvidia.com/gpu`), with their properties.
+
+    Properties come from the NodeTopology when one is given (UUIDs, model, memory, health per
+    GPU), else from the GPU feature discovery labels; GPU ids default to `GPU-<node>-<index>`.
+    """
+    count = to_int(node.status.allocatable.get(GPU_RESOURCE, Decimal(0)) // 1)
+    if count <= 0:
+        return []
+    labels = node.metadata.labels
+    name = node.metadata.name
+    product = labels.get(LABEL_GPU_PRODUCT, "")
+    model = labels.get(LABEL_GPU_MODEL) or (model_key(product) if product else "")
+    mem_label = labels.get(LABEL_GPU_MEMORY, "")
+    memory = int(mem_label) if mem_label.isdigit() else 0
+    broken = unhealthy_indices(node)
+    base: dict[str, str] = dict(labels)
+    base["vendor"] = "nvidia"
+
+    def shared_props(model_: str, product_: str, memory_: int) -> dict[str, str]:
+        props = dict(base)
+        if model_:
+            props["model"] = model_
+        if product_:
+            props["product"] = product_
+        if memory_:
+            props["memory"] = f"{memory_}Mi"
+        return props
+
+    node_props = shared_props(model, product, memory)
+    topo_gpus = topology.spec.gpus if topology is not None else []
+    out = []
+    for i in range(count):
+        if i < len(topo_gpus):
+            g = topo_gpus[i]
+            g_product = g.model or product
+            g_model = g.model_key or (model_key(g.model) if g.model else model)
+            g_memory = g.memory_mib or memory
+            same = (g_model, g_product, g_memory) == (model, product, memory)
+            out.append(
+                DeviceInfo(
+                    index=i,
+                    uuid=g.uuid or f"GPU-{name}-{i}",
+                    healthy=g.health == "Healthy" and i not in broken,
+                    model=g_model,
+                    memory_mib=g_memory,
+                    shared=node_props if same else shared_props(g_model, g_product, g_memory),
+                )
+            )
+        else:
+            out.append(
+                DeviceInfo(
+                    index=i,
+                    uuid=f"GPU-{name}-{i}",
+                    healthy=i not in broken,
+                    model=model,
+                    memory_mib=memory,
+                    shared=node_props,
+                )
+            )
+    return out
+
+
+# --- default classes --------------------------------------------------------------------------
+
+
+def default_class_name(model: str) -> str:
+    """`nvidia.<model>`: the class the scheduler creates for every GPU model in the cluster."""
+    return "nvidia." + re.sub(r"[^a-z0-9.-]+", "-", model.lower()).strip("-.")
+
+
+def default_class(model: str) -> ResourceClass:
+    return ResourceClass.model_validate(
+        {
+            "metadata": {"name": default_class_name(model), "labels": {LABEL_DEFAULT_CLASS: "true"}},
+            "spec": {
+                "selector": {"matchLabels": {"model": model}},
+                "description": f"Any {model} GPU (created by the scheduler for the model found in the cluster).",
+            },
+        }
+    )
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+class RequestError(ValueError):
+    """A pod request that cannot be scheduled as written; `field` names the resource."""
+
+    def __init__(self, resource: str, reason: str) -> None:
+        super().__init__(reason)
+        self.resource = resource
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """A pod's resources split for scheduling: GPUs (count and class) and everything else.
+
+    `cpu_milli` in thousandths of a CPU, `memory` in bytes, `other` the extended resources (in
+    thousandths, as Kubernetes counts them exactly).
+    """
+
+    cpu_milli: int
+    memory: int
+    gpus: int
+    gpu_class: str | None
+    other: tuple[tuple[str, int], ...]
+
+
+def is_class_resource(name: str) -> bool:
+    """A resource name without a domain prefix that Kubernetes does not define: a class request."""
+    return "/" not in name and name not in CORE_RESOURCES and not name.startswith("hugepages-")
+
+
+def parse_gpu_request(
+    requests: Mapping[str, Decimal], classes: Iterable[str] | Mapping[str, Any]
+) -> GpuRequest:
+    """Split a pod's total request; raise :class:`RequestError` for unknown classes or odd GPU counts."""
+    known = classes if isinstance(classes, Mapping) else frozenset(classes)
+    gpus = 0
+    gpu_class: str | None = None
+    other = []
+    for name, q in requests.items():
+        if name in ("cpu", "memory", "pods"):
+            continue
+        is_gpu = name == GPU_RESOURCE
+        if not is_gpu and is_class_resource(name):
+            if name not in known:
+                allowed = ", ".join(sorted(known)) or "none defined yet"
+                raise RequestError(name, f"unknown resource class {name!r}; known classes: {allowed}")
+            is_gpu = True
+        if is_gpu:
+            if q != q.to_integral_value() or q < 0:
+                raise RequestError(name, f"{name} must be a whole number of GPUs, got {q}")
+            if q == 0:
+                continue
+            wanted = None if name == GPU_RESOURCE else name
+            if gpus and wanted != gpu_class:
+                first = gpu_class or GPU_RESOURCE
+                raise RequestError(
+                    name, f"a pod asks for GPUs of one kind; it requests both {first} and {name}"
+                )
+            gpus += int(q)
+            gpu_class = wanted
+        elif q > 0:
+            other.append((name, to_milli(q)))
+    return GpuRequest(
+        cpu_milli=to_milli(requests.get("cpu", Decimal(0))),
+        memory=to_int(requests.get("memory", Decimal(0))),
+        gpus=gpus,
+        gpu_class=gpu_class,
+        other=tuple(sorted(other)),
+    )
+
+
+# --- validation at submit time ----------------------------------------------------------------
+
+
+class Problem(NamedTuple):
+    """A `(field, reason)` pair; `get("field")` reads it like the HTTP API's error detail dict."""
+
+    field: str
+    reason: str
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return {"field": self.field, "reason": self.reason}.get(key, default)
+
+
+def validate_resource_class(data: Mapping[str, Any] | ResourceClass) -> list[Problem]:
+    """`[(field, reason)]` for a ResourceClass definition (unknown operator, non-numeric Gt, ...)."""
+    if isinstance(data, ResourceClass):
+        data = data.to_dict()
+    problems: list[Problem] = []
+    try:
+        obj = ResourceClass.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            path = ""
+            for part in err["loc"]:
+                if isinstance(part, int):
+                    path += f"[{part}]"
+                elif not str(part).startswith("function-after"):
+                    path += f".{part}" if path else str(part)
+            reason = (
+                "unknown field"
+                if err["type"] == "extra_forbidden"
+                else err["msg"].removeprefix("Value error, ")
+            )
+            problems.append(Problem(path, reason))
+        return problems
+    if not _CLASS_NAME_RE.match(obj.metadata.name or ""):
+        problems.append(
+            Problem(
+                "metadata.name",
+                f"{obj.metadata.name!r} is not a valid class name; use lowercase letters, digits, '-' and '.'",
+            )
+        )
+    return problems
+
+
+@dataclass(slots=True)
+class _Capacity:
+    """The most of each resource any single node offers (what a pod can never exceed)."""
+
+    largest: dict[str, Decimal]
+    gpus: int
+    per_class: dict[str, int]
+
+
+_DEVICE_CACHE: dict[tuple[str, str, str], list[DeviceInfo]] = {}
+
+
+def _devices(node: Node, topology: NodeTopology | None) -> list[DeviceInfo]:
+    """`gpu_devices`, remembered per (node, resourceVersion) for stored objects (submit checks run often)."""
+    rv = node.metadata.resource_version
+    if not rv:
+        return gpu_devices(node, topology)
+    key = (node.metadata.name, rv, topology.metadata.resource_version if topology is not None else "")
+    devices = _DEVICE_CACHE.get(key)
+    if devices is None:
+        if len(_DEVICE_CACHE) > 50_000:
+            _DEVICE_CACHE.clear()
+        devices = _DEVICE_CACHE[key] = gpu_devices(node, topology)
+    return devices
+
+
+def _capacity(
+    nodes: Sequence[Node], classes: dict[str, ResourceClass], topologies: Mapping[str, NodeTopology]
+) -> _Capacity:
+    """The largest node's resources and GPU counts per class. Adds to `classes` the default class
+    of every GPU model present that has none yet (they are created moments after a node appears)."""
+    largest: dict[str, Decimal] = {}
+    node_devices = []
+    for node in nodes:
+        for res, q in node.status.allocatable.items():
+            if q > largest.get(res, Decimal(-1)):
+                largest[res] = q
+        devices = _devices(node, topologies.get(node.metadata.name))
+        node_devices.append(devices)
+        for model in {d.model for d in devices if d.model}:
+            classes.setdefault(default_class_name(model), default_class(model))
+    matchers = {name: c.matcher() for name, c in classes.items()}
+    per_class = dict.fromkeys(classes, 0)
+    gpus = 0
+    for devices in node_devices:
+        gpus = max(gpus, len(devices))
+        for name, m in matchers.items():
+            if m.per_device:
+                n = sum(1 for d in devices if m.matches(d.properties()))
+            else:
+                verdicts: dict[int, bool] = {}
+                n = 0
+                for d in devices:
+                    ok = verdicts.get(id(d.shared))
+                    if ok is None:
+                        ok = verdicts[id(d.shared)] = m.matches(d.shared)
+                    n += ok
+            if n > per_class[name]:
+                per_class[name] = n
+    return _Capacity(largest, gpus, per_class)
+
+
+_LAST_CAPACITY: list[tuple[tuple, _Capacity, dict[str, ResourceClass]]] = []
+
+
+def _capacity_cached(
+    nodes: list[Node], classes: dict[str, ResourceClass], topologies: list[NodeTopology]
+) -> _Capacity:
+    """`_capacity`, reused while the same stored nodes, topologies and classes are asked about
+    (a bulk submit validates many jobs against one cluster)."""
+    objs = [*nodes, *topologies, *classes.values()]
+    if not all(o.metadata.resource_version for o in objs):
+        return _capacity(nodes, classes, {t.metadata.name: t for t in topologies})
+    key = tuple((o.kind, o.metadata.name, o.metadata.resource_version) for o in objs)
+    if _LAST_CAPACITY and _LAST_CAPACITY[0][0] == key:
+        _, cap, added = _LAST_CAPACITY[0]
+        for name, c in added.items():
+            classes.setdefault(name, c)
+        return cap
+    before = set(classes)
+    cap = _capacity(nodes, classes, {t.metadata.name: t for t in topologies})
+    _LAST_CAPACITY[:] = [(key, cap, {n: c for n, c in classes.items() if n not in before})]
+    return cap
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _pod_specs(request: Any) -> list[tuple[str, PodSpec]]:
+    if isinstance(request, PodGroup):
+        request = request.spec
+    if isinstance(request, PodGroupSpec):
+        return [(f"spec.roles[{i}].template", r.template) for i, r in enumerate(request.roles)]
+    if isinstance(request, PodSpec):
+        return [("spec", request)]
+    if isinstance(request, Mapping):
+        return list(request.items())
+    replica_specs = getattr(request, "replica_specs", None)
+    if isinstance(replica_specs, Mapping):  # a training job (TFJob, PyTorchJob, ...): duck-typed
+        field = _camel(getattr(request, "REPLICA_FIELD", "replica_specs"))
+        return [
+            (f"spec.{field}.{role}.template.spec", rs.template.spec) for role, rs in replica_specs.items()
+        ]
+    return [(f"[{i}]", s) for i, s in enumerate(request)]
+
+
+def _field_of(prefix: str, spec: PodSpec, resource: str) -> str:
+    for kind, containers in (("containers", spec.containers), ("initContainers", spec.init_containers)):
+        for j, c in enumerate(containers):
+            if resource in c.resources.requests:
+                return f"{prefix}.{kind}[{j}].resources.requests.{resource}"
+            if resource in c.resources.limits:
+                return f"{prefix}.{kind}[{j}].resources.limits.{resource}"
+    return f"{prefix}.resources.{resource}"
+
+
+def _fmt(q: Decimal, resource: str) -> str:
+    return (
+        format_quantity(q) if resource in ("cpu", "memory") or not q == q.to_integral_value() else str(int(q))
+    )
+
+
+def validate_gang_request(
+    request: Any,
+    classes: Iterable[ResourceClass] | None = None,
+    nodes: Iterable[Node] | None = None,
+    *,
+    topologies: Iterable[NodeTopology] = (),
+    store: Any = None,
+) -> list[Problem]:
+    """`[(field, reason)]` for pod requests that could never be placed; empty when all is well.
+
+    Catches unknown resource classes, fractional or mixed GPU requests, and requests larger than
+    the largest node can ever hold ("requests 16 nvidia.com/gpu per pod; the largest node has 8").
+    `request` is a PodGroup, its spec, one PodSpec, a training job (anything with `replica_specs`),
+    or field-prefix -> PodSpec. Classes, nodes and topologies default to what `store` holds. With
+    no nodes known yet the capacity checks are skipped (nodes may still join).
+    """
+    if store is not None:
+        kinds = set(store.kinds())
+        if classes is None:
+            classes = store.list("ResourceClass") if "ResourceClass" in kinds else []
+        if nodes is None:
+            nodes = store.list("Node")
+        if not topologies and "NodeTopology" in kinds:
+            topologies = store.list("NodeTopology")
+    by_name = {c.metadata.name: c for c in classes or ()}
+    node_list = list(nodes or ())
+    cap = _capacity_cached(node_list, by_name, list(topologies)) if node_list else None
+    problems: list[Problem] = []
+    for prefix, spec in _pod_specs(request):
+        requests = spec.requests()
+        try:
+            parsed = parse_gpu_request(requests, by_name)
+        except RequestError as exc:
+            problems.append(Problem(_field_of(prefix, spec, exc.resource), exc.reason))
+            continue
+        if cap is None:
+            continue
+        if parsed.gpus:
+            res = parsed.gpu_class or GPU_RESOURCE
+            most = cap.per_class.get(res, 0) if parsed.gpu_class else cap.gpus
+            if parsed.gpus > most:
+                what = f"GPUs of class {res}" if parsed.gpu_class else GPU_RESOURCE
+                tail = f"the largest node has {most}" if most else f"no node has {what}"
+                if most and parsed.gpu_class:
+                    tail += f" GPUs of class {res}"
+                problems.append(
+                    Problem(_field_of(prefix, spec, res), f"requests {parsed.gpus} {res} per pod; {tail}")
+                )
+        for res, q in requests.items():
+            if res == GPU_RESOURCE or is_class_resource(res) or q <= 0 or res == "pods":
+                continue
+            most_q = cap.largest.get(res, Decimal(0))
+            if q > most_q:
+                tail = f"the largest node has {_fmt(most_q, res)}" if most_q else f"no node offers {res}"
+                problems.append(
+                    Problem(_field_of(prefix, spec, res), f"requests {_fmt(q, res)} {res} per pod; {tail}")
+                )
+    return problems

@@ -188,8 +188,10 @@ def token_hash(value: str | None) -> None:
 
 def _mount() -> None:
     from gpuyard.cli.devices import devices
+    from gpuyard.cli.jobs import register as register_jobs
 
     main.add_command(devices)
+    register_jobs(main)
 
 
 _mount()

@@ -1,0 +1,20 @@
+"""The unified job operator: one engine (`reconciling.py`) plus one small plugin per job kind.
+
+Entry point for the runtime: `components(ctx)` returns the reconcilers to run through
+`ControllerRunner` (today one: :class:`JobReconciler`, watching every job kind, their pods,
+reservations and PodGroups).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuyard.controllers.reconciling import JobReconciler
+from gpuyard.platform.context import Context
+
+__all__ = ["JobReconciler", "components"]
+
+
+def components(ctx: Context) -> list[Any]:
+    """The job operator's reconcilers, for `gpuyard.platform.runtime`."""
+    return [JobReconciler(ctx)]

@@ -75,6 +75,11 @@ class OperatorConfig(Section):
 class SchedulerConfig(Section):
     profile: str = "default"
     plugins: dict[str, float] = Field(default_factory=dict, description="Score plugin name -> weight.")
+    plugin_args: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Plugin name -> keyword args, e.g. {gpu-node-reserve: {cpu_fraction: 0.25}}.",
+    )
+    seed: int = Field(default=0, description="Seed of the random profile.")
     cycle_interval: float = Field(default=0.05, gt=0)
 
 

@@ -19,6 +19,7 @@ from gpuyard.platform.store import Store
 
 if TYPE_CHECKING:
     from gpuyard.platform.backend import ClusterBackend
+    from gpuyard.platform.journal import Journal
 
 __all__ = ["Context"]
 
@@ -31,6 +32,7 @@ class Context:
     settings: Settings
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     backend: ClusterBackend | None = None
+    journal: Journal | None = None  # set when a data dir is configured; `await journal.sync()`
 
     @classmethod
     def for_tests(cls, *, settings: Settings | None = None, clock: Clock | None = None) -> Context:

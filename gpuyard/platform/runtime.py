@@ -70,8 +70,10 @@ async def supervise(component: Component, *, clock: Clock, max_backoff: float = 
 
 def _component_factories() -> list[Callable[[Context], list[Any]]]:
     """Packages that contribute components: each exposes `components(ctx) -> list`."""
-    factories: list[Callable[[Context], list[Any]]] = []
-    return factories
+    from gpuyard.controllers import components as operator_components
+    from gpuyard.scheduler import components as scheduler_components
+
+    return [operator_components, scheduler_components]
 
 
 class Platform:
@@ -105,6 +107,7 @@ class Platform:
             self.journal = Journal(data_dir / "journal.db")
             loaded = self.journal.load_into(store)
             store.attach_journal(self.journal)
+            self.ctx.journal = self.journal
             log.info(
                 "journal.loaded",
                 path=str(self.journal.path),

@@ -27,6 +27,8 @@ READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready", Callable[[], bool])
 ROUTE_MODULES: list[str] = [
     "gpuyard.platform.api.cluster",
     "gpuyard.platform.api.fake",
+    "gpuyard.platform.api.jobs",
+    "gpuyard.platform.api.scheduling",
     "gpuyard.platform.api.watching",
     "gpuyard.platform.api.openapi",
 ]

@@ -28,6 +28,7 @@ from gpuyard.apis.scheduling import (
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.store import AlreadyExists
 
 __all__ = ["pod_view", "setup", "summarize"]
@@ -46,6 +47,30 @@ def summarize(job: TrainingJob) -> dict[str, Any]:
         "hostNetwork": job.host_network,
     }
     return out
+
+
+def _json_documents(text: str) -> list[Any]:
+    """A JSON body, parsed strictly: one job, an array of jobs, or a `List`."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise JobValidationError(
+            f"malformed JSON: {exc.msg} at {where}", [{"field": "<body>", "reason": f"{exc.msg} at {where}"}]
+        ) from None
+    if isinstance(data, list):
+        docs = data
+    elif isinstance(data, dict) and data.get("kind") == "List" and isinstance(data.get("items"), list):
+        docs = data["items"]
+    else:
+        docs = [data]
+    if not docs:
+        raise JobValidationError(
+            "no job documents in the body", [{"field": "<body>", "reason": "empty array"}]
+        )
+    return docs
 
 
 def pod_view(pod: Any) -> dict[str, Any]:
@@ -96,6 +121,31 @@ def _accepts_store(fn: Any) -> bool:
         return False
 
 
+JOB_SCHEMA: dict[str, Any] = {
+    "description": "One or more KubeDL (training.kubedl.io/v1alpha1) or Kubeflow (kubeflow.org/v1) job documents",
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        "spec": {"type": "object"},
+    },
+}
+LIST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"items": {"type": "array", "items": {"type": "object"}}},
+}
+
+
+@operation(
+    "Submit jobs (YAML or JSON, multi-document; all or nothing)",
+    tags=["jobs"],
+    body=JOB_SCHEMA,
+    body_content_types=("application/yaml", "application/json"),
+    response=LIST_SCHEMA,
+    errors=[400, 409, 422],
+)
 async def submit(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     raw = await request.read()
@@ -104,7 +154,7 @@ async def submit(request: web.Request) -> web.Response:
     except UnicodeDecodeError:
         raise ApiError(400, "the body is not UTF-8 text; send YAML or JSON") from None
     try:
-        docs = load_documents(text)
+        docs = _json_documents(text) if request.content_type == "application/json" else load_documents(text)
     except JobValidationError as exc:
         raise ApiError(400, exc.message, details=exc.details) from None
     multi = len(docs) > 1
@@ -159,6 +209,20 @@ async def submit(request: web.Request) -> web.Response:
     return web.json_response({"items": [summarize(j) for j in created]}, status=201)
 
 
+@operation(
+    "List jobs of every kind",
+    tags=["jobs"],
+    params=[
+        Param("namespace", description="Only this namespace"),
+        Param(
+            "phase", description="Created | Queuing | Running | Restarting | Succeeded | Failed | Suspended"
+        ),
+        Param("queue", description="Only jobs of this queue"),
+        Param("kind", description="Only this kind (TFJob, PyTorchJob, ...)"),
+    ],
+    response=LIST_SCHEMA,
+    errors=[400],
+)
 async def list_jobs(request: web.Request) -> web.Response:
     store = request.app[CTX].store
     q = request.query
@@ -199,10 +263,12 @@ def _job(request: web.Request, action: str = "read") -> TrainingJob:
     return job
 
 
+@operation("Get one job", tags=["jobs"], response=JOB_SCHEMA, errors=[404])
 async def get_job(request: web.Request) -> web.Response:
     return web.json_response(summarize(_job(request)))
 
 
+@operation("Delete a job with its pods, services, reservations and PodGroup", tags=["jobs"], errors=[404])
 async def delete_job(request: web.Request) -> web.Response:
     job = _job(request, "write")
     request.app[CTX].store.delete(job.kind, job.metadata.namespace, job.metadata.name)
@@ -211,6 +277,9 @@ async def delete_job(request: web.Request) -> web.Response:
     )
 
 
+@operation(
+    "The pods of a job, with node, host port, GPUs and env", tags=["jobs"], response=LIST_SCHEMA, errors=[404]
+)
 async def job_pods(request: web.Request) -> web.Response:
     job = _job(request)
     store = request.app[CTX].store
@@ -224,6 +293,7 @@ async def job_pods(request: web.Request) -> web.Response:
     return web.json_response({"items": [pod_view(p) for p in pods]})
 
 
+@operation("The events of a job, oldest first", tags=["jobs"], response=LIST_SCHEMA, errors=[404])
 async def job_events(request: web.Request) -> web.Response:
     job = _job(request)
     store = request.app[CTX].store

@@ -26,6 +26,7 @@ from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.openapi import operation
 from gpuyard.platform.store import Conflict
 
 __all__ = ["explain_view", "setup"]
@@ -49,6 +50,35 @@ def _body(raw: bytes) -> dict[str, Any]:
     return data
 
 
+CLASS_LIST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "items": {"type": "array", "items": {"$ref": "#/components/schemas/ResourceClass"}},
+        "resourceVersion": {"type": "string"},
+    },
+}
+EXPLAIN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Why a job is (not) placed, and the reservations it holds.",
+    "properties": {
+        "namespace": {"type": "string"},
+        "name": {"type": "string"},
+        "phase": {"type": "string", "enum": ["Pending", "Placed", "Suspended"]},
+        "reason": {"type": "string"},
+        "message": {"type": "string"},
+        "placed": {"type": "integer"},
+        "replicas": {"type": "integer"},
+        "minimum": {"type": "integer"},
+        "attempts": {"type": "integer"},
+        "queuedAt": {"type": "string", "nullable": True},
+        "placedAt": {"type": "string", "nullable": True},
+        "gangGroup": {"type": "array", "items": {"type": "string"}},
+        "reservations": {"type": "array", "items": {"type": "object"}},
+    },
+}
+
+
+@operation("List resource classes (GPU types)", tags=["scheduling"], response=CLASS_LIST_SCHEMA)
 async def list_classes(request: web.Request) -> web.Response:
     store = request.app[CTX].store
     items = store.list("ResourceClass")
@@ -57,6 +87,7 @@ async def list_classes(request: web.Request) -> web.Response:
     )
 
 
+@operation("Get one resource class", tags=["scheduling"], response=ResourceClass, errors=[404])
 async def get_class(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     obj = request.app[CTX].store.get("ResourceClass", "", name)
@@ -65,6 +96,14 @@ async def get_class(request: web.Request) -> web.Response:
     return web.json_response(obj.to_dict())
 
 
+@operation(
+    "Create or replace a resource class (201 created, 200 replaced; 422 names a bad selector field)",
+    tags=["scheduling"],
+    body=ResourceClass,
+    body_content_types=("application/yaml", "application/json"),
+    response=ResourceClass,
+    errors=[400, 409, 422],
+)
 async def put_class(request: web.Request) -> web.Response:
     authorize(request, "admin")
     store = request.app[CTX].store
@@ -137,6 +176,7 @@ async def put_class(request: web.Request) -> web.Response:
     return web.json_response(stored.to_dict(), status=status)
 
 
+@operation("Delete a resource class", tags=["scheduling"], errors=[404])
 async def delete_class(request: web.Request) -> web.Response:
     authorize(request, "admin")
     name = request.match_info["name"]
@@ -180,6 +220,12 @@ def explain_view(pg: PodGroup, reservations: list[Reservation]) -> dict[str, Any
     }
 
 
+@operation(
+    "Why a job is (not) placed: its PodGroup's phase, reason and reservations",
+    tags=["scheduling", "jobs"],
+    response=EXPLAIN_SCHEMA,
+    errors=[404],
+)
 async def explain(request: web.Request) -> web.Response:
     ns, name = request.match_info["ns"], request.match_info["name"]
     authorize(request, "read", ns)

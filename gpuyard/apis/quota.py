@@ -1,0 +1,618 @@
+"""Quota and queue objects: ElasticQuota (Koordinator), ResourceQuota (v1) and Queue (gpuyard).
+
+These are the user-facing edge of quota and queueing (`submit -> validate -> store`):
+
+* **ElasticQuota** (`scheduling.sigs.k8s.io/v1alpha1`) as Koordinator reads it: `spec.min` (the
+  guaranteed part), `spec.max` (the ceiling), the tree written as labels
+  (`quota.scheduling.koordinator.sh/parent`, `/is-parent`, `/allow-lent-resource`) and the
+  annotations `quota.scheduling.koordinator.sh/shared-weight` (a JSON resource list; default:
+  `max`) and `quota.scheduling.koordinator.sh/namespaces` (a JSON list; gpuyard also accepts
+  `spec.namespaces`). Resource names are Kubernetes' (`cpu`, `memory`, `nvidia.com/gpu`) and
+  ResourceClass names (`nvidia.v100`).
+* **ResourceQuota** (`v1`): per-namespace hard limits (`requests.cpu`, `nvidia.com/gpu`,
+  `count/jobs`, per GPU class `nvidia.tesla.k80`, ...).
+* **Queue** (`gpuyard.io/v1alpha1`): a tenant queue's weight for fair share, its queueing
+  strategy, the most jobs it may run and its aging settings.
+
+The scheduler turns these into plain data once (`gpuyard.scheduler.quota`); the functions here
+validate whole *sets* of quotas (`current + candidate`) so that a rejected object never changes
+the tree in force. Every problem is `(object name, field path, reason)`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from gpuyard.apis.core import GPU_RESOURCE
+from gpuyard.apis.meta import K8sModel, Resource, StrictK8sModel
+from gpuyard.apis.quantity import Quantity, QuantityError, format_quantity, parse_quantity
+
+__all__ = [
+    "ANNOTATION_EXPECTED_DURATION",
+    "ANNOTATION_QUOTA_NAMESPACES",
+    "ANNOTATION_SHARED_WEIGHT",
+    "API_ELASTIC_QUOTA",
+    "API_QUEUE",
+    "DEFAULT_QUOTA",
+    "LABEL_ALLOW_LENT_RESOURCE",
+    "LABEL_PREEMPTIBLE",
+    "LABEL_QUOTA_IS_PARENT",
+    "LABEL_QUOTA_NAME",
+    "LABEL_QUOTA_PARENT",
+    "QUEUEING_STRATEGIES",
+    "QUOTA_KINDS",
+    "ROOT_QUOTA",
+    "AgingSpec",
+    "ElasticQuota",
+    "ElasticQuotaSpec",
+    "ElasticQuotaStatus",
+    "Problem",
+    "Queue",
+    "QueueSpec",
+    "QuotaValidationError",
+    "ResourceQuota",
+    "ResourceQuotaSpec",
+    "ResourceQuotaStatus",
+    "parse_duration",
+    "parse_quota_document",
+    "validate_queue",
+    "validate_quota_deletion",
+    "validate_quotas",
+    "validate_resource_quota",
+]
+
+API_ELASTIC_QUOTA = "scheduling.sigs.k8s.io/v1alpha1"
+API_QUEUE = "gpuyard.io/v1alpha1"
+
+_PREFIX = "quota.scheduling.koordinator.sh"
+LABEL_QUOTA_PARENT = f"{_PREFIX}/parent"
+LABEL_QUOTA_IS_PARENT = f"{_PREFIX}/is-parent"
+LABEL_ALLOW_LENT_RESOURCE = f"{_PREFIX}/allow-lent-resource"
+LABEL_QUOTA_NAME = f"{_PREFIX}/name"  # on a job: the quota it is charged to
+LABEL_PREEMPTIBLE = f"{_PREFIX}/preemptible"  # on a job: "false" = runs only within min
+ANNOTATION_SHARED_WEIGHT = f"{_PREFIX}/shared-weight"
+ANNOTATION_QUOTA_NAMESPACES = f"{_PREFIX}/namespaces"
+ANNOTATION_EXPECTED_DURATION = "gpuyard.io/expected-duration"  # on a job: "2h", "90m", "3600"
+
+ROOT_QUOTA = "koordinator-root-quota"  # the implicit root: the whole cluster
+DEFAULT_QUOTA = "koordinator-default-quota"  # where jobs no quota covers are charged
+
+QUEUEING_STRATEGIES = ("StrictFIFO", "BestEffortFIFO")
+
+Problem = tuple[str, str, str]
+"""(object name, field path, reason)."""
+
+
+class QuotaValidationError(ValueError):
+    """A quota/queue document that cannot be accepted; `details` lists `{"field", "reason"}`."""
+
+    def __init__(self, message: str, details: Iterable[dict[str, str]]) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = list(details)
+
+
+# --- ElasticQuota ------------------------------------------------------------------------------
+
+
+def _bool_label(value: str | None, *, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    return value.strip().lower() == "true"
+
+
+class ElasticQuotaSpec(K8sModel):
+    min: dict[str, Quantity] = Field(default_factory=dict, description="Guaranteed resources.")
+    max: dict[str, Quantity] = Field(
+        default_factory=dict, description="Upper limit; a resource not named is unlimited."
+    )
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="gpuyard: namespaces whose jobs are charged to this quota "
+        "(the Koordinator annotation quota.scheduling.koordinator.sh/namespaces is read too).",
+    )
+
+
+class ElasticQuotaStatus(K8sModel):
+    used: dict[str, Quantity] = Field(default_factory=dict)
+    request: dict[str, Quantity] = Field(
+        default_factory=dict, description="gpuyard: pending + running demand."
+    )
+    runtime: dict[str, Quantity] = Field(
+        default_factory=dict, description="gpuyard: what the quota may use now."
+    )
+
+
+class ElasticQuota(Resource):
+    """One node of the quota tree. Names are unique cluster-wide (the tree is keyed by name)."""
+
+    KIND = "ElasticQuota"
+    API_VERSION = API_ELASTIC_QUOTA
+    NAMESPACED = True
+
+    spec: ElasticQuotaSpec = Field(default_factory=ElasticQuotaSpec)
+    status: ElasticQuotaStatus = Field(default_factory=ElasticQuotaStatus)
+
+    def _meta(self, key: str) -> str | None:
+        """A Koordinator setting: a label, or (leniently) an annotation of the same key."""
+        value = self.metadata.labels.get(key)
+        return value if value is not None else self.metadata.annotations.get(key)
+
+    @property
+    def parent_name(self) -> str:
+        """The parent quota; quotas without one hang directly under the root (as Koordinator)."""
+        parent = (self._meta(LABEL_QUOTA_PARENT) or "").strip()
+        if not parent and self.metadata.name != ROOT_QUOTA:
+            return ROOT_QUOTA
+        return parent
+
+    @property
+    def is_parent(self) -> bool:
+        return _bool_label(self._meta(LABEL_QUOTA_IS_PARENT), default=False)
+
+    @property
+    def allow_lent_resource(self) -> bool:
+        return _bool_label(self._meta(LABEL_ALLOW_LENT_RESOURCE), default=True)
+
+    @property
+    def shared_weight(self) -> dict[str, Decimal] | None:
+        """The annotation's resource list, or None (then the weight is `max`, as Koordinator)."""
+        raw = self.metadata.annotations.get(ANNOTATION_SHARED_WEIGHT)
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+            weights = {str(k): parse_quantity(v) for k, v in data.items()}
+        except (ValueError, AttributeError, QuantityError):
+            return None
+        return weights if any(w != 0 for w in weights.values()) else None
+
+    @property
+    def covered_namespaces(self) -> list[str]:
+        out = list(self.spec.namespaces)
+        raw = self.metadata.annotations.get(ANNOTATION_QUOTA_NAMESPACES)
+        if raw:
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                data = None
+            if isinstance(data, list):
+                out.extend(str(n) for n in data if isinstance(n, str) and n not in out)
+        return out
+
+
+# --- ResourceQuota -----------------------------------------------------------------------------
+
+
+class ResourceQuotaSpec(K8sModel):
+    hard: dict[str, Quantity] = Field(default_factory=dict)
+    scopes: list[str] = Field(default_factory=list)
+    scope_selector: dict[str, Any] | None = None
+
+
+class ResourceQuotaStatus(K8sModel):
+    hard: dict[str, Quantity] = Field(default_factory=dict)
+    used: dict[str, Quantity] = Field(default_factory=dict)
+
+
+class ResourceQuota(Resource):
+    """Kubernetes' namespace quota; gpuyard enforces it per job at admission."""
+
+    KIND = "ResourceQuota"
+    API_VERSION = "v1"
+    NAMESPACED = True
+
+    spec: ResourceQuotaSpec = Field(default_factory=ResourceQuotaSpec)
+    status: ResourceQuotaStatus = Field(default_factory=ResourceQuotaStatus)
+
+
+# --- Queue -------------------------------------------------------------------------------------
+
+
+class AgingSpec(StrictK8sModel):
+    """Effective priority = priority + min(maxBoost, step x whole intervals waited)."""
+
+    interval_seconds: float = Field(default=600, gt=0, description="Wait that earns one step.")
+    step: int = Field(default=1, ge=0, description="Priority added per interval (0: no aging).")
+    max_boost: int = Field(default=100, ge=0, description="Most priority aging can add.")
+    reserve_after_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="A head that has waited this long is protected: no job behind it may start "
+        "unless it ends before the head's earliest start (no best-effort backfill past it).",
+    )
+
+
+class QueueSpec(StrictK8sModel):
+    weight: float = Field(
+        default=1.0, gt=0, description="Share of the cluster relative to other queues (DRF)."
+    )
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
+    max_running_jobs: int | None = Field(default=None, ge=0)
+    aging: AgingSpec | None = Field(default=None, description="Default: the platform's aging settings.")
+    description: str = ""
+
+
+class QueueStatus(K8sModel):
+    pending: int = 0
+    running: int = 0
+    share: float = 0.0
+
+
+class Queue(Resource):
+    """A tenant queue (cluster-scoped). Jobs name it in `schedulingPolicy.queue`, else their namespace."""
+
+    KIND = "Queue"
+    API_VERSION = API_QUEUE
+    NAMESPACED = False
+
+    spec: QueueSpec = Field(default_factory=QueueSpec)
+    status: QueueStatus = Field(default_factory=QueueStatus)
+
+
+QUOTA_KINDS: list[tuple[type[Resource], bool]] = [(ElasticQuota, True), (ResourceQuota, True), (Queue, True)]
+
+
+# --- durations ---------------------------------------------------------------------------------
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """Seconds from `3600`, `90s`, `45m`, `2h`, `1h30m`, `1.5h`, `1d`; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration, got a boolean")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            pos, seconds = 0, 0.0
+            for match in _DURATION_RE.finditer(text):
+                if match.start() != pos:
+                    break
+                seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+                pos = match.end()
+            if pos != len(text) or not text:
+                raise ValueError(
+                    f"{value!r} is not a duration; use seconds (3600) or units ms s m h d (90m, 1h30m, 1.5h)"
+                ) from None
+    if seconds != seconds or seconds < 0 or seconds == float("inf"):
+        raise ValueError(f"{value!r} is not a non-negative, finite duration")
+    return seconds
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+def _resource_problems(name: str, prefix: str, values: Mapping[str, Decimal]) -> list[Problem]:
+    out = []
+    for res, q in values.items():
+        if q < 0:
+            out.append((name, f"{prefix}.{res}", f"must not be negative, got {format_quantity(q)}"))
+    return out
+
+
+def _object_problems(quota: ElasticQuota) -> list[Problem]:
+    """Problems of one ElasticQuota on its own (no other quota needed)."""
+    name = quota.metadata.name
+    labels, annotations = quota.metadata.labels, quota.metadata.annotations
+    out: list[Problem] = []
+    if not name:
+        out.append(("<unnamed>", "metadata.name", "required"))
+    if name == ROOT_QUOTA:
+        out.append(
+            (
+                name,
+                "metadata.name",
+                f"{ROOT_QUOTA} is the implicit root (the whole cluster) and cannot be defined",
+            )
+        )
+    out += _resource_problems(name, "spec.min", quota.spec.min)
+    out += _resource_problems(name, "spec.max", quota.spec.max)
+    for res, lo in quota.spec.min.items():
+        hi = quota.spec.max.get(res)
+        if hi is not None and hi < lo:
+            out.append(
+                (name, f"spec.max.{res}", f"max {format_quantity(hi)} is less than min {format_quantity(lo)}")
+            )
+    for key in (LABEL_QUOTA_IS_PARENT, LABEL_ALLOW_LENT_RESOURCE):
+        value = labels.get(key, annotations.get(key))
+        if value is not None and value.strip().lower() not in ("true", "false"):
+            where = "labels" if key in labels else "annotations"
+            out.append((name, f"metadata.{where}.{key}", f'must be "true" or "false", got {value!r}'))
+    raw = annotations.get(ANNOTATION_SHARED_WEIGHT)
+    if raw is not None:
+        field = f"metadata.annotations.{ANNOTATION_SHARED_WEIGHT}"
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            out.append((name, field, 'must be a JSON resource list, e.g. {"nvidia.com/gpu": "60"}'))
+        else:
+            for res, v in data.items():
+                try:
+                    w = parse_quantity(v)
+                except QuantityError as exc:
+                    out.append((name, f"{field}.{res}", str(exc)))
+                    continue
+                if w < 0:
+                    out.append((name, f"{field}.{res}", f"must not be negative, got {v}"))
+    raw = annotations.get(ANNOTATION_QUOTA_NAMESPACES)
+    if raw is not None:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if not isinstance(data, list) or not all(isinstance(n, str) for n in data):
+            out.append(
+                (
+                    name,
+                    f"metadata.annotations.{ANNOTATION_QUOTA_NAMESPACES}",
+                    'must be a JSON list of namespaces, e.g. ["team-a"]',
+                )
+            )
+    return out
+
+
+def _chain_problem(by_name: Mapping[str, ElasticQuota], start: str) -> Problem | None:
+    """A cycle or an unknown parent on the way from `start` to the root."""
+    seen = [start]
+    current = by_name[start]
+    field = f"metadata.labels.{LABEL_QUOTA_PARENT}"
+    while True:
+        parent = current.parent_name
+        if parent == ROOT_QUOTA:
+            return None
+        if parent not in by_name:
+            if current.metadata.name == start:
+                return (start, field, f"unknown parent quota {parent!r}")
+            return None  # reported on the quota that names it
+        if parent in seen:
+            loop = " -> ".join([*seen[seen.index(parent) :], parent])
+            return (start, field, f"the parent chain forms a cycle: {loop}")
+        seen.append(parent)
+        current = by_name[parent]
+
+
+def _tree_problems(quotas: list[ElasticQuota]) -> list[Problem]:
+    out: list[Problem] = []
+    by_name: dict[str, ElasticQuota] = {}
+    for q in quotas:
+        out += _object_problems(q)
+        other = by_name.get(q.metadata.name)
+        if other is not None and other.metadata.namespace != q.metadata.namespace:
+            out.append(
+                (
+                    q.metadata.name,
+                    "metadata.name",
+                    f"quota names are cluster-wide; {q.metadata.name!r} already exists in namespace {other.metadata.namespace!r}",
+                )
+            )
+        by_name[q.metadata.name] = q
+    children: dict[str, list[ElasticQuota]] = {}
+    covered: dict[str, str] = {}
+    for q in by_name.values():
+        name = q.metadata.name
+        problem = _chain_problem(by_name, name) if name != ROOT_QUOTA else None
+        if problem is not None:
+            out.append(problem)
+        parent = q.parent_name
+        children.setdefault(parent, []).append(q)
+        if parent != ROOT_QUOTA and parent in by_name and not by_name[parent].is_parent:
+            out.append(
+                (
+                    name,
+                    f"metadata.labels.{LABEL_QUOTA_PARENT}",
+                    f'parent quota {parent!r} is not marked {LABEL_QUOTA_IS_PARENT}: "true"',
+                )
+            )
+        for ns in q.covered_namespaces:
+            if ns in covered and covered[ns] != name:
+                out.append(
+                    (name, "spec.namespaces", f"namespace {ns!r} is already covered by quota {covered[ns]!r}")
+                )
+            covered.setdefault(ns, name)
+    for parent, kids in children.items():
+        if parent == ROOT_QUOTA or parent not in by_name:
+            continue
+        pmin = by_name[parent].spec.min
+        resources = sorted({r for k in kids for r in k.spec.min})
+        for res in resources:
+            total = sum((k.spec.min.get(res, Decimal(0)) for k in kids), Decimal(0))
+            limit = pmin.get(res, Decimal(0))
+            if total > limit:
+                who = ", ".join(sorted(k.metadata.name for k in kids if k.spec.min.get(res, 0) > 0))
+                out.append(
+                    (
+                        parent,
+                        f"spec.min.{res}",
+                        f"the children's min add up to {format_quantity(total)} {res} ({who}); "
+                        f"{parent}'s min is {format_quantity(limit)}",
+                    )
+                )
+    return out
+
+
+def _attribute(problems: list[Problem], candidate: ElasticQuota) -> list[Problem]:
+    """Report a children-exceed-parent problem on the candidate when it is one of those children."""
+    name = candidate.metadata.name
+    out = []
+    for obj, field, reason in problems:
+        if (
+            obj != name
+            and field.startswith("spec.min.")
+            and "children's min" in reason
+            and candidate.parent_name == obj
+        ):
+            out.append((name, field, f"with this quota, {reason}"))
+        else:
+            out.append((obj, field, reason))
+    return out
+
+
+def validate_quotas(current: Iterable[ElasticQuota], candidate: ElasticQuota | None = None) -> list[Problem]:
+    """Problems the candidate would bring into the tree `current` (the tree in force).
+
+    The candidate replaces the quota of the same name. Only problems that are new with the
+    candidate are reported (an existing tree from elsewhere is not blamed on it); with no
+    candidate, every problem of `current` is reported.
+    """
+    existing = list(current)
+    before = _tree_problems(existing)
+    if candidate is None:
+        return before
+    name, ns = candidate.metadata.name, candidate.metadata.namespace
+    after_set = [q for q in existing if not (q.metadata.name == name and q.metadata.namespace == ns)] + [
+        candidate
+    ]
+    after = _tree_problems(after_set)
+    old = set(before)
+    return _attribute([p for p in after if p not in old], candidate)
+
+
+def validate_quota_deletion(current: Iterable[ElasticQuota], name: str) -> list[Problem]:
+    """Deleting a quota that still has children would leave them without a parent."""
+    kids = sorted(q.metadata.name for q in current if q.parent_name == name and q.metadata.name != name)
+    if kids:
+        return [
+            (
+                name,
+                "metadata.name",
+                f"quota {name!r} still has children: {', '.join(kids)}; delete or move them first",
+            )
+        ]
+    return []
+
+
+_COUNT_RE = re.compile(r"^count/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_WHOLE_PREFIXES = ("count/",)
+
+
+def _whole_resource(key: str) -> bool:
+    """Quota keys counted in whole units: GPUs, GPU classes, object counts, pods."""
+    base = key.removeprefix("requests.").removeprefix("limits.")
+    if key.startswith(_WHOLE_PREFIXES) or base == "pods" or base == GPU_RESOURCE:
+        return True
+    return (
+        "/" not in base
+        and base not in ("cpu", "memory", "ephemeral-storage", "storage")
+        and not base.startswith("hugepages-")
+    )
+
+
+def validate_resource_quota(quota: ResourceQuota) -> list[Problem]:
+    """Problems of a ResourceQuota: negative or fractional counts, scopes gpuyard cannot honour."""
+    name = quota.metadata.name or "<unnamed>"
+    out: list[Problem] = []
+    if not quota.metadata.namespace:
+        out.append((name, "metadata.namespace", "required: a ResourceQuota limits one namespace"))
+    for key, q in quota.spec.hard.items():
+        field = f"spec.hard.{key}"
+        if q < 0:
+            out.append((name, field, f"must not be negative, got {format_quantity(q)}"))
+        elif _whole_resource(key) and q != q.to_integral_value():
+            out.append((name, field, f"{key} is counted in whole units, got {format_quantity(q)}"))
+        if key.startswith("count/") and not _COUNT_RE.match(key):
+            out.append((name, field, "object counts are written count/<resource>, e.g. count/jobs"))
+    if quota.spec.scopes or quota.spec.scope_selector:
+        out.append(
+            (
+                name,
+                "spec.scopes",
+                "scopes and scopeSelector are not supported; the quota would apply to every job",
+            )
+        )
+    return out
+
+
+def validate_queue(queue: Queue) -> list[Problem]:
+    name = queue.metadata.name or "<unnamed>"
+    out: list[Problem] = []
+    if not queue.metadata.name:
+        out.append((name, "metadata.name", "required"))
+    return out
+
+
+def _pydantic_problems(name: str, exc: ValidationError) -> list[Problem]:
+    out = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "<root>"
+        reason = (
+            "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        )
+        out.append((name, path, reason))
+    return out
+
+
+_KINDS: dict[str, tuple[type[Resource], str]] = {
+    "ElasticQuota": (ElasticQuota, API_ELASTIC_QUOTA),
+    "ResourceQuota": (ResourceQuota, "v1"),
+    "Queue": (Queue, API_QUEUE),
+}
+
+
+def parse_quota_document(
+    doc: Any, *, current_quotas: Iterable[ElasticQuota] = ()
+) -> ElasticQuota | ResourceQuota | Queue:
+    """Validate one decoded ElasticQuota/ResourceQuota/Queue; raise :class:`QuotaValidationError`.
+
+    An ElasticQuota is checked against `current_quotas` (the tree in force): it is accepted only
+    if it brings no new problem into the tree.
+    """
+    if not isinstance(doc, Mapping):
+        raise QuotaValidationError(
+            "a document must be a mapping",
+            [{"field": "<root>", "reason": f"expected an object, got {type(doc).__name__}"}],
+        )
+    kind = doc.get("kind")
+    if kind not in _KINDS:
+        raise QuotaValidationError(
+            f"unknown kind {kind!r}",
+            [{"field": "kind", "reason": f"unknown kind {kind!r}; allowed: {', '.join(sorted(_KINDS))}"}],
+        )
+    cls, api = _KINDS[kind]
+    if doc.get("apiVersion", api) != api:
+        raise QuotaValidationError(
+            f"unknown apiVersion for {kind}",
+            [
+                {
+                    "field": "apiVersion",
+                    "reason": f"{doc.get('apiVersion')!r} is not an apiVersion of {kind}; allowed: {api}",
+                }
+            ],
+        )
+    meta = doc.get("metadata")
+    name = str(meta.get("name") or "<unnamed>") if isinstance(meta, Mapping) else "<unnamed>"
+    data = dict(doc)
+    data.pop("status", None)
+    try:
+        obj = cls.model_validate(data)
+    except ValidationError as exc:
+        problems = _pydantic_problems(name, exc)
+    else:
+        if obj.NAMESPACED and not obj.metadata.namespace:
+            obj.metadata.namespace = "default"
+        if isinstance(obj, ElasticQuota):
+            problems = validate_quotas(current_quotas, obj)
+        elif isinstance(obj, ResourceQuota):
+            problems = validate_resource_quota(obj)
+        else:
+            assert isinstance(obj, Queue)
+            problems = validate_queue(obj)
+        if not problems:
+            return obj
+    raise QuotaValidationError(
+        f"invalid {kind} {name}",
+        [{"field": f, "reason": r if o == name else f"{o}: {r}"} for o, f, r in problems],
+    )

@@ -1,0 +1,333 @@
+"""Client commands for jobs: `submit`, `get jobs`, `get pods --job`, `describe job`, `delete job`.
+
+Each command talks to a running server (`--server`, `$GPUYARD_SERVER`, default
+http://127.0.0.1:8080) and prints `-o table` (default), `json` or `yaml`. Exit codes: 0 success,
+2 bad input (unreadable file, invalid job, 4xx from the server), 1 server or network errors;
+errors are one line on stderr.
+
+`register(root)` mounts the commands on the root `gpuyard` group, adding `jobs`/`pods`/`job`
+subcommands to existing `get`/`describe`/`delete` groups when another module created them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from gpuyard.cli.client import ApiClient, ClientError, default_server
+
+__all__ = ["delete", "describe", "get", "register", "submit"]
+
+OUTPUTS = click.Choice(["table", "json", "yaml"])
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def server_options(fn):  # type: ignore[no-untyped-def]
+    fn = click.option(
+        "--token", envvar="GPUYARD_TOKEN", default=None, help="Bearer token (default $GPUYARD_TOKEN)."
+    )(fn)
+    fn = click.option(
+        "--server",
+        "server",
+        default=None,
+        metavar="URL",
+        help=f"gpuyard server (default $GPUYARD_SERVER or {default_server()}).",
+    )(fn)
+    return click.option(
+        "-o", "--output", type=OUTPUTS, default="table", show_default=True, help="Output format."
+    )(fn)
+
+
+def _call(fn, *args: Any, **kwargs: Any) -> Any:  # type: ignore[no-untyped-def]
+    try:
+        return fn(*args, **kwargs)
+    except ClientError as exc:
+        _fail(exc.message, exc.exit_code)
+
+
+def _split_ref(ref: str, namespace: str | None) -> tuple[str, str]:
+    if "/" in ref:
+        ns, _, name = ref.partition("/")
+        if not ns or not name or "/" in name:
+            _fail(f"{ref!r} is not NAMESPACE/NAME", 2)
+        return ns, name
+    return namespace or "default", ref
+
+
+def _emit(data: Any, output: str, table: Any) -> None:
+    if output == "json":
+        click.echo(json.dumps(data, indent=2, sort_keys=False))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+    else:
+        table()
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [[str(c) if c is not None and c != "" else "-" for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    click.echo("   ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for r in cells:
+        click.echo("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _age(stamp: str | None) -> str:
+    if not stamp:
+        return "-"
+    try:
+        then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return "-"
+    secs = max(0, int((datetime.now(UTC) - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
+def _replicas(summary: dict[str, Any]) -> str:
+    return ",".join(f"{role}:{n}" for role, n in (summary.get("replicas") or {}).items())
+
+
+# --- submit -------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
+@server_options
+def submit(files: tuple[str, ...], output: str, server: str | None, token: str | None) -> None:
+    """Submit job files (KubeDL or Kubeflow YAML/JSON, multi-document); all or nothing."""
+    texts = []
+    for f in files:
+        try:
+            text = sys.stdin.read() if f == "-" else Path(f).read_text()
+        except OSError as exc:
+            _fail(f"{f}: cannot read: {exc.strerror or exc}", 2)
+        try:
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+            _fail(f"{f}{where}: not valid YAML or JSON: {getattr(exc, 'problem', None) or exc}", 2)
+        if not docs:
+            _fail(f"{f}: no job documents in the file", 2)
+        texts.append(text)
+    body = "\n---\n".join(texts)  # one request: every document of every file, all or nothing
+    result = _call(ApiClient(server, token=token).submit, body)
+    items = result.get("items", [])
+
+    def table() -> None:
+        for job in items:
+            click.echo(
+                f"{job['kind'].lower()}/{job['metadata']['name']} created in namespace {job['metadata']['namespace']}"
+            )
+
+    _emit(items, output, table)
+
+
+# --- get ----------------------------------------------------------------------------------------
+
+
+@click.group()
+def get() -> None:
+    """List objects: jobs, or the pods of a job."""
+
+
+@get.command("jobs")
+@click.option("-n", "--namespace", default=None, help="Only this namespace (default: all you may see).")
+@click.option("--phase", default=None, help="Only jobs in this phase (Queuing, Running, Succeeded, ...).")
+@click.option("--queue", default=None, help="Only jobs of this queue.")
+@server_options
+def get_jobs(
+    namespace: str | None,
+    phase: str | None,
+    queue: str | None,
+    output: str,
+    server: str | None,
+    token: str | None,
+) -> None:
+    """List jobs of every kind."""
+    result = _call(ApiClient(server, token=token).jobs, namespace=namespace, phase=phase, queue=queue)
+    items = result.get("items", [])
+
+    def table() -> None:
+        rows = []
+        for job in items:
+            s = job.get("summary", {})
+            rows.append(
+                [
+                    job["metadata"]["namespace"],
+                    job["metadata"]["name"],
+                    job["kind"],
+                    s.get("phase"),
+                    s.get("queue"),
+                    _replicas(s),
+                    s.get("restarts", 0),
+                    _age(job["metadata"].get("creationTimestamp")),
+                ]
+            )
+        _table(["NAMESPACE", "NAME", "KIND", "PHASE", "QUEUE", "REPLICAS", "RESTARTS", "AGE"], rows)
+
+    _emit(items, output, table)
+
+
+@get.command("pods")
+@click.option("--job", "job_ref", required=True, metavar="NS/NAME", help="The job whose pods to list.")
+@click.option("-n", "--namespace", default=None, help="Namespace when --job gives only a name.")
+@server_options
+def get_pods(job_ref: str, namespace: str | None, output: str, server: str | None, token: str | None) -> None:
+    """List the pods of a job, with node, host port and GPUs."""
+    ns, name = _split_ref(job_ref, namespace)
+    result = _call(ApiClient(server, token=token).job_pods, ns, name)
+    items = result.get("items", [])
+
+    def table() -> None:
+        rows = []
+        for pod in items:
+            s = pod.get("summary", {})
+            gpus = ",".join(str(g) for g in s.get("gpus") or [])
+            rows.append(
+                [
+                    pod["metadata"]["name"],
+                    s.get("phase"),
+                    s.get("node"),
+                    s.get("hostPort"),
+                    gpus,
+                    s.get("exitCode"),
+                    _age(pod["metadata"].get("creationTimestamp")),
+                ]
+            )
+        _table(["NAME", "PHASE", "NODE", "HOST-PORT", "GPUS", "EXIT", "AGE"], rows)
+
+    _emit(items, output, table)
+
+
+# --- describe -----------------------------------------------------------------------------------
+
+
+@click.group()
+def describe() -> None:
+    """Show one object in detail."""
+
+
+@describe.command("job")
+@click.argument("ref", metavar="NS/NAME")
+@click.option("-n", "--namespace", default=None, help="Namespace when REF is only a name.")
+@server_options
+def describe_job(ref: str, namespace: str | None, output: str, server: str | None, token: str | None) -> None:
+    """Show a job: spec summary, conditions, replica statuses, pods and events."""
+    ns, name = _split_ref(ref, namespace)
+    client = ApiClient(server, token=token)
+    job = _call(client.job, ns, name)
+    pods = _call(client.job_pods, ns, name).get("items", [])
+    events = _call(client.job_events, ns, name).get("items", [])
+
+    def table() -> None:
+        s = job.get("summary", {})
+        status = job.get("status", {})
+        click.echo(f"Name:        {name}")
+        click.echo(f"Namespace:   {ns}")
+        click.echo(f"Kind:        {job['kind']} ({job['apiVersion']})")
+        click.echo(f"Phase:       {s.get('phase')}")
+        click.echo(f"Queue:       {s.get('queue')}")
+        click.echo(f"Replicas:    {_replicas(s)}")
+        click.echo(f"Restarts:    {s.get('restarts', 0)}")
+        click.echo(f"Host network: {'yes' if s.get('hostNetwork') else 'no'}")
+        click.echo(f"Start time:  {status.get('startTime', '-')}")
+        click.echo(f"Completion:  {status.get('completionTime', '-')}")
+        click.echo("")
+        click.echo("Replica statuses:")
+        _table(
+            ["  TYPE", "ACTIVE", "SUCCEEDED", "FAILED", "RESTARTS"],
+            [
+                [
+                    f"  {r}",
+                    v.get("active", 0),
+                    v.get("succeeded", 0),
+                    v.get("failed", 0),
+                    v.get("restarts", 0),
+                ]
+                for r, v in (status.get("replicaStatuses") or {}).items()
+            ],
+        )
+        click.echo("")
+        click.echo("Conditions:")
+        _table(
+            ["  TYPE", "STATUS", "REASON", "MESSAGE"],
+            [
+                [f"  {c['type']}", c.get("status"), c.get("reason"), c.get("message")]
+                for c in status.get("conditions") or []
+            ],
+        )
+        click.echo("")
+        click.echo("Pods:")
+        _table(
+            ["  NAME", "PHASE", "NODE", "HOST-PORT", "GPUS"],
+            [
+                [
+                    f"  {p['metadata']['name']}",
+                    p["summary"].get("phase"),
+                    p["summary"].get("node"),
+                    p["summary"].get("hostPort"),
+                    ",".join(str(g) for g in p["summary"].get("gpus") or []),
+                ]
+                for p in pods
+            ],
+        )
+        click.echo("")
+        click.echo("Events:")
+        _table(
+            ["  TYPE", "REASON", "COUNT", "MESSAGE"],
+            [[f"  {e.get('type')}", e.get("reason"), e.get("count", 1), e.get("message")] for e in events],
+        )
+
+    _emit({"job": job, "pods": pods, "events": events}, output, table)
+
+
+# --- delete -------------------------------------------------------------------------------------
+
+
+@click.group()
+def delete() -> None:
+    """Delete an object."""
+
+
+@delete.command("job")
+@click.argument("ref", metavar="NS/NAME")
+@click.option("-n", "--namespace", default=None, help="Namespace when REF is only a name.")
+@server_options
+def delete_job(ref: str, namespace: str | None, output: str, server: str | None, token: str | None) -> None:
+    """Delete a job; its pods, services and reservations go with it."""
+    ns, name = _split_ref(ref, namespace)
+    result = _call(ApiClient(server, token=token).delete_job, ns, name)
+    deleted = result.get("deleted", {})
+    _emit(
+        result,
+        output,
+        lambda: click.echo(f"{deleted.get('kind', 'job').lower()}/{name} deleted from namespace {ns}"),
+    )
+
+
+# --- mounting -----------------------------------------------------------------------------------
+
+
+def register(root: click.Group) -> None:
+    """Add the job commands to the root group, merging into existing get/describe/delete groups."""
+    root.add_command(submit)
+    for group in (get, describe, delete):
+        existing = root.commands.get(group.name or "")
+        if isinstance(existing, click.Group) and existing is not group:
+            for name, cmd in group.commands.items():
+                existing.add_command(cmd, name)
+        else:
+            root.add_command(group)

@@ -1,0 +1,86 @@
+"""A job as a gang: the PodGroup the scheduler places (one per job, same namespace and name).
+
+Per role the replicas, the minimum to place together and the *rendered* pod template (so the
+scheduler sees exactly what the pods will request: code-sync and MPI init containers, host
+network, node selectors, tolerations), plus the job-level minimum, queue, priority, gang group and
+suspension. The operator owns the spec; the scheduler owns the status (Pending / Placed /
+Suspended), except that the operator puts it back to Pending when it un-assumes a placement.
+"""
+
+from __future__ import annotations
+
+from gpuyard.apis.jobs import ANNOTATION_GANG_GROUP, PyTorchJob, TrainingJob
+from gpuyard.apis.meta import ObjectMeta
+from gpuyard.apis.scheduling import LABEL_JOB_NAME, GangRole, PodGroup, PodGroupSpec
+from gpuyard.controllers.materializing import owner_reference, render_template
+from gpuyard.controllers.workloads.base import WorkloadPlugin
+
+__all__ = ["ANNOTATION_JOB_GENERATION", "build_pod_group", "pod_group_spec"]
+
+ANNOTATION_JOB_GENERATION = "gpuyard.io/job-generation"
+
+
+def _role_minimum(job: TrainingJob, role: str) -> int | None:
+    """Elastic PyTorch workers may start with `elasticPolicy.minReplicas`."""
+    if isinstance(job, PyTorchJob) and role == "Worker" and job.spec.elastic_policy is not None:
+        return job.spec.elastic_policy.min_replicas
+    return None
+
+
+def pod_group_spec(
+    job: TrainingJob,
+    plugin: WorkloadPlugin,
+    *,
+    cluster_domain: str = "",
+    preferred_nodes: dict[str, str] | None = None,
+) -> PodGroupSpec:
+    policy = job.run_policy
+    sched = policy.scheduling_policy
+    roles = []
+    for role in job.roles():
+        spec = job.replica_specs[role]
+        template = render_template(job, role, 0, plugin=plugin, cluster_domain=cluster_domain).template.spec
+        roles.append(
+            GangRole(
+                name=role,
+                replicas=spec.count,
+                min_available=_role_minimum(job, role),
+                template=template,
+                host_ports=1 if job.host_network else 0,
+            )
+        )
+    gang_group = [
+        g.strip() for g in job.metadata.annotations.get(ANNOTATION_GANG_GROUP, "").split(",") if g.strip()
+    ]
+    return PodGroupSpec(
+        roles=roles,
+        min_available=sched.min_available if sched is not None else None,
+        queue=job.queue,
+        priority=(sched.priority or 0) if sched is not None else 0,
+        priority_class_name=(sched.priority_class_name or sched.priority_class)
+        if sched is not None
+        else None,
+        gang_group=gang_group,
+        suspend=job.suspended,
+        job_kind=job.kind,
+        preferred_nodes=dict(preferred_nodes or {}),
+    )
+
+
+def build_pod_group(
+    job: TrainingJob,
+    plugin: WorkloadPlugin,
+    *,
+    cluster_domain: str = "",
+    preferred_nodes: dict[str, str] | None = None,
+) -> PodGroup:
+    return PodGroup(
+        metadata=ObjectMeta(
+            name=job.metadata.name,
+            namespace=job.metadata.namespace or "default",
+            labels={LABEL_JOB_NAME: job.metadata.name},
+            annotations={ANNOTATION_JOB_GENERATION: str(job.metadata.generation)},
+            owner_references=[owner_reference(job)],
+        ),
+        spec=pod_group_spec(job, plugin, cluster_domain=cluster_domain, preferred_nodes=preferred_nodes),
+    )

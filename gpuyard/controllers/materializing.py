@@ -1,0 +1,317 @@
+"""Turning a job's replica into objects: the pod (from its reservation) and its Service.
+
+Pure functions of the job, the role/index, the reservation and the plugin; the reconciler
+decides *when* and writes the results through the backend. A pod is built as the reference
+operators build it (`createNewPod`): the replica's template, KubeDL's labels, git-sync code
+init container, host-network setup, then the plugin's env wiring; gpuyard then binds it to the
+reserved node and adds the reserved devices (`gpuyard.io/devices`, NVIDIA_VISIBLE_DEVICES,
+CUDA_VISIBLE_DEVICES).
+
+Pods run with `restartPolicy: Never`: gpuyard restarts replicas itself, so that every restart
+is counted against `backoffLimit` and a restarted replica can move to a new placement.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+from gpuyard.apis.core import (
+    GPU_RESOURCE,
+    Container,
+    ContainerPort,
+    Pod,
+    PodTemplateSpec,
+    Service,
+    ServicePort,
+    ServiceSpec,
+)
+from gpuyard.apis.jobs import ANNOTATION_GIT_SYNC, TrainingJob
+from gpuyard.apis.meta import ObjectMeta, OwnerReference
+from gpuyard.apis.scheduling import (
+    ANNOTATION_DEVICES,
+    LABEL_GROUP_NAME,
+    LABEL_JOB_NAME,
+    LABEL_REPLICA_INDEX,
+    LABEL_REPLICA_TYPE,
+    Reservation,
+)
+from gpuyard.controllers.workloads.base import Wiring, WorkloadPlugin, container_port, replica_name
+
+__all__ = [
+    "LABEL_JOB_ROLE",
+    "GitSyncError",
+    "build_pod",
+    "build_service",
+    "devices_annotation",
+    "owner_reference",
+    "pod_labels",
+    "render_template",
+]
+
+LABEL_JOB_ROLE = "job-role"
+KUBEFLOW_LABELS = "training.kubeflow.org/"
+DEFAULT_GIT_SYNC_IMAGE = "kubedl/git-sync:v1"
+DEFAULT_CODE_ROOT = "/code"
+
+
+class GitSyncError(ValueError):
+    """The job's `kubedl.io/git-sync-config` annotation is not valid JSON options."""
+
+
+def group_name(job: TrainingJob) -> str:
+    return job.api_version.split("/", 1)[0]
+
+
+def pod_labels(job: TrainingJob, role: str, index: int, plugin: WorkloadPlugin) -> dict[str, str]:
+    """KubeDL's GenLabels plus replica type/index (and Kubeflow's prefixed labels for its jobs)."""
+    name = job.metadata.name.replace("/", "-")
+    rt = role.lower()
+    labels = {
+        LABEL_GROUP_NAME: group_name(job),
+        LABEL_JOB_NAME: name,
+        LABEL_REPLICA_TYPE: rt,
+        LABEL_REPLICA_INDEX: str(index),
+    }
+    master = plugin.is_master(job, role, index)
+    if master:
+        labels[LABEL_JOB_ROLE] = "master"
+    if job.flavor == "kubeflow":
+        labels |= {
+            f"{KUBEFLOW_LABELS}job-name": name,
+            f"{KUBEFLOW_LABELS}replica-type": rt,
+            f"{KUBEFLOW_LABELS}replica-index": str(index),
+            f"{KUBEFLOW_LABELS}operator-name": f"{job.KIND.lower()}-controller",
+        }
+        if master:
+            labels[f"{KUBEFLOW_LABELS}job-role"] = "master"
+    return labels
+
+
+def owner_reference(job: TrainingJob) -> OwnerReference:
+    return OwnerReference(
+        api_version=job.api_version,
+        kind=job.kind,
+        name=job.metadata.name,
+        uid=job.metadata.uid,
+        controller=True,
+        block_owner_deletion=True,
+    )
+
+
+def _extra_list(model: Any, key: str) -> list[Any]:
+    extra = model.__pydantic_extra__
+    if extra.get(key) is None:
+        extra[key] = []
+    return extra[key]  # type: ignore[no-any-return]
+
+
+def inject_git_sync(template: PodTemplateSpec, raw: str) -> None:
+    """KubeDL code_sync: a `git-sync-code` init container and the code volume in every container."""
+    try:
+        opts = json.loads(raw)
+    except ValueError as exc:
+        raise GitSyncError(f"annotation {ANNOTATION_GIT_SYNC}: not valid JSON: {exc}") from None
+    if not isinstance(opts, dict) or not opts.get("source"):
+        raise GitSyncError(f'annotation {ANNOTATION_GIT_SYNC}: an object with at least "source" is required')
+    source = str(opts["source"])
+    root = opts.get("rootPath") or DEFAULT_CODE_ROOT
+    dest = opts.get("destPath")
+    if not dest:
+        dest = source.strip("/").split("/")[-1].removesuffix(".git")
+    max_failures = int(opts.get("maxFailures") or 3)
+    envs: list[dict[str, str]] = list(opts.get("envs") or [])
+    envs.append({"name": "GIT_SYNC_REPO", "value": source})
+    envs.append({"name": "GIT_SYNC_ONE_TIME", "value": "true"})
+    if max_failures >= 0:
+        envs.append({"name": "GIT_SYNC_MAX_SYNC_FAILURES", "value": str(max_failures)})
+    for key, env in (
+        ("branch", "GIT_SYNC_BRANCH"),
+        ("revision", "GIT_SYNC_REV"),
+        ("depth", "GIT_SYNC_DEPTH"),
+    ):
+        if opts.get(key):
+            envs.append({"name": env, "value": str(opts[key])})
+    envs.append({"name": "GIT_SYNC_ROOT", "value": root})
+    envs.append({"name": "GIT_SYNC_DEST", "value": dest})
+    if opts.get("ssh"):
+        envs.append({"name": "GIT_SYNC_SSH", "value": "true"})
+        if opts.get("sshFile"):
+            envs.append({"name": "GIT_SSH_KEY_FILE", "value": str(opts["sshFile"])})
+    if opts.get("user"):
+        envs.append({"name": "GIT_SYNC_USERNAME", "value": str(opts["user"])})
+    if opts.get("password"):
+        envs.append({"name": "GIT_SYNC_PASSWORD", "value": str(opts["password"])})
+    spec = template.spec
+    first = spec.containers[0] if spec.containers else None
+    init = Container.model_validate(
+        {
+            "name": "git-sync-code",
+            "image": opts.get("image") or DEFAULT_GIT_SYNC_IMAGE,
+            "env": envs,
+            "imagePullPolicy": "IfNotPresent",
+            "volumeMounts": [{"name": "git-sync", "readOnly": False, "mountPath": root}],
+            "resources": first.resources.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if first
+            else {},
+        }
+    )
+    spec.init_containers.append(init)
+    _extra_list(spec, "volumes").append({"name": "git-sync", "emptyDir": {}})
+    code_path = opts.get("relativeCodePath") or dest
+    for c in spec.containers:
+        _extra_list(c, "volumeMounts").append(
+            {
+                "name": "git-sync",
+                "readOnly": False,
+                "mountPath": posixpath.join(c.working_dir or "", code_path),
+                "subPath": dest,
+            }
+        )
+
+
+def _setup_host_network(w: Wiring) -> None:
+    """KubeDL setupHostNetwork: host network, ClusterFirstWithHostNet DNS, container port = host port."""
+    spec = w.spec
+    spec.host_network = True
+    spec.dns_policy = "ClusterFirstWithHostNet"
+    if w.host_port is None or not spec.containers:
+        return
+    default = w.port_default
+    container = next((c for c in spec.containers if c.name == default.container), spec.containers[0])
+    for p in container.ports:
+        if p.name == default.name:
+            p.container_port = w.host_port
+            p.host_port = w.host_port
+            return
+    container.ports.append(
+        ContainerPort(name=default.name, container_port=w.host_port, host_port=w.host_port)
+    )
+
+
+def render_template(
+    job: TrainingJob,
+    role: str,
+    index: int,
+    *,
+    plugin: WorkloadPlugin,
+    host_port: int | None = None,
+    cluster_domain: str = "",
+) -> Wiring:
+    """The replica's pod template, wired: labels, code sync, host network, framework env."""
+    template = job.replica_specs[role].template.model_copy(deep=True)
+    meta = template.metadata
+    labels = dict(meta.get("labels") or {})
+    labels.update(pod_labels(job, role, index, plugin))
+    annotations = dict(meta.get("annotations") or {})
+    w = Wiring(
+        job=job,
+        role=role,
+        index=index,
+        template=template,
+        annotations=annotations,
+        host_port=host_port,
+        cluster_domain=cluster_domain,
+    )
+    if ANNOTATION_GIT_SYNC in job.metadata.annotations and template.spec.containers:
+        inject_git_sync(template, job.metadata.annotations[ANNOTATION_GIT_SYNC])
+    if job.host_network:
+        _setup_host_network(w)
+    template.spec.restart_policy = "Never"
+    plugin.wire(w)
+    meta["labels"] = labels
+    meta["annotations"] = w.annotations
+    return w
+
+
+def devices_annotation(reservation: Reservation) -> str:
+    r = reservation.spec
+    value: dict[str, Any] = {
+        "gpus": list(r.gpus),
+        "gpuIds": list(r.gpu_ids),
+        "nics": list(r.nics),
+        "hostPorts": list(r.host_ports),
+    }
+    if r.gpus and r.gpu_milli and r.gpu_milli < 1000:
+        value["gpuMilli"] = r.gpu_milli
+        if r.gpu_memory_mib:
+            value["gpuMemoryMiB"] = r.gpu_memory_mib
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _device_env(pod: Pod, reservation: Reservation) -> None:
+    gpus = reservation.spec.gpus
+    if not gpus:
+        return
+    targets = [
+        c for c in pod.spec.containers if c.resources.effective().get(GPU_RESOURCE, 0) > 0
+    ] or pod.spec.containers[:1]
+    ids = ",".join(reservation.spec.gpu_ids) if reservation.spec.gpu_ids else ",".join(str(g) for g in gpus)
+    for c in targets:
+        c.set_env("NVIDIA_VISIBLE_DEVICES", ids)
+        c.set_env("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in gpus))
+
+
+def build_pod(
+    job: TrainingJob,
+    role: str,
+    index: int,
+    *,
+    plugin: WorkloadPlugin,
+    reservation: Reservation,
+    host_port: int | None = None,
+    cluster_domain: str = "",
+) -> Pod:
+    """The pod for replica `index` of `role`, bound to its reservation's node with its devices."""
+    w = render_template(
+        job,
+        role,
+        index,
+        plugin=plugin,
+        host_port=host_port if job.host_network else None,
+        cluster_domain=cluster_domain,
+    )
+    meta = w.template.metadata
+    annotations = dict(meta["annotations"])
+    annotations[ANNOTATION_DEVICES] = devices_annotation(reservation)
+    pod = Pod(
+        metadata=ObjectMeta(
+            name=replica_name(job.metadata.name, role, index),
+            namespace=job.metadata.namespace or "default",
+            labels=meta["labels"],
+            annotations=annotations,
+            owner_references=[owner_reference(job)],
+        ),
+        spec=w.template.spec,
+    )
+    pod.spec.node_name = reservation.spec.node
+    _device_env(pod, reservation)
+    return pod
+
+
+def build_service(
+    job: TrainingJob, role: str, index: int, *, plugin: WorkloadPlugin, host_port: int | None = None
+) -> Service:
+    """One Service per replica: headless normally; in host-network mode a ClusterIP service whose
+    `port` is the framework port and `targetPort` the pod's host port (KubeDL CreateNewService)."""
+    labels = {
+        k: v
+        for k, v in pod_labels(job, role, index, plugin).items()
+        if k in (LABEL_GROUP_NAME, LABEL_JOB_NAME, LABEL_REPLICA_TYPE, LABEL_REPLICA_INDEX)
+    }
+    flavor = job.info.flavor(job.api_version)
+    port = container_port(job.replica_specs[role].template.spec, flavor.port)
+    ports = []
+    if port is not None:
+        target = host_port if (job.host_network and host_port is not None) else port
+        ports.append(ServicePort(name=flavor.port.name, port=port, target_port=target))
+    return Service(
+        metadata=ObjectMeta(
+            name=replica_name(job.metadata.name, role, index),
+            namespace=job.metadata.namespace or "default",
+            labels=dict(labels),
+            owner_references=[owner_reference(job)],
+        ),
+        spec=ServiceSpec(selector=dict(labels), ports=ports, cluster_ip=None if job.host_network else "None"),
+    )

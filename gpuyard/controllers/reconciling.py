@@ -1,0 +1,703 @@
+"""The job reconciler: one level-triggered loop for every job kind.
+
+For a job key it reads the job and everything the job owns (pods, services, reservations, its
+PodGroup) and moves the world one step towards the job's spec:
+
+1. conditions first seen: Created; a finished job: clean up (cleanPodPolicy), TTL; a suspended
+   job: drop pods and reservations, keep the job;
+2. finished pods through the restart-policy table (`restarting.py`): restart (counted against
+   `backoffLimit`), or fail the job; then the plugin's success rule; `activeDeadlineSeconds`;
+3. the PodGroup (gang) from the job (`gangs.py`); on failover the pods that must move lose their
+   reservation and the PodGroup records the node they ran on (`spec.preferredNodes`);
+4. one Service per placed replica (host-network: its targetPort follows the pod's host port),
+   then the pods whose reservations exist, in start order (`ordering.py`), through the backend;
+   a refused create un-assumes the unmaterialised reservations and requeues.
+
+Status (conditions, replica statuses, restart records) is written *before* pods or reservations
+are deleted, so a crash or a conflicting write never loses or double-counts a restart: each
+restart is recorded with the uid of the failed pod it replaces. All timing uses the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import structlog
+
+from gpuyard.apis.core import Pod, Service
+from gpuyard.apis.jobs import KIND_INFO, JobStatus, PodRestart, ReplicaStatus, TrainingJob, find_job
+from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup, Reservation
+from gpuyard.controllers.gangs import ANNOTATION_JOB_GENERATION, build_pod_group, pod_group_spec
+from gpuyard.controllers.judging import Replica, judge, reason_of, uncounted
+from gpuyard.controllers.materializing import build_pod, build_service
+from gpuyard.controllers.ordering import can_start, dependencies_of
+from gpuyard.controllers.restarting import Ending, needs_new_placement
+from gpuyard.controllers.statuses import record_event, set_condition
+from gpuyard.controllers.workloads.base import WorkloadPlugin, replica_name
+from gpuyard.controllers.workloads.registry import plugin_for
+from gpuyard.platform.backend import BackendError, ClusterBackend
+from gpuyard.platform.bus import ObjectKey, Requeue, Watch
+from gpuyard.platform.context import Context
+from gpuyard.platform.store import NotFound
+
+__all__ = ["ANNOTATION_UNHEALTHY_GPUS", "JobReconciler"]
+
+log = structlog.get_logger(__name__)
+
+ANNOTATION_UNHEALTHY_GPUS = "gpuyard.io/unhealthy-gpus"  # node annotation: comma-separated GPU indices
+ACTIVE = ("Pending", "Running", "Unknown")
+
+
+def _job_key(obj: object) -> Iterable[ObjectKey]:
+    labels = obj.metadata.labels  # type: ignore[attr-defined]
+    name = labels.get(LABEL_JOB_NAME)
+    return ((obj.metadata.namespace, name),) if name else ()  # type: ignore[attr-defined]
+
+
+def _owner_uid(obj: Pod | Service | PodGroup) -> str | None:
+    for ref in obj.metadata.owner_references:
+        if ref.kind in KIND_INFO:
+            return ref.uid
+    return None
+
+
+@dataclass(slots=True)
+class Observed:
+    """Everything a job owns, read once per pass."""
+
+    replicas: list[Replica]
+    extra_pods: list[Pod]  # pods of this job that no replica wants (scaled in, renamed roles)
+    stale_pods: list[Pod]  # pods of an earlier job of the same name
+    reservations: dict[str, Reservation]
+    services: dict[str, Service]
+    pod_group: PodGroup | None
+
+
+@dataclass(slots=True)
+class Actions:
+    """What a pass decided to do after the status is written."""
+
+    delete_pods: list[Pod] = field(default_factory=list)
+    delete_reservations: list[Reservation] = field(default_factory=list)
+    moves: dict[str, str] = field(default_factory=dict)  # pod name -> node it ran on
+    events: list[tuple[str, str, bool]] = field(default_factory=list)  # reason, message, warning
+
+
+class JobReconciler:
+    """Reconciles every training job kind through its workload plugin."""
+
+    name = "job-operator"
+
+    def __init__(self, ctx: Context, *, concurrency: int | None = None) -> None:
+        self.ctx = ctx
+        self.store = ctx.store
+        self.clock = ctx.clock
+        self.settings = ctx.settings.operator
+        self.concurrency = concurrency or self.settings.concurrency
+        self.watches = (
+            *(Watch(kind) for kind in KIND_INFO),
+            Watch("Pod", _job_key),
+            Watch("Reservation", _job_key),
+            Watch("PodGroup"),
+        )
+        self._create_failures: dict[ObjectKey, int] = {}
+
+    @property
+    def backend(self) -> ClusterBackend:
+        if self.ctx.backend is None:
+            raise RuntimeError("the job operator needs a cluster backend (ctx.backend)")
+        return self.ctx.backend
+
+    # --- entry ---------------------------------------------------------------------------------
+
+    async def reconcile(self, key: ObjectKey) -> Requeue | None:
+        namespace, name = key
+        job = find_job(self.store, namespace, name)
+        if job is None:
+            await self._delete_children(namespace, name)
+            self._create_failures.pop(key, None)
+            return None
+        return await self._sync(job)
+
+    # --- observation ---------------------------------------------------------------------------
+
+    def _observe(self, job: TrainingJob) -> Observed:
+        ns, name = job.metadata.namespace, job.metadata.name
+        selector = {LABEL_JOB_NAME: name}
+        pods: dict[str, Pod] = {}
+        stale: list[Pod] = []
+        for pod in self.store.list("Pod", namespace=ns, selector=selector):
+            owner = _owner_uid(pod)  # type: ignore[arg-type]
+            if owner is None:
+                continue  # not ours
+            if owner != job.metadata.uid:
+                stale.append(pod)  # type: ignore[arg-type]
+            else:
+                pods[pod.metadata.name] = pod  # type: ignore[assignment]
+        reservations = {
+            r.metadata.name: r
+            for r in self.store.list("Reservation", namespace=ns, selector=selector)
+            if r.spec.pod_group == name  # type: ignore[attr-defined]
+        }
+        services = {s.metadata.name: s for s in self.store.list("Service", namespace=ns, selector=selector)}
+        replicas = []
+        for role in job.roles():
+            for index in range(job.replica_specs[role].count):
+                rname = replica_name(name, role, index)
+                replicas.append(Replica(role, index, rname, pods.pop(rname, None), reservations.get(rname)))  # type: ignore[arg-type]
+        pg = self.store.get("PodGroup", ns, name)
+        return Observed(replicas, list(pods.values()), stale, reservations, services, pg)  # type: ignore[arg-type]
+
+    # --- the pass ------------------------------------------------------------------------------
+
+    async def _sync(self, job: TrainingJob) -> Requeue | None:
+        now = self.clock.utcnow()
+        plugin = plugin_for(job.kind)
+        obs = self._observe(job)
+        status = job.status.model_copy(deep=True)
+        acts = Actions()
+        for pod in obs.stale_pods:
+            await self._delete_pod(pod)
+        if obs.pod_group is not None and _owner_uid(obs.pod_group) not in (None, job.metadata.uid):
+            # the gang of an earlier job of the same name: its placement is not ours
+            self._delete_quietly("PodGroup", obs.pod_group.metadata.namespace, obs.pod_group.metadata.name)
+            for res in obs.reservations.values():
+                self._delete_reservation(res)
+            obs = self._observe(job)
+        if status.condition("Created") is None:
+            self._set(
+                job,
+                status,
+                acts,
+                "Created",
+                self._reason(job, "Created"),
+                f"{job.kind} {job.metadata.name} is created.",
+                now,
+            )
+        if status.finished:
+            return await self._finished(job, status, obs, acts, now)
+        if job.suspended:
+            return await self._suspend(job, plugin, status, obs, acts, now)
+        if status.is_true("Suspended"):
+            status.start_time = None
+            self._set(
+                job,
+                status,
+                acts,
+                "Suspended",
+                self._reason(job, "Resumed"),
+                f"{job.kind} {job.metadata.name} is resumed.",
+                now,
+                true=False,
+            )
+            status.phase = "Created"
+
+        verdict = judge(job, plugin, status, obs.replicas, now)
+        terminal, restarts = verdict.terminal, verdict.restarts
+        if terminal is not None:
+            type_, reason, message = terminal
+            status.completion_time = now
+            self._set(job, status, acts, type_, reason, message, now, warning=type_ == "Failed")
+            self._replica_statuses(job, status, obs)
+            self._write_status(job, status, now)
+            self._emit(job, acts, now)
+            return await self._finished(job, status, self._observe(job), Actions(), now, written=True)
+
+        self._plan_restarts(job, status, obs, restarts, acts, now)
+        pod_group = self._ensure_pod_group(job, plugin, obs.pod_group, acts)
+        restarted = {p.metadata.name for p in acts.delete_pods}
+        moved = {r.metadata.name for r in acts.delete_reservations}
+        live = {r.name: r.pod for r in obs.replicas if r.pod is not None and r.name not in restarted}
+        held = {n: r for n, r in obs.reservations.items() if n not in moved}
+        # a running pod whose reservation the scheduler took away (preemption) must stop
+        preempted = []
+        for rep in obs.replicas:
+            pod = live.get(rep.name)
+            if pod is not None and rep.name not in held and pod.status.phase in ACTIVE:
+                acts.delete_pods.append(pod)
+                live.pop(rep.name)
+                preempted.append(rep.name)
+        if preempted:
+            message = f"{job.kind} {job.metadata.name} is restarting because {len(preempted)} replica(s) lost their placement: {', '.join(preempted)}."
+            self._set(
+                job,
+                status,
+                acts,
+                "Restarting",
+                self._reason(job, "Restarting"),
+                message,
+                now,
+                warning=True,
+                force_event=True,
+            )
+        acts.delete_pods.extend(obs.extra_pods)
+        to_create = self._plan_creates(job, plugin, status, obs, live, held, pod_group)
+        self._progress(job, status, obs, live, held, pod_group, bool(restarts or preempted), acts, now)
+        self._replica_statuses(job, status, obs, live=live)
+        self._write_status(job, status, now)
+
+        for pod in acts.delete_pods:
+            await self._delete_pod(pod)
+        for res in acts.delete_reservations:
+            self._delete_reservation(res)
+        requeue = await self._materialize(job, plugin, obs, held, to_create, acts, now)
+        self._emit(job, acts, now)
+        return requeue or self._deadline_requeue(job, status, now)
+
+    # --- judging finished pods -----------------------------------------------------------------
+
+    def _plan_restarts(
+        self,
+        job: TrainingJob,
+        status: JobStatus,
+        obs: Observed,
+        restarts: list[tuple[Replica, Ending]],
+        acts: Actions,
+        now: datetime,
+    ) -> None:
+        if not restarts:
+            return
+        per_role: dict[str, int] = {}
+        exited_ok = 0
+        for rep, ending in restarts:
+            assert rep.pod is not None
+            if uncounted(status, rep):
+                record = status.pod_restarts.setdefault(rep.name, PodRestart())
+                record.count += 1
+                record.last_uid = rep.pod.metadata.uid
+                status.restarts += 1
+                if ending.exit_code is not None:
+                    acts.events.append(
+                        (
+                            "ExitedWithCode",
+                            f"Pod: {rep.pod.metadata.namespace}.{rep.name} exited with code {ending.exit_code}",
+                            False,
+                        )
+                    )
+            acts.delete_pods.append(rep.pod)
+            if ending.phase == "Failed":
+                per_role[rep.role] = per_role.get(rep.role, 0) + 1
+            else:
+                exited_ok += 1
+            node = rep.reservation.spec.node if rep.reservation is not None else rep.pod.spec.node_name
+            move = (
+                job.host_network
+                or needs_new_placement(ending)
+                or (rep.reservation is not None and not self._placement_healthy(rep.reservation))
+            )
+            if move:
+                if rep.reservation is not None:
+                    acts.delete_reservations.append(rep.reservation)
+                if node:
+                    acts.moves[rep.name] = node
+        name = f"{job.kind} {job.metadata.name}"
+        if per_role:
+            parts = ", ".join(f"{n} {role}" for role, n in per_role.items())
+            message = f"{name} is restarting because {parts} replica(s) failed."
+        else:
+            message = (
+                f"{name} is restarting because {exited_ok} replica(s) exited and restartPolicy is Always."
+            )
+        self._set(
+            job,
+            status,
+            acts,
+            "Restarting",
+            self._reason(job, "Restarting"),
+            message,
+            now,
+            warning=True,
+            force_event=True,
+        )
+
+    def _placement_healthy(self, res: Reservation) -> bool:
+        node = self.store.get("Node", "", res.spec.node)
+        if node is None or not node.ready:  # type: ignore[attr-defined]
+            return False
+        raw = node.metadata.annotations.get(ANNOTATION_UNHEALTHY_GPUS, "")
+        bad = {int(x) for x in raw.split(",") if x.strip().isdigit()}
+        if "NodeTopology" in self.store.kinds():
+            topo = self.store.get("NodeTopology", "", res.spec.node)
+            for gpu in getattr(getattr(topo, "spec", None), "gpus", None) or []:
+                if getattr(gpu, "health", "Healthy") != "Healthy":
+                    bad.add(gpu.index)
+        return not (bad & set(res.spec.gpus))
+
+    # --- gang ------------------------------------------------------------------------------------
+
+    def _ensure_pod_group(
+        self, job: TrainingJob, plugin: WorkloadPlugin, pg: PodGroup | None, acts: Actions
+    ) -> PodGroup:
+        domain = self.settings.cluster_domain
+        if pg is None:
+            return self.store.create(
+                build_pod_group(job, plugin, cluster_domain=domain, preferred_nodes=acts.moves)
+            )
+        copy = pg.clone()
+        changed = False
+        generation = str(job.metadata.generation)
+        if copy.metadata.annotations.get(ANNOTATION_JOB_GENERATION) != generation:
+            copy.spec = pod_group_spec(
+                job, plugin, cluster_domain=domain, preferred_nodes=copy.spec.preferred_nodes
+            )
+            copy.metadata.annotations[ANNOTATION_JOB_GENERATION] = generation
+            changed = True
+        if acts.moves:
+            copy.spec.preferred_nodes.update(acts.moves)
+            copy.status.phase = "Pending"
+            copy.status.reason = "Failover"
+            copy.status.message = "re-placing " + ", ".join(sorted(acts.moves))
+            changed = True
+        return self.store.update(copy) if changed else pg
+
+    # --- creating pods -------------------------------------------------------------------------
+
+    def _plan_creates(
+        self,
+        job: TrainingJob,
+        plugin: WorkloadPlugin,
+        status: JobStatus,
+        obs: Observed,
+        live: dict[str, Pod],
+        held: dict[str, Reservation],
+        pod_group: PodGroup,
+    ) -> list[Replica]:
+        wanted = [r for r in obs.replicas if r.name in held and r.name not in live]
+        if not wanted:
+            return []
+        started = status.start_time is not None or bool(live)
+        if not started and len(held) < max(1, pod_group.spec.minimum()):
+            return []  # the whole gang (its minimum) is placed before any pod starts
+        deps = dependencies_of(job, plugin)
+        replicas = {r: s.count for r, s in job.replica_specs.items()}
+        phases: dict[str, dict[int, str]] = {}
+        for rep in obs.replicas:
+            pod = live.get(rep.name)
+            if pod is not None:
+                phases.setdefault(rep.role, {})[rep.index] = pod.status.phase
+        return [r for r in wanted if can_start(r.role, deps=deps, replicas=replicas, phases=phases)]
+
+    async def _materialize(
+        self,
+        job: TrainingJob,
+        plugin: WorkloadPlugin,
+        obs: Observed,
+        held: dict[str, Reservation],
+        to_create: list[Replica],
+        acts: Actions,
+        now: datetime,
+    ) -> Requeue | None:
+        # services first: a pod's Service (and its targetPort) is in place before the pod runs
+        ports = {name: self._host_port(res) for name, res in held.items()} if job.host_network else {}
+        for rep in obs.replicas:
+            res = held.get(rep.name)
+            if res is None:
+                continue
+            desired = build_service(job, rep.role, rep.index, plugin=plugin, host_port=ports.get(rep.name))
+            current = obs.services.get(rep.name)
+            if (
+                current is None
+                or current.spec != desired.spec
+                or current.metadata.labels != desired.metadata.labels
+            ):
+                await self.backend.apply_service(desired)
+        key = (job.metadata.namespace, job.metadata.name)
+        domain = self.settings.cluster_domain
+        for rep in to_create:
+            res = held[rep.name]
+            pod = build_pod(
+                job,
+                rep.role,
+                rep.index,
+                plugin=plugin,
+                reservation=res,
+                host_port=ports.get(rep.name),
+                cluster_domain=domain,
+            )
+            try:
+                await self.backend.create_pod(pod)
+            except BackendError as exc:
+                return self._unassume(job, obs, held, str(exc), acts)
+            acts.events.append(("SuccessfulCreatePod", f"Created pod: {rep.name}", False))
+        if to_create:
+            self._create_failures.pop(key, None)
+        return None
+
+    def _host_port(self, res: Reservation) -> int:
+        """The reservation's host port; if the scheduler assigned none, the lowest free one on its node."""
+        if res.spec.host_ports:
+            return res.spec.host_ports[0]
+        lo, hi = self.settings.host_port_range
+        used: set[int] = set()
+        for other in self.store.list("Reservation"):
+            if other.spec.node == res.spec.node:  # type: ignore[attr-defined]
+                used.update(other.spec.host_ports)  # type: ignore[attr-defined]
+        port = next((p for p in range(lo, hi + 1) if p not in used), lo)
+        current = self.store.get("Reservation", res.metadata.namespace, res.metadata.name)
+        if current is not None:
+            copy = current.clone()
+            copy.spec.host_ports = [port]  # type: ignore[attr-defined]
+            self.store.update(copy)
+        log.warning(
+            "job.host_port_assigned",
+            reservation=f"{res.metadata.namespace}/{res.metadata.name}",
+            node=res.spec.node,
+            port=port,
+        )
+        return port
+
+    def _unassume(
+        self, job: TrainingJob, obs: Observed, held: dict[str, Reservation], error: str, acts: Actions
+    ) -> Requeue:
+        """A refused pod create: give back the reservations that have no pod and queue again."""
+        ns, name = job.metadata.namespace, job.metadata.name
+        with_pods = {
+            p.metadata.name for p in self.store.list("Pod", namespace=ns, selector={LABEL_JOB_NAME: name})
+        }
+        released = []
+        for rname, res in held.items():
+            if rname not in with_pods:
+                self._delete_reservation(res)
+                released.append(rname)
+
+        def pending(pg: PodGroup) -> None:
+            pg.status.phase = "Pending"
+            pg.status.reason = "PodCreationFailed"
+            pg.status.message = error
+
+        try:
+            self.store.mutate("PodGroup", ns, name, pending)
+        except NotFound:
+            pass
+        acts.events.append(
+            (
+                "FailedCreatePod",
+                f"Error creating: {error}; released {len(released)} reservation(s) and queued again",
+                True,
+            )
+        )
+        key = (ns, name)
+        failures = self._create_failures.get(key, 0)
+        self._create_failures[key] = failures + 1
+        log.warning("job.create_failed", job=f"{ns}/{name}", error=error, released=len(released))
+        return Requeue(after=min(30.0, 0.5 * 2**failures))
+
+    # --- status ----------------------------------------------------------------------------------
+
+    def _progress(
+        self,
+        job: TrainingJob,
+        status: JobStatus,
+        obs: Observed,
+        live: dict[str, Pod],
+        held: dict[str, Reservation],
+        pod_group: PodGroup,
+        restarting: bool,
+        acts: Actions,
+        now: datetime,
+    ) -> None:
+        if live and status.start_time is None:
+            status.start_time = now
+        if restarting:
+            return
+        name = f"{job.kind} {job.metadata.name}"
+        running = any(p.status.phase == "Running" for p in live.values())
+        all_up = all(
+            (p := live.get(r.name)) is not None and p.status.phase in ("Running", "Succeeded")
+            for r in obs.replicas
+        )
+        if status.phase == "Restarting":
+            if all_up:
+                self._set(
+                    job, status, acts, "Running", self._reason(job, "Running"), f"{name} is running.", now
+                )
+        elif running:
+            self._set(job, status, acts, "Running", self._reason(job, "Running"), f"{name} is running.", now)
+        elif not live and status.phase in ("", "Created", "Queuing"):
+            why = pod_group.status.message or pod_group.status.reason
+            message = f"{name} is queuing" + (f": {why}" if why else ".")
+            self._set(
+                job,
+                status,
+                acts,
+                "Queuing",
+                self._reason(job, "Queuing"),
+                message,
+                now,
+                event=status.phase != "Queuing",
+            )
+
+    def _replica_statuses(
+        self, job: TrainingJob, status: JobStatus, obs: Observed, *, live: dict[str, Pod] | None = None
+    ) -> None:
+        out: dict[str, ReplicaStatus] = {role: ReplicaStatus() for role in job.roles()}
+        for rep in obs.replicas:
+            rs = out[rep.role]
+            record = status.pod_restarts.get(rep.name)
+            rs.restarts += record.count if record is not None else 0
+            pod = rep.pod if live is None else live.get(rep.name)
+            if pod is None:
+                continue
+            phase = pod.status.phase
+            if phase == "Running":
+                rs.active += 1
+            elif phase == "Succeeded":
+                rs.succeeded += 1
+            elif phase == "Failed":
+                rs.failed += 1
+        status.replica_statuses = out
+
+    def _set(
+        self,
+        job: TrainingJob,
+        status: JobStatus,
+        acts: Actions,
+        type_: str,
+        reason: str,
+        message: str,
+        now: datetime,
+        *,
+        true: bool = True,
+        warning: bool = False,
+        event: bool = True,
+        force_event: bool = False,
+    ) -> None:
+        before = status.phase
+        changed = set_condition(status, type_, reason=reason, message=message, now=now, true=true)
+        if (changed and event) or force_event:
+            acts.events.append((reason, message, warning))
+        if status.phase != before:
+            log.info(
+                "job.transition",
+                job=f"{job.metadata.namespace}/{job.metadata.name}",
+                kind=job.kind,
+                phase=status.phase,
+                was=before or "-",
+                reason=reason,
+            )
+
+    @staticmethod
+    def _reason(job: TrainingJob, what: str) -> str:
+        return reason_of(job, what)
+
+    def _write_status(self, job: TrainingJob, status: JobStatus, now: datetime) -> None:
+        if status.model_dump(exclude={"last_reconcile_time"}) == job.status.model_dump(
+            exclude={"last_reconcile_time"}
+        ):
+            return
+        status.last_reconcile_time = now
+        self.store.update(job.model_copy(update={"status": status}))
+
+    def _emit(self, job: TrainingJob, acts: Actions, now: datetime) -> None:
+        for reason, message, warning in acts.events:
+            record_event(self.store, job, reason=reason, message=message, now=now, warning=warning)
+        acts.events.clear()
+
+    def _deadline_requeue(self, job: TrainingJob, status: JobStatus, now: datetime) -> Requeue | None:
+        deadline = job.run_policy.active_deadline_seconds
+        if deadline is None or status.start_time is None:
+            return None
+        remaining = status.start_time.timestamp() + deadline - now.timestamp()
+        return Requeue(after=max(0.0, remaining) + 0.001)
+
+    # --- suspension, completion, deletion ------------------------------------------------------
+
+    async def _suspend(
+        self,
+        job: TrainingJob,
+        plugin: WorkloadPlugin,
+        status: JobStatus,
+        obs: Observed,
+        acts: Actions,
+        now: datetime,
+    ) -> Requeue | None:
+        if not status.is_true("Suspended"):
+            status.start_time = None
+            self._set(
+                job,
+                status,
+                acts,
+                "Suspended",
+                self._reason(job, "Suspended"),
+                f"{job.kind} {job.metadata.name} is suspended.",
+                now,
+            )
+        self._replica_statuses(job, status, obs, live={})
+        self._write_status(job, status, now)
+        for rep in obs.replicas:
+            if rep.pod is not None:
+                await self._delete_pod(rep.pod)
+        for pod in obs.extra_pods:
+            await self._delete_pod(pod)
+        for res in obs.reservations.values():
+            self._delete_reservation(res)
+        self._ensure_pod_group(job, plugin, obs.pod_group, acts)
+        self._emit(job, acts, now)
+        return None
+
+    async def _finished(
+        self,
+        job: TrainingJob,
+        status: JobStatus,
+        obs: Observed,
+        acts: Actions,
+        now: datetime,
+        *,
+        written: bool = False,
+    ) -> Requeue | None:
+        if not written:
+            self._write_status(job, status, now)
+            self._emit(job, acts, now)
+        policy = job.run_policy.clean_pod_policy or "Running"
+        for pod in [*(r.pod for r in obs.replicas if r.pod is not None), *obs.extra_pods]:
+            if policy == "All" or (policy == "Running" and pod.status.phase in ACTIVE):
+                await self._delete_pod(pod)
+                if pod.metadata.name in obs.services:
+                    await self.backend.delete_service(pod.metadata.namespace, pod.metadata.name)
+        for res in obs.reservations.values():
+            self._delete_reservation(res)
+        if obs.pod_group is not None:
+            self._delete_quietly("PodGroup", obs.pod_group.metadata.namespace, obs.pod_group.metadata.name)
+        ttl = job.run_policy.ttl_seconds_after_finished
+        if ttl is None:
+            return None
+        finished_at = (status.completion_time or now).timestamp()
+        remaining = finished_at + ttl - now.timestamp()
+        if remaining > 0:
+            return Requeue(after=remaining)
+        log.info(
+            "job.ttl_expired", job=f"{job.metadata.namespace}/{job.metadata.name}", kind=job.kind, ttl=ttl
+        )
+        self._delete_quietly(job.kind, job.metadata.namespace, job.metadata.name)
+        await self._delete_children(job.metadata.namespace, job.metadata.name)
+        return None
+
+    async def _delete_children(self, ns: str, name: str) -> None:
+        """The job is gone: delete its pods, services, reservations, PodGroup and events."""
+        selector = {LABEL_JOB_NAME: name}
+        for pod in self.store.list("Pod", namespace=ns, selector=selector):
+            if _owner_uid(pod) is not None:  # type: ignore[arg-type]
+                await self._delete_pod(pod)  # type: ignore[arg-type]
+        for svc in self.store.list("Service", namespace=ns, selector=selector):
+            if _owner_uid(svc) is not None:  # type: ignore[arg-type]
+                await self.backend.delete_service(ns, svc.metadata.name)
+        for res in self.store.list("Reservation", namespace=ns, selector=selector):
+            if res.spec.pod_group == name:  # type: ignore[attr-defined]
+                self._delete_reservation(res)  # type: ignore[arg-type]
+        self._delete_quietly("PodGroup", ns, name)
+        for ev in self.store.list("Event", namespace=ns, selector=selector):
+            self._delete_quietly("Event", ns, ev.metadata.name)
+
+    async def _delete_pod(self, pod: Pod) -> None:
+        await self.backend.delete_pod(pod.metadata.namespace, pod.metadata.name)
+
+    def _delete_reservation(self, res: Reservation) -> None:
+        self._delete_quietly("Reservation", res.metadata.namespace, res.metadata.name)
+
+    def _delete_quietly(self, kind: str, ns: str, name: str) -> None:
+        try:
+            self.store.delete(kind, ns, name)
+        except NotFound:
+            pass

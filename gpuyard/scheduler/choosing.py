@@ -1,0 +1,76 @@
+"""GPU choosers: which GPUs of the chosen node a pod gets (the pluggable step inside a node).
+
+The default, `lowest-index`, takes the lowest-numbered idle GPUs of the pod's class (for a GPU
+share: the tightest GPU that still fits, lowest index among equals). The topology issue
+registers a chooser that looks up the best NVLink subset for the node's free mask
+(`gpuyard.devices.subsets.pick(table, free_mask, k)`) and the NICs under it; `free_mask` gives
+the bit mask such a lookup takes.
+
+A chooser may answer None ("not on this node") even where the node's GPU count said the pod
+fits (e.g. an allowed-partition rule); the engine then takes fewer pods there and moves on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpuyard.scheduler.framework import GPUChoice, register_chooser
+from gpuyard.scheduler.gangs import GPU_MILLI, PodShape
+from gpuyard.scheduler.snapshot import Snapshot
+
+__all__ = ["NO_GPUS", "LowestIndexChooser", "free_mask", "usable_row"]
+
+NO_GPUS = GPUChoice(())
+
+
+def usable_row(snapshot: Snapshot, row: int, gpu_class: str | None) -> list[bool]:
+    """Per GPU slot of `row`: healthy and of the class (any class for None)."""
+    healthy = snapshot.gpu_healthy[row]
+    if gpu_class is None:
+        return healthy.tolist()
+    cm = snapshot.class_mask(gpu_class)
+    if cm is None:
+        return [False] * snapshot.g
+    return (healthy & cm.gpu[row]).tolist()
+
+
+def free_mask(snapshot: Snapshot, row: int, shape: PodShape) -> int:
+    """Bit i set when GPU i of `row` can serve one of the pod's GPUs (idle, or enough share left)."""
+    ok = usable_row(snapshot, row, shape.gpu_class)
+    free = snapshot.gpu_free_milli[row].tolist()
+    need = shape.gpu_milli if shape.shared else GPU_MILLI
+    mask = 0
+    for i, (u, f) in enumerate(zip(ok, free, strict=True)):
+        if u and f >= need:
+            mask |= 1 << i
+    return mask
+
+
+class LowestIndexChooser:
+    name = "lowest-index"
+
+    def choose(self, snapshot: Snapshot, row: int, shape: PodShape) -> GPUChoice | None:
+        if not shape.gpus:
+            return NO_GPUS
+        ok = usable_row(snapshot, row, shape.gpu_class)
+        free = snapshot.gpu_free_milli[row].tolist()
+        if shape.shared:
+            best = -1
+            for i, (u, f) in enumerate(zip(ok, free, strict=True)):
+                if u and f >= shape.gpu_milli and (best < 0 or f < free[best]):
+                    best = i
+            return GPUChoice((best,)) if best >= 0 else None
+        picked = [i for i, (u, f) in enumerate(zip(ok, free, strict=True)) if u and f == GPU_MILLI][
+            : shape.gpus
+        ]
+        return GPUChoice(tuple(picked)) if len(picked) == shape.gpus else None
+
+
+def _lowest(args: Mapping[str, Any]) -> LowestIndexChooser:
+    if args:
+        raise ValueError(f"GPU chooser 'lowest-index' takes no arguments, got {sorted(args)}")
+    return LowestIndexChooser()
+
+
+register_chooser(LowestIndexChooser.name, _lowest, replace=True)

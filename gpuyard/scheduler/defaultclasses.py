@@ -1,0 +1,66 @@
+"""The default ResourceClasses: one `nvidia.<model>` class per GPU model found in the cluster.
+
+A reconciler on Node (and NodeTopology) objects: each GPU model a node reports (label
+`gpuyard.io/gpu-model`, the product name, or the NodeTopology's GPUs) maps to the key of the
+class `nvidia.<model>`; reconciling a key creates the class if it does not exist, selecting
+`model In [<model>]`. Classes are never changed or deleted here: an administrator may edit a
+default class, and a class some job asks for must not vanish when the last such node goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import structlog
+
+from gpuyard.apis.resourceclasses import default_class, default_class_name, gpu_devices
+from gpuyard.platform.bus import Requeue, Watch
+from gpuyard.platform.store import AlreadyExists, Store
+
+__all__ = ["DefaultClassReconciler"]
+
+log = structlog.get_logger(__name__)
+
+
+class DefaultClassReconciler:
+    name = "default-resource-classes"
+    concurrency = 1
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._models: dict[str, str] = {}  # class name -> model
+        watches = [Watch("Node", self._node_keys)]
+        if "NodeTopology" in store.kinds():
+            watches.append(Watch("NodeTopology", self._topology_keys))
+        self.watches = watches
+
+    def _keys(self, models: Iterable[str]) -> list[tuple[str, str]]:
+        out = []
+        for model in sorted(set(models)):
+            if not model:
+                continue
+            name = default_class_name(model)
+            self._models[name] = model
+            out.append(("", name))
+        return out
+
+    def _node_keys(self, node: object) -> list[tuple[str, str]]:
+        return self._keys(d.model for d in gpu_devices(node))  # type: ignore[arg-type]
+
+    def _topology_keys(self, topology: object) -> list[tuple[str, str]]:
+        node = self.store.get("Node", "", topology.metadata.name)  # type: ignore[attr-defined]
+        if node is None:
+            return []
+        return self._keys(d.model for d in gpu_devices(node, topology))  # type: ignore[arg-type]
+
+    async def reconcile(self, key: tuple[str, str]) -> Requeue | None:
+        name = key[1]
+        model = self._models.get(name)
+        if model is None or self.store.get("ResourceClass", "", name) is not None:
+            return None
+        try:
+            self.store.create(default_class(model))
+        except AlreadyExists:
+            return None
+        log.info("resourceclass.created", name=name, model=model)
+        return None

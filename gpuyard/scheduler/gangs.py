@@ -1,0 +1,396 @@
+"""Gang requests as plain data: what `place()` is asked to place, built once from PodGroups.
+
+The operator writes a PodGroup per job (pydantic, at the edge); the scheduler turns one PodGroup,
+or the several PodGroups of a gang group, into a :class:`GangRequest`: per role the pods that
+still lack a Reservation (:class:`PodSlot`), how many of them are *required* (the gang minimum
+less what is already placed) and one :class:`PodShape` they all share. `place()` and every
+plugin work on these frozen, hashable values only, so identical pods are placed as a group and
+per-shape results can be cached.
+
+Minimum rules: every replica, unless the role's `minAvailable` or the job's `minAvailable` says
+less. With a job-wide minimum, roles without their own minimum contribute pods in role order
+(the operator lists roles in start order: Master/PS before Worker) until the minimum is reached.
+Pods above the minimum are *optional*: placed when they fit, otherwise left for a later cycle.
+
+Also here: testing a :class:`Constraints` against one node (`selector_ok`, `affinity_ok`,
+`taints_ok`), with Kubernetes' semantics — node-selector terms ORed, requirements of a term ANDed,
+an empty term matches nothing; `NotIn`/`DoesNotExist` match a node without the label; `Gt`/`Lt`
+compare the label as an integer; `matchFields` knows `metadata.name`; a NoSchedule/NoExecute
+taint must be tolerated. The snapshot runs them once per node for each *distinct* constraint set
+and caches the mask, so they are never on the per-pod path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from gpuyard.apis.core import PodSpec
+from gpuyard.apis.resourceclasses import parse_gpu_request
+from gpuyard.apis.scheduling import PodGroup, pod_name
+
+__all__ = [
+    "GPU_MILLI",
+    "MIB",
+    "Constraints",
+    "GangRequest",
+    "PodShape",
+    "PodSlot",
+    "RolePart",
+    "affinity_ok",
+    "build_gang",
+    "constraints_of",
+    "requirement_ok",
+    "selector_ok",
+    "shape_of",
+    "taints_ok",
+    "tolerates",
+]
+
+GPU_MILLI = 1000
+MIB = 1 << 20
+
+Term = tuple[tuple[tuple[str, str, tuple[str, ...]], ...], tuple[tuple[str, str, tuple[str, ...]], ...]]
+"""A node-selector term: (matchExpressions, matchFields), each (key, operator, values)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    """Where a pod may run: nodeSelector, required node affinity (terms ORed), tolerations."""
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity: tuple[Term, ...] = ()
+    tolerations: tuple[tuple[str | None, str, str | None, str | None], ...] = ()
+
+    @property
+    def selects(self) -> bool:
+        return bool(self.node_selector or self.affinity)
+
+
+NO_CONSTRAINTS = Constraints()
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """One pod's request in scheduler units; identical pods share one shape.
+
+    `cpu_milli` thousandths of a CPU, `mem_mib` MiB (rounded up), `gpus` devices of `gpu_class`
+    (None: any GPU) with `gpu_milli` of each (1000: whole GPUs; less: a share of one GPU),
+    `ext` extended resources in thousandths, `host_ports` ports handed out per pod.
+    `preferences` are preferred node-affinity terms (weight, term) for the GPU-type score.
+    """
+
+    cpu_milli: int = 0
+    mem_mib: int = 0
+    gpus: int = 0
+    gpu_milli: int = 0
+    gpu_class: str | None = None
+    ext: tuple[tuple[str, int], ...] = ()
+    host_ports: int = 0
+    constraints: Constraints = NO_CONSTRAINTS
+    preferences: tuple[tuple[int, Term], ...] = ()
+
+    def __post_init__(self) -> None:
+        if min(self.cpu_milli, self.mem_mib, self.gpus, self.gpu_milli, self.host_ports) < 0:
+            raise ValueError("a pod shape has no negative amounts")
+        if self.gpus and not 0 < self.gpu_milli <= GPU_MILLI:
+            raise ValueError(f"gpu_milli must be within 1..{GPU_MILLI} for a GPU pod, got {self.gpu_milli}")
+        if self.gpus > 1 and self.gpu_milli < GPU_MILLI:
+            raise ValueError("a GPU share (gpu_milli < 1000) is one GPU per pod")
+
+    @property
+    def shared(self) -> bool:
+        return self.gpus == 1 and self.gpu_milli < GPU_MILLI
+
+    def describe(self) -> str:
+        """`4 GPUs of class nvidia.v100, 8 CPU, 64Gi memory` — for explanations."""
+        parts = []
+        if self.gpus:
+            kind = f" of class {self.gpu_class}" if self.gpu_class else ""
+            if self.shared:
+                parts.append(f"{self.gpu_milli}m of 1 GPU{kind}")
+            else:
+                parts.append(f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}{kind}")
+        if self.cpu_milli:
+            cpu = self.cpu_milli / 1000
+            parts.append(f"{cpu:g} CPU")
+        if self.mem_mib:
+            mem = f"{self.mem_mib // 1024}Gi" if self.mem_mib % 1024 == 0 else f"{self.mem_mib}Mi"
+            parts.append(f"{mem} memory")
+        parts.extend(f"{amount / 1000:g} {name}" for name, amount in self.ext)
+        if self.host_ports:
+            parts.append(f"{self.host_ports} host port{'s' if self.host_ports != 1 else ''}")
+        return ", ".join(parts) or "nothing"
+
+
+@dataclass(frozen=True, slots=True)
+class PodSlot:
+    """One pod to place: its name (also its Reservation's), PodGroup, role and replica index."""
+
+    namespace: str
+    group: str
+    role: str
+    index: int
+    name: str
+    preferred_node: str | None = None
+
+
+@dataclass(slots=True)
+class RolePart:
+    """The pods of one role of one PodGroup that need placing; the first `required` must all fit."""
+
+    namespace: str
+    group: str
+    role: str
+    shape: PodShape
+    pods: tuple[PodSlot, ...]
+    required: int
+    requests: Mapping[str, Decimal] = field(default_factory=dict)
+
+    @property
+    def optional(self) -> tuple[PodSlot, ...]:
+        return self.pods[self.required :]
+
+
+@dataclass(slots=True)
+class GangRequest:
+    """Everything `place()` needs about one gang (one job, or a gang group placed together)."""
+
+    key: tuple[str, str]
+    members: tuple[tuple[str, str], ...]
+    parts: list[RolePart]
+    priority: int = 0
+    placed: dict[str, str] = field(default_factory=dict)
+    """Pods of the gang that already hold a Reservation: pod name -> node (failover, local peers)."""
+
+    @property
+    def required(self) -> int:
+        return sum(p.required for p in self.parts)
+
+    @property
+    def wanted(self) -> int:
+        return sum(len(p.pods) for p in self.parts)
+
+
+# --- building from the API --------------------------------------------------------------------
+
+
+def _term(term: object) -> Term:
+    def reqs(items: Sequence[object]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        return tuple((r.key, r.operator, tuple(r.values)) for r in items)  # type: ignore[attr-defined]
+
+    return (reqs(term.match_expressions), reqs(term.match_fields))  # type: ignore[attr-defined]
+
+
+def _dict_term(raw: Mapping[str, object]) -> Term:
+    def reqs(items: object) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        out = []
+        for r in items or []:  # type: ignore[union-attr]
+            out.append(
+                (
+                    str(r.get("key", "")),
+                    str(r.get("operator", "")),
+                    tuple(str(v) for v in r.get("values") or []),
+                )
+            )
+        return tuple(out)
+
+    return (reqs(raw.get("matchExpressions")), reqs(raw.get("matchFields")))
+
+
+def constraints_of(spec: PodSpec) -> tuple[Constraints, tuple[tuple[int, Term], ...]]:
+    """The pod's hard constraints and its preferred node-affinity terms, as hashable tuples."""
+    terms: tuple[Term, ...] = ()
+    preferences: list[tuple[int, Term]] = []
+    na = spec.affinity.node_affinity if spec.affinity is not None else None
+    if na is not None:
+        required = na.required_during_scheduling_ignored_during_execution
+        if required is not None:
+            terms = tuple(_term(t) for t in required.node_selector_terms)
+        for pref in na.preferred_during_scheduling_ignored_during_execution:
+            weight = int(pref.get("weight", 1))
+            preference = pref.get("preference") or {}
+            if weight and isinstance(preference, Mapping):
+                preferences.append((weight, _dict_term(preference)))
+    tolerations = tuple((t.key, t.operator, t.value, t.effect) for t in spec.tolerations)
+    constraints = Constraints(tuple(sorted(spec.node_selector.items())), terms, tolerations)
+    return (NO_CONSTRAINTS if constraints == NO_CONSTRAINTS else constraints), tuple(preferences)
+
+
+def shape_of(
+    spec: PodSpec, *, classes: Mapping[str, object], host_ports: int = 0
+) -> tuple[PodShape, dict[str, Decimal]]:
+    """A pod template's shape and its total request; raises `RequestError` for a bad request."""
+    requests = spec.requests()
+    req = parse_gpu_request(requests, classes)
+    constraints, preferences = constraints_of(spec)
+    shape = PodShape(
+        cpu_milli=req.cpu_milli,
+        mem_mib=-(-req.memory // MIB),
+        gpus=req.gpus,
+        gpu_milli=GPU_MILLI if req.gpus else 0,
+        gpu_class=req.gpu_class,
+        ext=req.other,
+        host_ports=host_ports,
+        constraints=constraints,
+        preferences=preferences,
+    )
+    return shape, requests
+
+
+ShapeCache = dict[tuple[str, int, int], tuple[PodShape, dict[str, Decimal]]]
+
+
+def _member_parts(
+    pg: PodGroup,
+    placed: Mapping[str, str],
+    *,
+    classes: Mapping[str, object],
+    cache: ShapeCache | None,
+) -> list[RolePart]:
+    ns, name = pg.metadata.namespace, pg.metadata.name
+    spec = pg.spec
+    job_min = spec.min_available
+    missing: list[list[int]] = []
+    role_required: list[int] = []
+    existing_total = 0
+    for role in spec.roles:
+        have = [i for i in range(role.replicas) if pod_name(name, role.name, i) in placed]
+        existing_total += len(have)
+        missing.append([i for i in range(role.replicas) if pod_name(name, role.name, i) not in placed])
+        if role.min_available is not None:
+            floor = min(role.min_available, role.replicas)
+        else:
+            floor = role.replicas if job_min is None else 0
+        role_required.append(max(0, floor - len(have)))
+    if job_min is not None:
+        short = min(job_min, spec.total_replicas()) - existing_total - sum(role_required)
+        for pos, miss in enumerate(missing):
+            if short <= 0:
+                break
+            extra = min(short, len(miss) - role_required[pos])
+            role_required[pos] += extra
+            short -= extra
+    parts = []
+    for pos, role in enumerate(spec.roles):
+        if not missing[pos]:
+            continue
+        key = (pg.metadata.uid, pg.metadata.generation, pos)
+        use_cache = cache is not None and bool(pg.metadata.uid)
+        hit = cache.get(key) if use_cache else None  # type: ignore[union-attr]
+        if hit is None:
+            hit = shape_of(role.template, classes=classes, host_ports=role.host_ports)
+            if use_cache:
+                if len(cache) > 50_000:
+                    cache.clear()
+                cache[key] = hit
+        shape, requests = hit
+        pods = []
+        for i in missing[pos]:
+            pname = pod_name(name, role.name, i)
+            pods.append(PodSlot(ns, name, role.name, i, pname, spec.preferred_nodes.get(pname)))
+        parts.append(RolePart(ns, name, role.name, shape, tuple(pods), role_required[pos], requests))
+    return parts
+
+
+def build_gang(
+    podgroups: Sequence[PodGroup],
+    *,
+    placed: Mapping[tuple[str, str], Mapping[str, str]],
+    classes: Mapping[str, object],
+    cache: ShapeCache | None = None,
+) -> GangRequest:
+    """The gang request of one PodGroup or a gang group (the first is the one the queue chose).
+
+    `placed` maps each member (namespace, name) to its pods that already hold a Reservation
+    (pod name -> node). Raises `RequestError` for a request no class can satisfy.
+    """
+    parts: list[RolePart] = []
+    already: dict[str, str] = {}
+    for pg in podgroups:
+        member_placed = placed.get((pg.metadata.namespace, pg.metadata.name), {})
+        already.update(member_placed)
+        parts.extend(_member_parts(pg, member_placed, classes=classes, cache=cache))
+    lead = podgroups[0]
+    return GangRequest(
+        key=(lead.metadata.namespace, lead.metadata.name),
+        members=tuple((p.metadata.namespace, p.metadata.name) for p in podgroups),
+        parts=parts,
+        priority=lead.spec.priority,
+        placed=already,
+    )
+
+
+# --- testing constraints against a node ---------------------------------------------------------
+
+
+def selector_ok(node_selector: tuple[tuple[str, str], ...], labels: Mapping[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in node_selector)
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def requirement_ok(key: str, op: str, values: tuple[str, ...], labels: Mapping[str, str]) -> bool:
+    """One `matchExpressions` entry against a node's labels."""
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return labels.get(key) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt") and len(values) == 1:
+        have, bound = _int(labels.get(key)), _int(values[0])
+        if have is None or bound is None:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False
+
+
+def term_ok(term: Term, labels: Mapping[str, str], name: str) -> bool:
+    expressions, fields = term
+    if not expressions and not fields:
+        return False
+    for key, op, values in expressions:
+        if not requirement_ok(key, op, values, labels):
+            return False
+    for key, op, values in fields:
+        if key != "metadata.name" or not requirement_ok(key, op, values, {"metadata.name": name}):
+            return False
+    return True
+
+
+def affinity_ok(terms: tuple[Term, ...], labels: Mapping[str, str], name: str) -> bool:
+    """Required node affinity: at least one term matches (no terms: no constraint)."""
+    if not terms:
+        return True
+    return any(term_ok(t, labels, name) for t in terms)
+
+
+Toleration = tuple[str | None, str, str | None, str | None]  # key, operator, value, effect
+
+
+def tolerates(tol: Toleration, taint: tuple[str, str | None, str]) -> bool:
+    key, op, value, effect = tol
+    t_key, t_value, t_effect = taint
+    if effect is not None and effect != t_effect:
+        return False
+    if key is None or key == "":
+        return op == "Exists"
+    if key != t_key:
+        return False
+    return op == "Exists" or (value or "") == (t_value or "")
+
+
+def taints_ok(taints: tuple[tuple[str, str | None, str], ...], tolerations: tuple[Toleration, ...]) -> bool:
+    """Every blocking taint of the node is tolerated by one of the pod's tolerations."""
+    return all(any(tolerates(tol, taint) for tol in tolerations) for taint in taints)

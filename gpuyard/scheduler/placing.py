@@ -1,0 +1,367 @@
+"""`place(snapshot, gang, profile)`: the pure, all-or-nothing gang placement decision.
+
+No event loop, no store: plain data in, a :class:`Placement` or an :class:`Unschedulable` out.
+The snapshot is used as scratch space while trying and is exactly as it was when `place`
+returns (every trial allocation is undone), so the caller decides whether to assume the result.
+
+The algorithm, per gang:
+
+1. job-level PreFilter plugins may reject the gang outright;
+2. the *required* pods of every role part, part by part: the pods of a part share one shape, so
+   the filters run once per part and give, per node, how many pods of the shape fit (integer
+   arithmetic on the free arrays); the score plugins rank the candidates once; then the part is
+   *filled*: "pack" puts the whole part on the best node that can take all of it, otherwise on the
+   node that can take the most (in the tightest network block that can hold the rest), and so on
+   — fewest nodes first; "spread" places one pod at a time on the best node, scoring again after
+   each (so least-allocated moves on), or for large groups deals one pod per node round-robin.
+   Pods with a failover preference are filled as their own group so the preference can win. If
+   any part falls short, nothing is placed and the reason is explained;
+3. the *optional* pods (above the minimum), best effort, in the same way;
+4. GPUs inside each chosen node come from the profile's GPU chooser, host ports round-robin from
+   the configured range.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuyard.scheduler.filtering import capacity, explain
+from gpuyard.scheduler.framework import ALL, CycleState, Profile
+from gpuyard.scheduler.gangs import GangRequest, PodShape, PodSlot, RolePart
+from gpuyard.scheduler.outcomes import Placement, PodPlacement, Unschedulable
+from gpuyard.scheduler.scores import normalize
+from gpuyard.scheduler.snapshot import Alloc, Snapshot
+
+__all__ = ["place", "score_candidates"]
+
+_Undo = list[tuple[Alloc, int]]  # applied allocation, the node's port cursor before it
+
+
+def place(
+    snapshot: Snapshot, gang: GangRequest, profile: Profile, *, state: CycleState | None = None
+) -> Placement | Unschedulable:
+    """Place every required pod of `gang` or none; optional pods where they fit. Pure (see module doc).
+
+    `state` lets the caller share one CycleState with the Permit/Reserve plugins it runs after.
+    """
+    state = state or CycleState(snapshot, gang, profile)
+    for plugin in profile.pre_filters:
+        why = plugin.pre_filter(state)
+        if why:
+            return Unschedulable(reason="Rejected", message=why, needed=gang.required)
+    undo: _Undo = []
+    result: Placement | Unschedulable
+    try:
+        result = _place(state, undo)
+    finally:
+        for alloc, cursor in reversed(undo):
+            row = alloc.row
+            snapshot.unapply(alloc)
+            snapshot.port_cursor[row] = cursor
+    if isinstance(result, Unschedulable):
+        for plugin in profile.post_filters:
+            note = plugin.post_filter(state, result)
+            if note:
+                result.notes.append(note)
+    return result
+
+
+def _place(state: CycleState, undo: _Undo) -> Placement | Unschedulable:
+    placed: list[PodPlacement] = []
+    for part in state.gang.parts:
+        if part.required == 0:
+            continue
+        got = _place_part(state, part, part.pods[: part.required], undo, required=True)
+        if got is None:
+            return explain(state, part, placed_before=len(placed))
+        placed.extend(got)
+    deferred: list[PodSlot] = []
+    for part in state.gang.parts:
+        optional = part.optional
+        if not optional:
+            continue
+        got = _place_part(state, part, optional, undo, required=False) or []
+        placed.extend(got)
+        done = {p.pod.name for p in got}
+        deferred.extend(p for p in optional if p.name not in done)
+    return Placement(state.gang, placed, deferred)
+
+
+def _place_part(
+    state: CycleState, part: RolePart, pods: tuple[PodSlot, ...], undo: _Undo, *, required: bool
+) -> list[PodPlacement] | None:
+    """Place `pods` of one part; None if `required` and not all of them fit (partial work stays in `undo`)."""
+    groups: dict[str | None, list[PodSlot]] = {}
+    for pod in pods:
+        groups.setdefault(pod.preferred_node, []).append(pod)
+    out: list[PodPlacement] = []
+    # pods with a preferred node (failover) first, so the plain ones do not take their place
+    for preferred in sorted(groups, key=lambda p: (p is None, p or "")):
+        state.preferred_node = preferred
+        state.part_pods = tuple(groups[preferred])
+        got = _fill(state, part, state.part_pods, undo, required=required)
+        if got is None:
+            return None
+        out.extend(got)
+    state.preferred_node = None
+    return out
+
+
+def score_candidates(
+    state: CycleState,
+    shape: PodShape,
+    nodes: np.ndarray | slice,
+    take: np.ndarray,
+    *,
+    valid: np.ndarray | None = None,
+) -> np.ndarray:
+    """Weighted sum of the normalised scores of every score plugin (0 where none has an opinion).
+
+    `nodes` are candidate rows, or `ALL` (every row; `valid` then marks the real candidates,
+    over which scores are normalised).
+    """
+    if len(take) < 2:
+        return np.zeros(len(take), dtype=np.float64)
+    opinions = []
+    for plugin, weight in state.profile.scores:
+        raw = plugin.score(state, shape, nodes, take)
+        if raw is not None:
+            opinions.append((plugin, weight, raw))
+    if len(opinions) == 1 and not hasattr(opinions[0][0], "normalize"):
+        return np.asarray(opinions[0][2], dtype=np.float64)  # one opinion: its order is the answer
+    total = np.zeros(len(take), dtype=np.float64)
+    for plugin, weight, raw in opinions:
+        scale = getattr(plugin, "normalize", normalize)  # a plugin may bring its own (NormalizeScore)
+        total += weight * scale(np.asarray(raw, dtype=np.float64), valid=valid)
+    return total
+
+
+_ROWS: dict[int, np.ndarray] = {}
+
+
+def _rows(n: int) -> np.ndarray:
+    rows = _ROWS.get(n)
+    if rows is None:
+        if len(_ROWS) > 16:
+            _ROWS.clear()
+        rows = _ROWS[n] = np.arange(n)
+    return rows
+
+
+def _fill(
+    state: CycleState, part: RolePart, pods: tuple[PodSlot, ...], undo: _Undo, *, required: bool
+) -> list[PodPlacement] | None:
+    shape = part.shape
+    want = len(pods)
+    state.want = want
+    cap_all = capacity(state, shape)
+    if cap_all.dtype == bool:  # the filters answered "can take one" (state.want == 1)
+        cap_all = cap_all.astype(np.int64)
+    n_cand = int(np.count_nonzero(cap_all))
+    if n_cand == 0:
+        return None if required else []
+    if required and want > 1 and int(cap_all.sum()) < want:
+        return None
+    if 4 * n_cand >= len(cap_all):
+        # most nodes are candidates: work on whole arrays (views), not gathered copies
+        cand = _rows(len(cap_all))
+        nodes: np.ndarray | slice = ALL
+        caps = cap_all
+        take = np.minimum(caps, want)
+        valid = caps > 0
+        total = np.where(valid, score_candidates(state, shape, ALL, take, valid=valid), -np.inf)
+    else:
+        cand = nodes = np.flatnonzero(cap_all)
+        caps = cap_all[cand]
+        take = np.minimum(caps, want)
+        total = score_candidates(state, shape, cand, take)
+    out: list[PodPlacement] = []
+    if state.profile.fill_for(shape) == "spread":
+        _spread(state, part, pods, cand, caps, total, undo, out, nodes=nodes)
+    else:
+        _pack(state, part, pods, cand, caps, total, undo, out)
+    if required and len(out) < want:
+        return None
+    return out
+
+
+def _pack(
+    state: CycleState,
+    part: RolePart,
+    pods: tuple[PodSlot, ...],
+    cand: np.ndarray,
+    caps: np.ndarray,
+    total: np.ndarray,
+    undo: _Undo,
+    out: list[PodPlacement],
+) -> None:
+    caps = caps.copy()
+    remaining = len(pods)
+    block_chosen = False
+    if remaining == 1:  # every candidate fits one pod: the best score wins
+        i = int(np.argmax(total))
+        if _assign(state, part, int(cand[i]), pods, undo, out):
+            return
+        caps[i] = 0  # the GPU chooser refused this node: go on with the others
+    while remaining > 0:
+        fit_all = caps >= remaining
+        if fit_all.any():
+            i = int(np.argmax(np.where(fit_all, total, -np.inf)))
+        else:
+            if not block_chosen:
+                block_chosen = True
+                _restrict_to_block(state, cand, caps, remaining)
+            if not caps.any():
+                return
+            # the node that takes the most; among equals the best score
+            i = int(np.lexsort((-total, -caps))[0])
+        n = int(min(caps[i], remaining))
+        start = len(pods) - remaining
+        got = _assign(state, part, int(cand[i]), pods[start : start + n], undo, out)
+        remaining -= got
+        caps[i] = 0
+        if not caps.any():
+            return
+
+
+def _restrict_to_block(state: CycleState, cand: np.ndarray, caps: np.ndarray, remaining: int) -> None:
+    """When the group spans nodes, keep it inside one network block if a block can hold it all."""
+    snap = state.snapshot
+    if not snap.block_names:
+        return
+    blocks = snap.block[cand]
+    labelled = blocks >= 0
+    if not labelled.any():
+        return
+    sums = np.bincount(blocks[labelled], weights=caps[labelled], minlength=len(snap.block_names))
+    fitting = np.flatnonzero(sums >= remaining)
+    if not len(fitting):
+        return
+    chosen = int(fitting[np.argmin(sums[fitting])])  # the tightest block that holds the rest
+    if state.preferred_node is not None:
+        row = snap.index.get(state.preferred_node)
+        if row is not None and snap.block[row] >= 0 and sums[snap.block[row]] >= remaining:
+            chosen = int(snap.block[row])
+    caps[blocks != chosen] = 0
+
+
+_RESCORE_LIMIT = 64
+
+
+def _spread(
+    state: CycleState,
+    part: RolePart,
+    pods: tuple[PodSlot, ...],
+    cand: np.ndarray,
+    caps: np.ndarray,
+    total: np.ndarray,
+    undo: _Undo,
+    out: list[PodPlacement],
+    *,
+    nodes: np.ndarray | slice,
+) -> None:
+    """One pod at a time on the best node, scores recomputed after each (least-allocated moves);
+    for large groups, one pod per node round-robin in the first ranking."""
+    caps = caps.copy()
+    if len(pods) > _RESCORE_LIMIT:
+        _deal(state, part, pods, cand, caps, total, undo, out)
+        return
+    shape = part.shape
+    valid = caps > 0
+    pos = 0
+    while pos < len(pods) and valid.any():
+        if pos:
+            take = valid.astype(np.int64)
+            scores = score_candidates(state, shape, nodes, take, valid=valid if nodes is ALL else None)
+            total = np.where(valid, scores, -np.inf)
+        i = int(np.argmax(np.where(valid, total, -np.inf)))
+        got = _assign(state, part, int(cand[i]), pods[pos : pos + 1], undo, out)
+        caps[i] -= 1
+        if not got or caps[i] <= 0:
+            valid[i] = False
+        pos += got
+
+
+def _deal(
+    state: CycleState,
+    part: RolePart,
+    pods: tuple[PodSlot, ...],
+    cand: np.ndarray,
+    caps: np.ndarray,
+    total: np.ndarray,
+    undo: _Undo,
+    out: list[PodPlacement],
+) -> None:
+    order = np.argsort(-total, kind="stable")
+    want = len(pods)
+    counts = np.zeros(len(cand), dtype=np.int64)
+    left = caps[order].copy()
+    dealt = 0
+    while dealt < want and left.any():
+        room = np.flatnonzero(left > 0)
+        room = room[: want - dealt]
+        counts[order[room]] += 1
+        left[room] -= 1
+        dealt += len(room)
+    pos = 0
+    for i in order:
+        n = int(counts[i])
+        if n:
+            got = _assign(state, part, int(cand[i]), pods[pos : pos + n], undo, out)
+            pos += got
+            if got < n:  # the chooser refused: later nodes cannot make up in this simple deal
+                break
+
+
+def _assign(
+    state: CycleState,
+    part: RolePart,
+    row: int,
+    pods: tuple[PodSlot, ...],
+    undo: _Undo,
+    out: list[PodPlacement],
+) -> int:
+    """Give each pod GPUs (chooser) and host ports on `row`, applying it to the snapshot; return how many."""
+    snap = state.snapshot
+    shape = part.shape
+    chooser = state.profile.chooser
+    node = snap.names[row] or ""
+    done = 0
+    for pod in pods:
+        choice = chooser.choose(snap, row, shape)
+        if choice is None:
+            break
+        ports: tuple[int, ...] = ()
+        if shape.host_ports:
+            got = snap.take_ports(row, shape.host_ports)
+            if got is None:
+                break
+            ports = got
+        alloc = Alloc(
+            node=node,
+            cpu=shape.cpu_milli,
+            mem=shape.mem_mib,
+            gpus=choice.gpus,
+            gpu_milli=shape.gpu_milli if choice.gpus else 0,
+            ext=shape.ext,
+            ports=ports,
+        )
+        cursor = int(snap.port_cursor[row])
+        snap.apply(alloc, row=row)
+        undo.append((alloc, cursor))
+        out.append(
+            PodPlacement(
+                pod=pod,
+                node=node,
+                row=row,
+                gpus=choice.gpus,
+                gpu_ids=tuple(snap.gpu_id(row, g) for g in choice.gpus),
+                gpu_milli=alloc.gpu_milli,
+                nics=choice.nics,
+                host_ports=ports,
+                shape=shape,
+                requests=part.requests,
+            )
+        )
+        done += 1
+    return done

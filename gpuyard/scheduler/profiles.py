@@ -1,0 +1,134 @@
+"""Named profiles (plugin sets) and how a configured profile is built.
+
+`settings.scheduler.profile` picks a profile by name; `settings.scheduler.plugins` (score plugin
+name -> weight) overrides or adds score weights (0 switches a plugin off). Plugin arguments come
+from `settings.scheduler.plugin_args` (name -> keyword arguments) when the config has it.
+
+Built-in profiles:
+
+* `default` — GPU binpacking, exact fit for multi-GPU pods, CPU-only pods spread and kept out of
+  GPU nodes' reserve, GPU-type preference, failover to the previous node; packs GPU pods and
+  spreads CPU-only pods.
+* `binpack` / `best-fit` — most-allocated over every resource, packed;
+* `spread` — least-allocated, one pod per node round-robin;
+* `first-fit` — the first node (in node order) that fits;
+* `random` — a random node that fits (seeded: runs are reproducible).
+
+The GPU-sharing and topology issues register more (`fgd`, `packing`, ...) with `register_profile`
+and `register_score`/`register_chooser` in `framework`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from gpuyard.scheduler import choosing as _choosing  # noqa: F401  (registers the GPU choosers)
+from gpuyard.scheduler import filters as _filters  # noqa: F401  (registers the filters)
+from gpuyard.scheduler import scores as _scores  # noqa: F401  (registers the scores)
+from gpuyard.scheduler.filters import DEFAULT_FILTERS
+from gpuyard.scheduler.framework import (
+    CHOOSERS,
+    FILTERS,
+    HOOKS,
+    PROFILES,
+    SCORES,
+    Profile,
+    ProfileSpec,
+    register_profile,
+)
+
+__all__ = ["build_profile", "profile_from_settings"]
+
+register_profile(
+    "default",
+    ProfileSpec(
+        scores={"gpu-binpack": 10, "exact-fit": 5, "cpu-spread": 10, "gpu-type": 5, "failover": 100},
+        fill="auto",
+        description="binpack GPU pods, exact fit for multi-GPU pods, spread CPU-only pods",
+    ),
+    replace=True,
+)
+for _name in ("binpack", "best-fit"):
+    register_profile(
+        _name,
+        ProfileSpec(
+            scores={"most-allocated": 10, "failover": 100}, fill="pack", description="most-allocated, packed"
+        ),
+        replace=True,
+    )
+register_profile(
+    "spread",
+    ProfileSpec(
+        scores={"least-allocated": 10, "failover": 100},
+        fill="spread",
+        description="least-allocated, one per node",
+    ),
+    replace=True,
+)
+register_profile(
+    "first-fit",
+    ProfileSpec(scores={"first-fit": 10}, fill="pack", description="first node that fits"),
+    replace=True,
+)
+register_profile(
+    "random",
+    ProfileSpec(scores={"random": 10}, fill="pack", description="a random node that fits"),
+    replace=True,
+)
+
+
+def _make(table: Mapping[str, Any], kind: str, name: str, args: Mapping[str, Mapping[str, Any]]) -> Any:
+    factory = table.get(name)
+    if factory is None:
+        raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(sorted(table))}")
+    return factory(dict(args.get(name, {})))
+
+
+def build_profile(
+    name: str = "default",
+    *,
+    weights: Mapping[str, float] | None = None,
+    args: Mapping[str, Mapping[str, Any]] | None = None,
+    seed: int = 0,
+) -> Profile:
+    """The profile `name` with score `weights` overriding its own; ValueError names unknown plugins."""
+    spec = PROFILES.get(name)
+    if spec is None:
+        raise ValueError(f"unknown scheduler profile {name!r}; known: {', '.join(sorted(PROFILES))}")
+    args = args or {}
+    merged = dict(spec.scores)
+    for plugin, weight in (weights or {}).items():
+        if plugin not in SCORES:
+            raise ValueError(
+                f"unknown score plugin {plugin!r} in scheduler.plugins; known: {', '.join(sorted(SCORES))}"
+            )
+        if weight < 0:
+            raise ValueError(f"scheduler.plugins.{plugin}: weight must not be negative, got {weight}")
+        merged[plugin] = weight
+    filters = [_make(FILTERS, "filter plugin", f, args) for f in (spec.filters or DEFAULT_FILTERS)]
+    scores = [(_make(SCORES, "score plugin", s, args), float(w)) for s, w in merged.items() if w > 0]
+    profile = Profile(
+        name=name,
+        filters=filters,
+        scores=scores,
+        chooser=_make(CHOOSERS, "GPU chooser", spec.chooser, args),
+        fill=spec.fill,
+        rng=np.random.default_rng(seed),
+    )
+    for hook in spec.hooks:
+        profile.add_hook(_make(HOOKS, "job-level plugin", hook, args))
+    return profile
+
+
+def profile_from_settings(settings: Any) -> Profile:
+    """The profile a `Settings` object configures (`scheduler.profile`, `.plugins`, `.plugin_args`)."""
+    sched = settings.scheduler
+    return build_profile(
+        sched.profile,
+        weights=sched.plugins,
+        args=getattr(sched, "plugin_args", None) or {},
+        seed=int(getattr(sched, "seed", 0) or 0),
+    )

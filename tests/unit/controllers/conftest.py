@@ -1,0 +1,87 @@
+"""Fixtures for the job operator's unit tests: an operator + tiny scheduler on a virtual clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest_asyncio
+
+from gpuyard.apis.jobs import TrainingJob
+from gpuyard.apis.scheduling import PodGroup
+from gpuyard.controllers.reconciling import JobReconciler
+from gpuyard.platform.bus import ControllerRunner
+from gpuyard.platform.clock import VirtualClock
+from gpuyard.platform.context import Context
+from tests.builders import make_node
+from tests.unit.controllers.fakes import ScriptedBackend, TinyScheduler
+
+
+@dataclass
+class OperatorEnv:
+    ctx: Context
+    backend: ScriptedBackend
+    scheduler: TinyScheduler
+    operator: JobReconciler
+
+    @property
+    def store(self):  # type: ignore[no-untyped-def]
+        return self.ctx.store
+
+    @property
+    def clock(self) -> VirtualClock:
+        assert isinstance(self.ctx.clock, VirtualClock)
+        return self.ctx.clock
+
+    async def settle(self, seconds: float = 0.01) -> None:
+        await self.clock.advance(seconds)
+
+    def submit(self, job: TrainingJob) -> TrainingJob:
+        return self.store.create(job)
+
+    def job(self, ns: str, name: str) -> TrainingJob:
+        from gpuyard.apis.jobs import find_job
+
+        found = find_job(self.store, ns, name)
+        assert found is not None, f"job {ns}/{name} not found"
+        return found
+
+    def pods(self, ns: str) -> dict[str, object]:
+        return {p.metadata.name: p for p in self.store.list("Pod", namespace=ns)}
+
+    def pod_group(self, ns: str, name: str) -> PodGroup | None:
+        return self.store.get("PodGroup", ns, name)  # type: ignore[return-value]
+
+    def reservations(self, ns: str) -> dict[str, object]:
+        return {r.metadata.name: r for r in self.store.list("Reservation", namespace=ns)}
+
+    def events(self, ns: str, name: str) -> list[tuple[str, str]]:
+        return [
+            (e.reason, e.message)
+            for e in self.store.list("Event", namespace=ns)
+            if e.involved_object.get("name") == name
+        ]  # type: ignore[attr-defined]
+
+
+@pytest_asyncio.fixture
+async def env() -> AsyncIterator[OperatorEnv]:
+    ctx = Context.for_tests()
+    for name in ("node-a", "node-b", "node-c"):
+        ctx.store.create(make_node(name, gpus=8))
+    backend = ScriptedBackend(ctx.store)
+    ctx.backend = backend
+    operator = JobReconciler(ctx)
+    scheduler = TinyScheduler(ctx.store)
+    runners = [
+        ControllerRunner(operator, store=ctx.store, clock=ctx.clock),
+        ControllerRunner(scheduler, store=ctx.store, clock=ctx.clock),
+    ]
+    tasks = [asyncio.create_task(r.run(), name=r.reconciler.name) for r in runners]
+    try:
+        yield OperatorEnv(ctx, backend, scheduler, operator)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        ctx.store.close()
