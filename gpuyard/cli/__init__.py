@@ -49,7 +49,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-async def _serve(settings: Settings, *, banner: str | None = None, jobs_dir: Path | None = None) -> None:
+async def _serve(settings: Settings, *, banner: str | None = None, jobs: list[Path] | None = None) -> None:
     from gpuyard.platform.runtime import Platform
 
     scenario = load_scenario(resolve_path(settings.backend.cluster))
@@ -63,16 +63,15 @@ async def _serve(settings: Settings, *, banner: str | None = None, jobs_dir: Pat
     if serving in done and banner:
         click.echo(banner.format(url=platform.url), err=True)
     serving.cancel()
-    if serving in done and jobs_dir is not None:
-        await _submit_demo_jobs(platform, jobs_dir)
+    if serving in done and jobs:
+        await _submit_demo_jobs(platform, jobs)
     await task
 
 
-async def _submit_demo_jobs(platform: Any, jobs_dir: Path) -> None:
+async def _submit_demo_jobs(platform: Any, files: list[Path]) -> None:
     """Submit the demo's sample jobs through the HTTP API, as a user would."""
     import aiohttp
 
-    files = sorted(jobs_dir.glob("*.yaml"))
     models = {g.gpu.model for g in platform.scenario.node_groups if g.gpu}
     for _ in range(100):  # the default ResourceClass per GPU model appears right after start
         if platform.store.count("ResourceClass") >= len(models):
@@ -81,15 +80,16 @@ async def _submit_demo_jobs(platform: Any, jobs_dir: Path) -> None:
     submitted = 0
     async with aiohttp.ClientSession() as http:
         for path in files:
-            async with http.post(f"{platform.url}/api/v1/jobs", data=path.read_bytes()) as resp:
+            body = await asyncio.to_thread(path.read_bytes)
+            async with http.post(f"{platform.url}/api/v1/jobs", data=body) as resp:
                 if resp.status >= 300:
                     click.echo(f"demo: {path.name}: {(await resp.json())['error']['message']}", err=True)
                 else:
                     submitted += 1
-    click.echo(f"demo: submitted {submitted} sample jobs from {jobs_dir} (gpuyard get jobs)", err=True)
+    click.echo(f"demo: submitted {submitted} sample jobs (gpuyard get jobs)", err=True)
 
 
-def _run_server(settings: Settings, *, banner: str | None = None, jobs_dir: Path | None = None) -> None:
+def _run_server(settings: Settings, *, banner: str | None = None, jobs: list[Path] | None = None) -> None:
     configure_logging(level=settings.logging.level, fmt=settings.logging.format)
     if not settings.server.tokens:
         if not _is_loopback(settings.server.host) and not settings.server.insecure:
@@ -103,7 +103,7 @@ def _run_server(settings: Settings, *, banner: str | None = None, jobs_dir: Path
             err=True,
         )
     try:
-        asyncio.run(_serve(settings, banner=banner, jobs_dir=jobs_dir))
+        asyncio.run(_serve(settings, banner=banner, jobs=jobs))
     except (ConfigError, ScenarioError) as exc:
         _fail(str(exc))
     except ExceptionGroup as group:
@@ -170,7 +170,9 @@ def _check_scenario(settings: Settings) -> None:
 @click.option("--port", type=int, default=8080, show_default=True)
 @click.option("--cluster", default=DEMO_SCENARIO, show_default=True, help="Scenario file.")
 @click.option("--data-dir", default=None, help="Keep state in this directory (default: in memory).")
-@click.option("--jobs", "jobs", default=DEMO_JOBS, show_default=True, help="Folder of sample jobs to submit at start.")
+@click.option(
+    "--jobs", "jobs", default=DEMO_JOBS, show_default=True, help="Folder of sample jobs to submit at start."
+)
 @click.option("--no-jobs", is_flag=True, help="Start with no sample jobs.")
 def demo(port: int, cluster: str, data_dir: str | None, jobs: str, no_jobs: bool) -> None:
     """Serve the bundled demo cluster on 127.0.0.1, submit sample jobs, and print the URL."""
@@ -179,12 +181,17 @@ def demo(port: int, cluster: str, data_dir: str | None, jobs: str, no_jobs: bool
         server={"host": "127.0.0.1", "port": port},
         backend={"kind": "fake", "cluster": cluster},
     )
-    settings = settings.model_copy(update={"backend": settings.backend.model_copy(update={"data_dir": data_dir})})
+    settings = settings.model_copy(
+        update={"backend": settings.backend.model_copy(update={"data_dir": data_dir})}
+    )
     _check_scenario(settings)
     jobs_dir = None if no_jobs else resolve_path(jobs)
     if jobs_dir is not None and not jobs_dir.is_dir():
         _fail(f"--jobs: {jobs} is not a folder")
-    _run_server(settings, banner="gpuyard demo: open {url}/ (health: {url}/healthz) — Ctrl-C to stop", jobs_dir=jobs_dir)
+    files = sorted(jobs_dir.glob("*.yaml")) if jobs_dir is not None else []
+    _run_server(
+        settings, banner="gpuyard demo: open {url}/ (health: {url}/healthz) — Ctrl-C to stop", jobs=files
+    )
 
 
 @main.command(name="version")
