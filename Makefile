@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench bench-small format clean
+.PHONY: run test lint bench bench-small format clean compose-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ bench: $(STAMP)  ## benchmarks; each prints JSON figures
 
 bench-small: $(STAMP)  ## CI-sized benchmark runs
 	@for b in bench/*.py; do echo "== $$b" >&2; $(BIN)/python $$b --small || exit 1; done
+
+compose-check:  ## validate docker-compose.yml where a docker client exists
+	@if command -v docker >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; then \
+		docker compose -f docker-compose.yml config -q && echo "docker-compose.yml: ok"; \
+	else echo "compose-check: skipped (no docker compose client)"; fi
 
 clean:
 	rm -rf $(VENV) .gpuyard build *.egg-info

@@ -43,7 +43,12 @@ def make_node(
     ready: bool = True,
 ) -> Node:
     node_labels = {"kubernetes.io/hostname": name}
-    capacity = {"cpu": parse_quantity(cpu), "memory": parse_quantity(memory), "pods": parse_quantity(110)}
+    capacity = {
+        "cpu": parse_quantity(cpu),
+        "memory": parse_quantity(memory),
+        "ephemeral-storage": parse_quantity("2Ti"),
+        "pods": parse_quantity(110),
+    }
     if gpus:
         node_labels |= {
             LABEL_GPU_MODEL: model,

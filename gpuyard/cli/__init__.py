@@ -220,12 +220,23 @@ def token_hash(value: str | None) -> None:
     click.echo(hash_token(raw))
 
 
+@main.group()
+def simulate() -> None:
+    """Trace-driven simulations on the fake cluster."""
+
+
 def _mount() -> None:
+    from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
     from gpuyard.cli.jobs import register as register_jobs
+    from gpuyard.cli.validate import validate_command
+    from gpuyard.sim.openb_cli import openb
 
     main.add_command(devices)
+    main.add_command(validate_command)
+    simulate.add_command(openb)
     register_jobs(main)
+    register_cluster(main)
 
 
 _mount()

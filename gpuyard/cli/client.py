@@ -5,8 +5,14 @@ Synchronous (`urllib`), no session state: one request per command. Server errors
 (`{"error": {"code", "message", "details"}}`) and the exit code the CLI must use: 2 for bad input
 (4xx), 1 for server or network trouble (5xx, refused connection, timeout).
 
-The server is `--server URL`, else `$GPUYARD_SERVER`, else http://127.0.0.1:8080; a bearer token
-comes from `--token` or `$GPUYARD_TOKEN`.
+The server is `--server URL`, else `$GPUYARD_SERVER`, else `server:` in the config file, else
+http://127.0.0.1:8080; a bearer token comes from `--token`, else `$GPUYARD_TOKEN`, else `token:` in
+the config file. The config file is `$GPUYARD_CONFIG` or `~/.config/gpuyard/config.yaml`:
+
+    server: http://gpuyard.example:8080
+    token: s3cr3t
+
+`stream()` follows a Server-Sent Events watch and yields `(event, data)` pairs.
 """
 
 from __future__ import annotations
@@ -16,15 +22,72 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_SERVER", "ApiClient", "ClientError", "default_server", "error_line"]
+import yaml
+
+__all__ = [
+    "DEFAULT_SERVER",
+    "ApiClient",
+    "ClientError",
+    "config_path",
+    "default_server",
+    "default_token",
+    "error_line",
+    "load_client_config",
+]
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 
 
+def config_path() -> Path:
+    return Path(os.environ.get("GPUYARD_CONFIG") or Path.home() / ".config" / "gpuyard" / "config.yaml")
+
+
+def load_client_config() -> dict[str, str]:
+    """`server` and `token` from the client config file; {} when there is none.
+
+    A file that exists but is not a mapping of strings is bad input (exit code 2)."""
+    path = config_path()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ClientError(f"{path}: cannot read: {exc.strerror or exc}", exit_code=2) from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ClientError(f"{path}: not valid YAML: {getattr(exc, 'problem', exc)}", exit_code=2) from None
+    if not isinstance(data, dict):
+        raise ClientError(f"{path}: expected a mapping with server and token", exit_code=2)
+    out = {}
+    for key in ("server", "token"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ClientError(f"{path}: {key}: expected a string", exit_code=2)
+        if value:
+            out[key] = value
+    unknown = sorted(set(data) - {"server", "token"})
+    if unknown:
+        raise ClientError(f"{path}: unknown keys {unknown}; allowed: server, token", exit_code=2)
+    return out
+
+
 def default_server() -> str:
-    return os.environ.get("GPUYARD_SERVER") or DEFAULT_SERVER
+    env = os.environ.get("GPUYARD_SERVER")
+    if env:
+        return env
+    try:
+        return load_client_config().get("server") or DEFAULT_SERVER
+    except ClientError:
+        return DEFAULT_SERVER
+
+
+def default_token() -> str | None:
+    return os.environ.get("GPUYARD_TOKEN") or load_client_config().get("token")
 
 
 class ClientError(Exception):
@@ -55,9 +118,67 @@ def error_line(status: int, body: bytes) -> str:
 
 class ApiClient:
     def __init__(self, server: str | None = None, *, token: str | None = None, timeout: float = 30.0) -> None:
-        self.server = (server or default_server()).rstrip("/")
-        self.token = token if token is not None else os.environ.get("GPUYARD_TOKEN")
+        file: dict[str, str] = {}
+        self._config_error: ClientError | None = None
+        if server is None or token is None:
+            try:
+                file = load_client_config()
+            except ClientError as exc:  # reported by the first request, where the CLI catches it
+                self._config_error = exc
+        self.server = (
+            server or os.environ.get("GPUYARD_SERVER") or file.get("server") or DEFAULT_SERVER
+        ).rstrip("/")
+        self.token = token if token is not None else (os.environ.get("GPUYARD_TOKEN") or file.get("token"))
         self.timeout = timeout
+
+    def _open(self, method: str, path: str, query: dict[str, str | None] | None, **kw: Any) -> Any:
+        if self._config_error is not None:
+            raise self._config_error
+        url = self.server + path
+        params = {k: v for k, v in (query or {}).items() if v}
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        headers = {"Accept": kw.pop("accept", "application/json")}
+        if kw.get("content_type"):
+            headers["Content-Type"] = kw["content_type"]
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(url, data=kw.get("body"), method=method, headers=headers)
+        try:
+            return urllib.request.urlopen(req, timeout=kw.get("timeout", self.timeout))
+        except urllib.error.HTTPError as exc:
+            data = exc.read()
+            code = 2 if 400 <= exc.code < 500 else 1
+            raise ClientError(error_line(exc.code, data), exit_code=code, status=exc.code) from None
+        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ClientError(
+                f"cannot reach the gpuyard server at {self.server}: {reason}", exit_code=1
+            ) from None
+
+    def stream(self, path: str, *, query: dict[str, str | None] | None = None) -> Iterator[tuple[str, Any]]:
+        """Follow an SSE watch: yield (event type, decoded data) until the server ends the stream."""
+        resp = self._open("GET", path, query, accept="text/event-stream", timeout=max(self.timeout, 60.0))
+        event, data = "message", []
+        try:
+            with resp:
+                for raw in resp:
+                    line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                    if not line:
+                        if data:
+                            if event == "GONE":
+                                return
+                            try:
+                                yield event, json.loads("\n".join(data))
+                            except ValueError:
+                                pass
+                        event, data = "message", []
+                    elif line.startswith("event:"):
+                        event = line[6:].strip()
+                    elif line.startswith("data:"):
+                        data.append(line[5:].lstrip())
+        except (TimeoutError, ConnectionError, OSError) as exc:
+            raise ClientError(f"lost the watch stream from {self.server}: {exc}", exit_code=1) from None
 
     def request(
         self,
@@ -68,28 +189,12 @@ class ApiClient:
         content_type: str | None = None,
         query: dict[str, str | None] | None = None,
     ) -> Any:
-        url = self.server + path
-        params = {k: v for k, v in (query or {}).items() if v}
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        req = urllib.request.Request(url, data=body, method=method, headers=headers)
+        resp = self._open(method, path, query, body=body, content_type=content_type)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with resp:
                 raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            data = exc.read()
-            code = 2 if 400 <= exc.code < 500 else 1
-            raise ClientError(error_line(exc.code, data), exit_code=code, status=exc.code) from None
-        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ClientError(
-                f"cannot reach the gpuyard server at {self.server}: {reason}", exit_code=1
-            ) from None
+        except (TimeoutError, ConnectionError, OSError) as exc:
+            raise ClientError(f"cannot read the answer of {self.server}: {exc}", exit_code=1) from None
         if not raw:
             return None
         try:
@@ -122,6 +227,23 @@ class ApiClient:
 
     def job_events(self, namespace: str, name: str) -> Any:
         return self.request("GET", f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}/events")
+
+    # --- cluster endpoints -----------------------------------------------------------------------
+
+    def nodes(self, *, selector: str | None = None) -> Any:
+        return self.request("GET", "/api/v1/nodes", query={"labelSelector": selector})
+
+    def node_usage(self, *, selector: str | None = None) -> Any:
+        return self.request("GET", "/api/v1/usage/nodes", query={"labelSelector": selector})
+
+    def summary(self) -> Any:
+        return self.request("GET", "/api/v1/summary")
+
+    def resource_classes(self) -> Any:
+        return self.request("GET", "/api/v1/resourceclasses")
+
+    def reservations(self, *, namespace: str | None = None, node: str | None = None) -> Any:
+        return self.request("GET", "/api/v1/reservations", query={"namespace": namespace, "node": node})
 
 
 def _q(part: str) -> str:

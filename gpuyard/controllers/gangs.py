@@ -11,13 +11,31 @@ from __future__ import annotations
 
 from gpuyard.apis.jobs import ANNOTATION_GANG_GROUP, PyTorchJob, TrainingJob
 from gpuyard.apis.meta import ObjectMeta
+from gpuyard.apis.quota import ANNOTATION_EXPECTED_DURATION, LABEL_PREEMPTIBLE, LABEL_QUOTA_NAME
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, GangRole, PodGroup, PodGroupSpec
 from gpuyard.controllers.materializing import owner_reference, render_template
 from gpuyard.controllers.workloads.base import WorkloadPlugin
 
-__all__ = ["ANNOTATION_JOB_GENERATION", "build_pod_group", "pod_group_spec"]
+__all__ = ["ANNOTATION_JOB_GENERATION", "build_pod_group", "pod_group_spec", "quota_metadata"]
 
 ANNOTATION_JOB_GENERATION = "gpuyard.io/job-generation"
+_QUOTA_KEYS = (LABEL_QUOTA_NAME, LABEL_PREEMPTIBLE, ANNOTATION_EXPECTED_DURATION)
+
+
+def quota_metadata(job: TrainingJob) -> tuple[dict[str, str], dict[str, str]]:
+    """The job's quota label, non-preemptible label and expected duration, for its PodGroup.
+
+    Each key is read from the job's labels, else its annotations, and copied to the same place
+    (labels for the quota keys, annotations for the duration), as the quota core reads them.
+    """
+    meta = job.metadata
+    labels, annotations = {}, {}
+    for key in _QUOTA_KEYS:
+        value = meta.labels.get(key, meta.annotations.get(key))
+        if value is None:
+            continue
+        (annotations if key == ANNOTATION_EXPECTED_DURATION else labels)[key] = value
+    return labels, annotations
 
 
 def _role_minimum(job: TrainingJob, role: str) -> int | None:
@@ -74,12 +92,13 @@ def build_pod_group(
     cluster_domain: str = "",
     preferred_nodes: dict[str, str] | None = None,
 ) -> PodGroup:
+    labels, annotations = quota_metadata(job)
     return PodGroup(
         metadata=ObjectMeta(
             name=job.metadata.name,
             namespace=job.metadata.namespace or "default",
-            labels={LABEL_JOB_NAME: job.metadata.name},
-            annotations={ANNOTATION_JOB_GENERATION: str(job.metadata.generation)},
+            labels={**labels, LABEL_JOB_NAME: job.metadata.name},
+            annotations={**annotations, ANNOTATION_JOB_GENERATION: str(job.metadata.generation)},
             owner_references=[owner_reference(job)],
         ),
         spec=pod_group_spec(job, plugin, cluster_domain=cluster_domain, preferred_nodes=preferred_nodes),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Mapping
 from typing import Any
 
 from gpuyard.apis.core import (
@@ -240,17 +241,39 @@ def devices_annotation(reservation: Reservation) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _device_env(pod: Pod, reservation: Reservation) -> None:
-    gpus = reservation.spec.gpus
-    if not gpus:
+def _device_env(pod: Pod, reservation: Reservation, peers: Mapping[str, Reservation] | None = None) -> None:
+    """GPU visibility; RDMA NICs (`GPUYARD_RDMA_DEVICES`); co-located peers of the gang
+    (`LOCAL_WORLD_SIZE`, `GPUYARD_LOCAL_RANK` by pod name order, `GPUYARD_LOCAL_GPUS`: the GPUs of
+    every co-located pod in that order, when the peers' Reservations are given)."""
+    spec = reservation.spec
+    gpus = spec.gpus
+    if not gpus and not spec.nics:
         return
     targets = [
         c for c in pod.spec.containers if c.resources.effective().get(GPU_RESOURCE, 0) > 0
     ] or pod.spec.containers[:1]
-    ids = ",".join(reservation.spec.gpu_ids) if reservation.spec.gpu_ids else ",".join(str(g) for g in gpus)
+    ids = ",".join(spec.gpu_ids) if spec.gpu_ids else ",".join(str(g) for g in gpus)
+    local = sorted([*spec.local_peers, reservation.metadata.name])
+    local_gpus: list[int] | None = None
+    if spec.local_peers and peers is not None:
+        local_gpus = []
+        for name in local:
+            held = reservation if name == reservation.metadata.name else peers.get(name)
+            if held is None:
+                local_gpus = None
+                break
+            local_gpus.extend(held.spec.gpus)
     for c in targets:
-        c.set_env("NVIDIA_VISIBLE_DEVICES", ids)
-        c.set_env("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in gpus))
+        if gpus:
+            c.set_env("NVIDIA_VISIBLE_DEVICES", ids)
+            c.set_env("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in gpus))
+        if spec.nics:
+            c.set_env("GPUYARD_RDMA_DEVICES", ",".join(spec.nics))
+        if spec.local_peers:
+            c.set_env("LOCAL_WORLD_SIZE", str(len(local)))
+            c.set_env("GPUYARD_LOCAL_RANK", str(local.index(reservation.metadata.name)))
+            if local_gpus is not None:
+                c.set_env("GPUYARD_LOCAL_GPUS", ",".join(str(g) for g in local_gpus))
 
 
 def build_pod(
@@ -262,8 +285,13 @@ def build_pod(
     reservation: Reservation,
     host_port: int | None = None,
     cluster_domain: str = "",
+    peers: Mapping[str, Reservation] | None = None,
 ) -> Pod:
-    """The pod for replica `index` of `role`, bound to its reservation's node with its devices."""
+    """The pod for replica `index` of `role`, bound to its reservation's node with its devices.
+
+    `peers` (pod name -> Reservation) are the job's other Reservations; those of the co-located
+    pods (`reservation.spec.local_peers`) give `GPUYARD_LOCAL_GPUS`.
+    """
     w = render_template(
         job,
         role,
@@ -286,7 +314,7 @@ def build_pod(
         spec=w.template.spec,
     )
     pod.spec.node_name = reservation.spec.node
-    _device_env(pod, reservation)
+    _device_env(pod, reservation, peers)
     return pod
 
 

@@ -32,6 +32,7 @@ from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup, Reservation
 from gpuyard.controllers.gangs import ANNOTATION_JOB_GENERATION, build_pod_group, pod_group_spec
 from gpuyard.controllers.judging import Replica, judge, reason_of, uncounted
 from gpuyard.controllers.materializing import build_pod, build_service
+from gpuyard.controllers.metrics import job_metrics
 from gpuyard.controllers.ordering import can_start, dependencies_of
 from gpuyard.controllers.restarting import Ending, needs_new_placement
 from gpuyard.controllers.statuses import record_event, set_condition
@@ -103,6 +104,7 @@ class JobReconciler:
             Watch("PodGroup"),
         )
         self._create_failures: dict[ObjectKey, int] = {}
+        self.metrics = job_metrics(ctx.registry)
 
     @property
     def backend(self) -> ClusterBackend:
@@ -116,6 +118,7 @@ class JobReconciler:
         namespace, name = key
         job = find_job(self.store, namespace, name)
         if job is None:
+            self.metrics.deleted(key)
             await self._delete_children(namespace, name)
             self._create_failures.pop(key, None)
             return None
@@ -508,6 +511,10 @@ class JobReconciler:
             (p := live.get(r.name)) is not None and p.status.phase in ("Running", "Succeeded")
             for r in obs.replicas
         )
+        if running or all_up:
+            self.metrics.pods_running(
+                job.kind, job.metadata.uid, created=job.metadata.creation_timestamp, now=now, all_pods=all_up
+            )
         if status.phase == "Restarting":
             if all_up:
                 self._set(
@@ -568,7 +575,12 @@ class JobReconciler:
         changed = set_condition(status, type_, reason=reason, message=message, now=now, true=true)
         if (changed and event) or force_event:
             acts.events.append((reason, message, warning))
+        if changed and type_ == "Created":
+            self.metrics.created(job.kind)
         if status.phase != before:
+            self.metrics.transition(
+                (job.metadata.namespace, job.metadata.name), job.kind, was=before, phase=status.phase
+            )
             log.info(
                 "job.transition",
                 job=f"{job.metadata.namespace}/{job.metadata.name}",
@@ -583,6 +595,7 @@ class JobReconciler:
         return reason_of(job, what)
 
     def _write_status(self, job: TrainingJob, status: JobStatus, now: datetime) -> None:
+        self.metrics.track((job.metadata.namespace, job.metadata.name), job.kind, status.phase)
         if status.model_dump(exclude={"last_reconcile_time"}) == job.status.model_dump(
             exclude={"last_reconcile_time"}
         ):

@@ -81,6 +81,11 @@ class SchedulerConfig(Section):
     )
     seed: int = Field(default=0, description="Seed of the random profile.")
     cycle_interval: float = Field(default=0.05, gt=0)
+    reclaim_delay: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds a quota owed its min waits before borrowed jobs are preempted (Koordinator: 120).",
+    )
 
 
 class LoggingConfig(Section):

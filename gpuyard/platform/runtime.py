@@ -23,6 +23,7 @@ from gpuyard.fakecluster import FakeCluster, Scenario, load_scenario
 from gpuyard.platform.api.app import make_app
 from gpuyard.platform.bus import Bus, ControllerRunner, Reconciler
 from gpuyard.platform.clock import Clock, RealClock, VirtualClock
+from gpuyard.platform.cluster_metrics import register_cluster_metrics
 from gpuyard.platform.config import ConfigError, Settings
 from gpuyard.platform.context import Context
 from gpuyard.platform.journal import Journal
@@ -118,6 +119,7 @@ class Platform:
         self.backend = FakeCluster(self.ctx, self.scenario)
         self.ctx.backend = self.backend
         self.metrics = CoreMetrics(self.ctx.registry, store)
+        register_cluster_metrics(self.ctx.registry, store)
         self.serve_http = serve_http
         self.drive_clock = serve_http if drive_clock is None else drive_clock
         self.components: list[Component] = self._build_components()

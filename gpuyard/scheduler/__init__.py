@@ -29,6 +29,7 @@ from gpuyard.scheduler.framework import (
     register_score,
 )
 from gpuyard.scheduler.gangs import GangRequest, PodShape, PodSlot, RolePart, build_gang
+from gpuyard.scheduler.inventory import DeviceInventory
 from gpuyard.scheduler.outcomes import Placement, PodPlacement, Unschedulable
 from gpuyard.scheduler.placing import place
 from gpuyard.scheduler.profiles import build_profile, profile_from_settings
@@ -39,6 +40,7 @@ from gpuyard.scheduler.snapshot import Snapshot
 __all__ = [
     "CycleState",
     "DefaultClassReconciler",
+    "DeviceInventory",
     "GPUChoice",
     "GangRequest",
     "Placement",
@@ -67,5 +69,9 @@ __all__ = [
 
 
 def components(ctx: Context) -> list[Any]:
-    """The scheduler's components: the scheduling loop and the default-ResourceClass reconciler."""
-    return [SchedulerLoop(ctx), DefaultClassReconciler(ctx.store)]
+    """The scheduler's components: the scheduling loop, the default-ResourceClass reconciler and,
+    where the store knows NodeTopology, the device inventory (GPU health -> DeviceUnhealthy)."""
+    out: list[Any] = [SchedulerLoop(ctx), DefaultClassReconciler(ctx.store)]
+    if "NodeTopology" in ctx.store.kinds():
+        out.append(DeviceInventory(ctx.store, clock=ctx.clock))
+    return out

@@ -22,12 +22,13 @@ and caches the mask, so they are never on the per-pod path.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from gpuyard.apis.core import PodSpec
-from gpuyard.apis.resourceclasses import parse_gpu_request
+from gpuyard.apis.resourceclasses import RequestError, parse_gpu_request
 from gpuyard.apis.scheduling import PodGroup, pod_name
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "PodShape",
     "PodSlot",
     "RolePart",
+    "TopologyHints",
     "affinity_ok",
     "build_gang",
     "constraints_of",
@@ -46,10 +48,19 @@ __all__ = [
     "shape_of",
     "taints_ok",
     "tolerates",
+    "topology_hints",
 ]
 
 GPU_MILLI = 1000
 MIB = 1 << 20
+
+ANNOTATION_JOINT_ALLOCATE = "gpuyard.io/device-joint-allocate"
+ANNOTATION_TOPOLOGY_REQUIRED = "gpuyard.io/topology-required"
+ANNOTATION_TOPOLOGY_PREFERRED = "gpuyard.io/topology-preferred"
+ANNOTATION_FLEXIBLE_SHAPE = "gpuyard.io/flexible-shape"
+RDMA_RESOURCE = "rdma/hca"
+TOPOLOGY_LEVELS = ("block", "spine")
+NIC_SCOPES = ("SamePCIe", "SameNUMA", "None")
 
 Term = tuple[tuple[tuple[str, str, tuple[str, ...]], ...], tuple[tuple[str, str, tuple[str, ...]], ...]]
 """A node-selector term: (matchExpressions, matchFields), each (key, operator, values)."""
@@ -90,6 +101,15 @@ class PodShape:
     host_ports: int = 0
     constraints: Constraints = NO_CONSTRAINTS
     preferences: tuple[tuple[int, Term], ...] = ()
+    rdma: bool = False
+    """Joint GPU + RDMA allocation: the pod gets NICs near its GPUs (`rdma/hca` or the annotation)."""
+    nic_scope: str | None = None
+    """Required NIC scope of the joint allocation: SamePCIe | SameNUMA | None (best effort)."""
+    flexible: bool = False
+    """One-GPU data-parallel workers whose split across nodes may be chosen freely (auto-aggregation)."""
+    required_level: str | None = None
+    """The gang's required network level (a copy of `GangRequest.topology_required`, so gangs
+    that differ only in it never share a cached "does not fit")."""
 
     def __post_init__(self) -> None:
         if min(self.cpu_milli, self.mem_mib, self.gpus, self.gpu_milli, self.host_ports) < 0:
@@ -163,6 +183,10 @@ class GangRequest:
     priority: int = 0
     placed: dict[str, str] = field(default_factory=dict)
     """Pods of the gang that already hold a Reservation: pod name -> node (failover, local peers)."""
+    topology_required: str | None = None
+    """Network level ("block" | "spine") the whole gang must stay inside."""
+    topology_preferred: str | None = None
+    """Network level the gang should stay inside when it can (blocks are always preferred)."""
 
     @property
     def required(self) -> int:
@@ -294,6 +318,79 @@ def _member_parts(
     return parts
 
 
+@dataclass(frozen=True, slots=True)
+class TopologyHints:
+    """What a PodGroup's annotations ask of the topology (parsed once per PodGroup)."""
+
+    joint_rdma: bool = False
+    nic_scope: str | None = None
+    flexible: bool = False
+    required: str | None = None
+    preferred: str | None = None
+
+
+def topology_hints(pg: PodGroup) -> TopologyHints:
+    """Parse the topology annotations of a PodGroup (the operator copies them from the job).
+
+    Raises `RequestError` naming the annotation and the allowed values for a bad one.
+    """
+    ann = pg.metadata.annotations
+    joint, scope = False, None
+    raw = ann.get(ANNOTATION_JOINT_ALLOCATE)
+    if raw:
+        field_name = f"metadata.annotations[{ANNOTATION_JOINT_ALLOCATE}]"
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            raise RequestError(field_name, f"must be JSON like {_JOINT_EXAMPLE}, got {raw!r}") from None
+        if not isinstance(doc, dict):
+            raise RequestError(field_name, f"must be a JSON object like {_JOINT_EXAMPLE}")
+        types = doc.get("deviceTypes") or []
+        if not isinstance(types, list) or not set(types) <= {"gpu", "rdma"}:
+            raise RequestError(field_name, f"deviceTypes must list gpu and/or rdma, got {types!r}")
+        joint = "rdma" in types
+        got = doc.get("requiredScope", "None")
+        if got not in NIC_SCOPES:
+            raise RequestError(
+                field_name, f"requiredScope must be one of {', '.join(NIC_SCOPES)}, got {got!r}"
+            )
+        scope = None if got == "None" else got
+    levels = []
+    for key in (ANNOTATION_TOPOLOGY_REQUIRED, ANNOTATION_TOPOLOGY_PREFERRED):
+        level = ann.get(key) or None
+        if level is not None and level not in TOPOLOGY_LEVELS:
+            raise RequestError(
+                f"metadata.annotations[{key}]",
+                f"must be one of {', '.join(TOPOLOGY_LEVELS)}, got {level!r}",
+            )
+        levels.append(level)
+    flexible_raw = ann.get(ANNOTATION_FLEXIBLE_SHAPE, "").strip().lower()
+    if flexible_raw not in ("", "true", "false"):
+        raise RequestError(
+            f"metadata.annotations[{ANNOTATION_FLEXIBLE_SHAPE}]",
+            f'must be "true" or "false", got {flexible_raw!r}',
+        )
+    flexible = flexible_raw == "true" or (flexible_raw == "" and pg.spec.job_kind == "PyTorchJob")
+    return TopologyHints(joint, scope, flexible, levels[0], levels[1])
+
+
+_JOINT_EXAMPLE = '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'
+
+
+def _with_hints(shape: PodShape, hints: TopologyHints) -> PodShape:
+    gpus = bool(shape.gpus)
+    rdma = gpus and (hints.joint_rdma or any(name == RDMA_RESOURCE for name, _ in shape.ext))
+    scope = hints.nic_scope if hints.joint_rdma and gpus else None
+    flexible = hints.flexible and shape.gpus == 1 and not shape.shared
+    wanted = (rdma, scope, flexible, hints.required)
+    if wanted == (shape.rdma, shape.nic_scope, shape.flexible, shape.required_level):
+        return shape
+    return replace(shape, rdma=rdma, nic_scope=scope, flexible=flexible, required_level=hints.required)
+
+
+_NO_HINTS = TopologyHints()
+
+
 def build_gang(
     podgroups: Sequence[PodGroup],
     *,
@@ -308,17 +405,25 @@ def build_gang(
     """
     parts: list[RolePart] = []
     already: dict[str, str] = {}
+    lead_hints = None
     for pg in podgroups:
         member_placed = placed.get((pg.metadata.namespace, pg.metadata.name), {})
         already.update(member_placed)
-        parts.extend(_member_parts(pg, member_placed, classes=classes, cache=cache))
+        hints = topology_hints(pg)
+        lead_hints = lead_hints or hints
+        for part in _member_parts(pg, member_placed, classes=classes, cache=cache):
+            part.shape = _with_hints(part.shape, hints)
+            parts.append(part)
     lead = podgroups[0]
+    hints = lead_hints or _NO_HINTS
     return GangRequest(
         key=(lead.metadata.namespace, lead.metadata.name),
         members=tuple((p.metadata.namespace, p.metadata.name) for p in podgroups),
         parts=parts,
         priority=lead.spec.priority,
         placed=already,
+        topology_required=hints.required,
+        topology_preferred=hints.preferred,
     )
 
 

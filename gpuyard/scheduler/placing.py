@@ -23,6 +23,8 @@ The algorithm, per gang:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from gpuyard.scheduler.filtering import capacity, explain
@@ -31,6 +33,7 @@ from gpuyard.scheduler.gangs import GangRequest, PodShape, PodSlot, RolePart
 from gpuyard.scheduler.outcomes import Placement, PodPlacement, Unschedulable
 from gpuyard.scheduler.scores import normalize
 from gpuyard.scheduler.snapshot import Alloc, Snapshot
+from gpuyard.scheduler.topology import TopologyChooser, best_split, colocated_set
 
 __all__ = ["place", "score_candidates"]
 
@@ -45,6 +48,9 @@ def place(
     `state` lets the caller share one CycleState with the Permit/Reserve plugins it runs after.
     """
     state = state or CycleState(snapshot, gang, profile)
+    reset = getattr(profile.chooser, "reset", None)
+    if reset is not None:
+        reset()
     for plugin in profile.pre_filters:
         why = plugin.pre_filter(state)
         if why:
@@ -59,6 +65,9 @@ def place(
             snapshot.unapply(alloc)
             snapshot.port_cursor[row] = cursor
     if isinstance(result, Unschedulable):
+        failed = state.data.get("failed_part")
+        if failed is not None:
+            result.notes.extend(_topology_notes(state, failed))
         for plugin in profile.post_filters:
             note = plugin.post_filter(state, result)
             if note:
@@ -73,6 +82,7 @@ def _place(state: CycleState, undo: _Undo) -> Placement | Unschedulable:
             continue
         got = _place_part(state, part, part.pods[: part.required], undo, required=True)
         if got is None:
+            state.data["failed_part"] = part
             return explain(state, part, placed_before=len(placed))
         placed.extend(got)
     deferred: list[PodSlot] = []
@@ -157,6 +167,8 @@ def _fill(
     cap_all = capacity(state, shape)
     if cap_all.dtype == bool:  # the filters answered "can take one" (state.want == 1)
         cap_all = cap_all.astype(np.int64)
+    if state.gang.topology_required is not None:
+        cap_all = _required_domain(state, cap_all, want)
     n_cand = int(np.count_nonzero(cap_all))
     if n_cand == 0:
         return None if required else []
@@ -178,10 +190,14 @@ def _fill(
     out: list[PodPlacement] = []
     if state.profile.fill_for(shape) == "spread":
         _spread(state, part, pods, cand, caps, total, undo, out, nodes=nodes)
+    elif shape.flexible and want > 1:
+        _pack_flexible(state, part, pods, cand, caps, total, undo, out)
     else:
         _pack(state, part, pods, cand, caps, total, undo, out)
     if required and len(out) < want:
         return None
+    if state.gang.topology_required is not None and out and "domain" not in state.data:
+        state.data["domain"] = int(_level(state.snapshot, state.gang.topology_required)[out[0].row])
     return out
 
 
@@ -224,25 +240,152 @@ def _pack(
             return
 
 
+def _level(snap: Snapshot, level: str) -> np.ndarray:
+    return snap.spine if level == "spine" else snap.block
+
+
 def _restrict_to_block(state: CycleState, cand: np.ndarray, caps: np.ndarray, remaining: int) -> None:
-    """When the group spans nodes, keep it inside one network block if a block can hold it all."""
+    """When the group spans nodes, keep it inside the smallest network domain that can hold it all:
+    the tightest block, else the tightest spine (`topology-preferred: spine` skips blocks)."""
     snap = state.snapshot
-    if not snap.block_names:
+    levels = ("spine",) if state.gang.topology_preferred == "spine" else ("block", "spine")
+    for level in levels:
+        names = snap.spine_names if level == "spine" else snap.block_names
+        if not names:
+            continue
+        domains = _level(snap, level)[cand]
+        labelled = domains >= 0
+        if not labelled.any():
+            continue
+        sums = np.bincount(domains[labelled], weights=caps[labelled], minlength=len(names))
+        fitting = np.flatnonzero(sums >= remaining)
+        if not len(fitting):
+            continue
+        chosen = int(fitting[np.argmin(sums[fitting])])  # the tightest domain that holds the rest
+        if state.preferred_node is not None:
+            row = snap.index.get(state.preferred_node)
+            dom = _level(snap, level)
+            if row is not None and dom[row] >= 0 and sums[dom[row]] >= remaining:
+                chosen = int(dom[row])
+        caps[domains != chosen] = 0
         return
-    blocks = snap.block[cand]
-    labelled = blocks >= 0
-    if not labelled.any():
-        return
-    sums = np.bincount(blocks[labelled], weights=caps[labelled], minlength=len(snap.block_names))
-    fitting = np.flatnonzero(sums >= remaining)
+
+
+def _required_domain(state: CycleState, cap_all: np.ndarray, want: int) -> np.ndarray:
+    """Zero the nodes outside the gang's required domain (chosen by its first part: the tightest
+    domain that can hold that part); notes why when no single domain can."""
+    level = state.gang.topology_required or "block"
+    domains = _level(state.snapshot, level)
+    chosen = state.data.get("domain")
+    if chosen is not None:
+        return np.where(domains == chosen, cap_all, 0)
+    cap_all = np.where(domains >= 0, cap_all, 0)
+    if int(cap_all.max(initial=0)) >= want:
+        return cap_all  # one node holds the part: its domain becomes the gang's
+    labelled = domains >= 0
+    sums = np.bincount(domains[labelled], weights=np.minimum(cap_all[labelled], want), minlength=1)
+    fitting = np.flatnonzero(sums >= want)
     if not len(fitting):
-        return
-    chosen = int(fitting[np.argmin(sums[fitting])])  # the tightest block that holds the rest
-    if state.preferred_node is not None:
-        row = snap.index.get(state.preferred_node)
-        if row is not None and snap.block[row] >= 0 and sums[snap.block[row]] >= remaining:
-            chosen = int(snap.block[row])
-    caps[blocks != chosen] = 0
+        most = int(sums.max(initial=0))
+        state.data["topology_note"] = (
+            f"topology-required {level}: no single {level} has room for the {want} pods "
+            f"(the most one {level} can take now: {most})"
+        )
+        return np.zeros_like(cap_all)
+    chosen = int(fitting[np.argmin(sums[fitting])])
+    return np.where(domains == chosen, cap_all, 0)
+
+
+def _pack_flexible(
+    state: CycleState,
+    part: RolePart,
+    pods: tuple[PodSlot, ...],
+    cand: np.ndarray,
+    caps: np.ndarray,
+    total: np.ndarray,
+    undo: _Undo,
+    out: list[PodPlacement],
+) -> None:
+    """One-GPU data-parallel workers in any split: one node if one can take them all, else the
+    two-node split with the best modelled all-reduce bandwidth, else fewest nodes; the workers
+    co-located on a node share one best GPU set (table pick for the count placed there)."""
+    snap = state.snapshot
+    shape = part.shape
+    want = len(pods)
+    caps = caps.copy()
+    fit_all = caps >= want
+    plan: list[tuple[int, int]] = []
+    if fit_all.any():
+        i = int(np.argmax(np.where(fit_all, total, -np.inf)))
+        plan = [(int(cand[i]), want)]
+    else:
+        _restrict_to_block(state, cand, caps, want)
+        found = best_split(snap, shape, rows=cand, caps=caps, scores=total, want=want)
+        if found is not None:
+            plan = found[0]
+            state.data["split_gbps"] = found[1]
+    if not plan:
+        order = np.lexsort((-total, -caps))
+        left = want
+        for i in order.tolist():
+            if left <= 0 or caps[i] <= 0:
+                break
+            n = int(min(caps[i], left))
+            plan.append((int(cand[i]), n))
+            left -= n
+    pos = 0
+    for row, n in plan:
+        within = colocated_set(snap, row, shape, n)
+        got = _assign(state, part, row, pods[pos : pos + n], undo, out, within=within)
+        pos += got
+        if got < n:
+            return
+
+
+def _topology_notes(state: CycleState, part: RolePart) -> list[str]:
+    """Why topology rules refused nodes, and whether a flexible split would fit now (on the
+    snapshot as it is, every trial allocation undone)."""
+    notes = []
+    note = state.data.get("topology_note")
+    if note:
+        notes.append(f"{note}.")
+    refusals = getattr(state.profile.chooser, "refusals", {}).get(part.shape)
+    if refusals:
+        shown = "; ".join(f"{node}: {why}" for node, why in sorted(refusals.items())[:4])
+        notes.append(f"Topology refused {len(refusals)} node{'s' if len(refusals) != 1 else ''}: {shown}.")
+    shape = part.shape
+    if shape.gpus > 1 and not shape.shared and part.required > 1:
+        split = _flexible_alternative(state, part)
+        if split:
+            notes.append(
+                f"As {part.required * shape.gpus} one-GPU workers it would fit now as "
+                f"{'+'.join(str(n) for n in split)}; annotate the job "
+                f'gpuyard.io/flexible-shape: "true" with one-GPU workers to allow such splits.'
+            )
+    return notes
+
+
+def _flexible_alternative(state: CycleState, part: RolePart) -> list[int] | None:
+    shape = part.shape
+    total = part.required * shape.gpus
+    one = replace(
+        shape,
+        gpus=1,
+        cpu_milli=-(-shape.cpu_milli // shape.gpus),
+        mem_mib=-(-shape.mem_mib // shape.gpus),
+        ext=tuple((name, -(-amount // shape.gpus)) for name, amount in shape.ext),
+        flexible=True,
+    )
+    state.want = total
+    cap = capacity(state, one)
+    cap = np.sort(np.minimum(cap.astype(np.int64), total))[::-1]
+    used = np.cumsum(cap)
+    enough = np.flatnonzero(used >= total)
+    if not len(enough) or int(enough[0]) + 1 > part.required:
+        return None
+    split = [int(c) for c in cap[: int(enough[0]) + 1]]
+    split[-1] -= int(used[enough[0]]) - total
+    return sorted(split)
 
 
 _RESCORE_LIMIT = 64
@@ -320,15 +463,23 @@ def _assign(
     pods: tuple[PodSlot, ...],
     undo: _Undo,
     out: list[PodPlacement],
+    *,
+    within: int | None = None,
 ) -> int:
-    """Give each pod GPUs (chooser) and host ports on `row`, applying it to the snapshot; return how many."""
+    """Give each pod GPUs (chooser) and host ports on `row`, applying it to the snapshot; return how many.
+
+    `within` (a GPU mask) keeps the pods' GPUs inside one set, for choosers that support it.
+    """
     snap = state.snapshot
     shape = part.shape
     chooser = state.profile.chooser
     node = snap.names[row] or ""
     done = 0
+    bounded = within is not None and isinstance(chooser, TopologyChooser)
     for pod in pods:
-        choice = chooser.choose(snap, row, shape)
+        choice = (
+            chooser.choose(snap, row, shape, within=within) if bounded else chooser.choose(snap, row, shape)  # type: ignore[call-arg]
+        )
         if choice is None:
             break
         ports: tuple[int, ...] = ()
@@ -345,6 +496,7 @@ def _assign(
             gpu_milli=shape.gpu_milli if choice.gpus else 0,
             ext=shape.ext,
             ports=ports,
+            nics=choice.nics,
         )
         cursor = int(snap.port_cursor[row])
         snap.apply(alloc, row=row)

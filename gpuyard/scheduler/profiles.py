@@ -7,9 +7,11 @@ from `settings.scheduler.plugin_args` (name -> keyword arguments) when the confi
 Built-in profiles:
 
 * `default` — GPU binpacking, exact fit for multi-GPU pods, CPU-only pods spread and kept out of
-  GPU nodes' reserve, GPU-type preference, failover to the previous node; packs GPU pods and
-  spreads CPU-only pods.
-* `binpack` / `best-fit` — most-allocated over every resource, packed;
+  GPU nodes' reserve, GPU-type preference, failover to the previous node, topology (NVLink
+  bandwidth/locality of the GPUs a node would give, fragmentation tie-break); packs GPU pods and
+  spreads CPU-only pods; GPUs chosen by the `topology` chooser (best-subset tables).
+* `binpack` / `best-fit` — most-allocated over every resource plus the topology scores, packed,
+  `topology` chooser;
 * `spread` — least-allocated, one pod per node round-robin;
 * `first-fit` — the first node (in node order) that fits;
 * `random` — a random node that fits (seeded: runs are reproducible).
@@ -28,6 +30,7 @@ import numpy as np
 from gpuyard.scheduler import choosing as _choosing  # noqa: F401  (registers the GPU choosers)
 from gpuyard.scheduler import filters as _filters  # noqa: F401  (registers the filters)
 from gpuyard.scheduler import scores as _scores  # noqa: F401  (registers the scores)
+from gpuyard.scheduler import topology as _topology  # noqa: F401  (registers the topology plugins)
 from gpuyard.scheduler.filters import DEFAULT_FILTERS
 from gpuyard.scheduler.framework import (
     CHOOSERS,
@@ -45,9 +48,19 @@ __all__ = ["build_profile", "profile_from_settings"]
 register_profile(
     "default",
     ProfileSpec(
-        scores={"gpu-binpack": 10, "exact-fit": 5, "cpu-spread": 10, "gpu-type": 5, "failover": 100},
+        scores={
+            "gpu-binpack": 10,
+            "exact-fit": 5,
+            "cpu-spread": 10,
+            "gpu-type": 5,
+            "failover": 100,
+            "topology": 20,
+            "topology-frag": 2,
+        },
         fill="auto",
-        description="binpack GPU pods, exact fit for multi-GPU pods, spread CPU-only pods",
+        chooser="topology",
+        description="binpack GPU pods, exact fit for multi-GPU pods, spread CPU-only pods; "
+        "NVLink-aware GPU choice",
     ),
     replace=True,
 )
@@ -55,7 +68,10 @@ for _name in ("binpack", "best-fit"):
     register_profile(
         _name,
         ProfileSpec(
-            scores={"most-allocated": 10, "failover": 100}, fill="pack", description="most-allocated, packed"
+            scores={"most-allocated": 10, "failover": 100, "topology": 20, "topology-frag": 2},
+            fill="pack",
+            chooser="topology",
+            description="most-allocated, packed; NVLink-aware GPU choice",
         ),
         replace=True,
     )

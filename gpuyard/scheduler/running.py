@@ -1,16 +1,20 @@
-"""The scheduling loop: watch the store, keep the snapshot current, place gangs, assume them.
+"""The scheduling loop: watch the store, keep the snapshot current, admit and place gangs.
 
-`SchedulerLoop.run()` LISTs nodes, reservations, classes and PodGroups into a fresh
-:class:`Snapshot` and the queue, then runs two tasks:
+`SchedulerLoop.run()` LISTs nodes, reservations, classes, quotas, queues and PodGroups into a
+fresh :class:`Snapshot` and :class:`Admission` (tenant queues + quota tree), then runs two tasks:
 
-* the **watch** follows Node, NodeTopology, Reservation, ResourceClass and PodGroup changes and
-  only notes their keys (a dirty set) and wakes the cycle; on `Gone` it asks for a re-list;
-* the **cycles**: apply the dirty keys to the snapshot (one row per changed node, one entry per
-  changed reservation), re-activate parked jobs if capacity may have grown, then take PodGroups
-  from the queue one by one: build the gang request, `place()` it (pure), run Permit and
-  Reserve plugins, *assume* (create every Reservation synchronously), write the PodGroup
-  status and an Event. A gang that does not fit is parked with a readable reason; a failed
-  assume is rolled back and retried after a backoff.
+* the **watch** follows Node, NodeTopology, Reservation, ResourceClass, PodGroup, ElasticQuota,
+  ResourceQuota and Queue changes and only notes their keys (a dirty set) and wakes the cycle;
+  on `Gone` it asks for a re-list;
+* the **cycles**: apply the dirty keys (snapshot rows, reservations, quota tree, queues,
+  capacity), re-activate parked jobs if capacity or quota room may have grown, then walk the
+  `FairQueue`'s candidates (DRF across queues, priority/FIFO, aging, backfill): quota and
+  ResourceQuota admission first (a blocked job is parked with the cause), then build the gang
+  request, `place()` it (pure), run Permit and Reserve plugins, *assume* (create every
+  Reservation synchronously), write the PodGroup status and an Event. A gang that does not fit
+  is parked with a readable reason and, when its quota is owed its min, may reclaim borrowed
+  capacity (`reclaiming.py`); a failed assume is rolled back and retried after a backoff.
+  Quota, queue and ResourceQuota statuses are written once per cycle, only when changed.
 
 Each `schedule_one` is synchronous: between taking a job and recording its placement nothing
 else runs, so two decisions never race for the same GPUs. The loop yields to the event loop
@@ -33,20 +37,32 @@ from gpuyard.apis.resourceclasses import RequestError
 from gpuyard.apis.scheduling import PodGroup, pod_name
 from gpuyard.platform.context import Context
 from gpuyard.platform.store import Gone
+from gpuyard.scheduler.admitting import Admission
 from gpuyard.scheduler.assuming import AssumeFailed, assume, record_event, write_status
 from gpuyard.scheduler.framework import CycleState, Profile
 from gpuyard.scheduler.gangs import GangRequest, ShapeCache, build_gang
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.placing import place
 from gpuyard.scheduler.profiles import profile_from_settings
-from gpuyard.scheduler.queueing import PriorityFIFOQueue, SchedulingQueue
+from gpuyard.scheduler.quota import FairQueue
+from gpuyard.scheduler.reclaiming import Reclaimer
 from gpuyard.scheduler.snapshot import Snapshot
 
 __all__ = ["SchedulerLoop", "SchedulerMetrics"]
 
 log = structlog.get_logger(__name__)
 
-WATCHED = ("Node", "NodeTopology", "Reservation", "ResourceClass", "PodGroup")
+WATCHED = (
+    "Node",
+    "NodeTopology",
+    "Reservation",
+    "ResourceClass",
+    "PodGroup",
+    "ElasticQuota",
+    "ResourceQuota",
+    "Queue",
+)
+_STATUS_EVERY = 10.0  # seconds: a waiting job's position-only message changes are written this often
 _YIELD_EVERY = 32
 _BACKOFF_BASE = 0.5
 _BACKOFF_MAX = 60.0
@@ -110,14 +126,16 @@ class SchedulerLoop:
         ctx: Context,
         *,
         profile: Profile | None = None,
-        queue: SchedulingQueue | None = None,
         events: bool = True,
     ) -> None:
         self.ctx = ctx
         self.store = ctx.store
         self.clock = ctx.clock
         self.profile = profile or profile_from_settings(ctx.settings)
-        self.queue: SchedulingQueue = queue or PriorityFIFOQueue()
+        self.admission = Admission(ctx.store)
+        self.reclaimer = Reclaimer(
+            ctx.store, delay=float(getattr(ctx.settings.scheduler, "reclaim_delay", 0.0)), events=events
+        )
         self.events = events
         self.port_range = tuple(ctx.settings.operator.host_port_range)
         self.snapshot = Snapshot(port_range=self.port_range)  # type: ignore[arg-type]
@@ -139,6 +157,19 @@ class SchedulerLoop:
         self._no_fit: dict[tuple, tuple[int, Unschedulable]] = {}
         self._has_topology = False
         self._own_writes: dict[Key, str] = {}  # PodGroup -> resourceVersion of our last status write
+        self._left_ready = 0
+        self._partial: dict[Key, int] = {}  # running jobs with pods still to place -> epoch last tried
+        self._positions: dict[Key, int] = {}  # this cycle: a candidate's position in its queue
+        self._last_cause: dict[Key, tuple[str, str, float]] = {}  # reason, cause, when written
+
+    @property
+    def queue(self) -> FairQueue:
+        """The tenant queues (the admission's FairQueue)."""
+        return self.admission.queue
+
+    def _epoch(self) -> int:
+        """Grows when capacity (snapshot) or quota room (admission) may have grown."""
+        return self.snapshot.epoch + self.admission.epoch
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -170,13 +201,19 @@ class SchedulerLoop:
             classes=store.list("ResourceClass") if "ResourceClass" in kinds else (),  # type: ignore[arg-type]
             port_range=self.port_range,  # type: ignore[arg-type]
         )
+        self.admission.load(
+            nodes=store.list("Node"),  # type: ignore[arg-type]
+            classes=store.list("ResourceClass") if "ResourceClass" in kinds else (),  # type: ignore[arg-type]
+            topologies=topologies,
+        )
         self._no_fit.clear()
+        self._partial.clear()
         for d in self._dirty.values():
             d.clear()
         for pg in store.list("PodGroup"):
             self._consider(pg)  # type: ignore[arg-type]
         self._relist = False
-        self._seen_epoch = self.snapshot.epoch
+        self._seen_epoch = self._epoch()
         self._wake.set()
         return rv
 
@@ -198,28 +235,132 @@ class SchedulerLoop:
         while True:
             await self._wait()
             self.sync()
-            done = 0
-            while True:
-                key = self.queue.pop()
-                if key is None:
-                    break
-                try:
-                    self.schedule_one(key)
-                except Exception:  # one bad job must not stop the scheduler: retry it later
-                    log.exception("scheduler.cycle_failed", job=f"{key[0]}/{key[1]}")
-                    self._retry_later(key)
-                done += 1
-                if done % _YIELD_EVERY == 0:
-                    await self.clock.sleep(0)
-                    self.sync()
+            await self.cycle()
+            self._left_ready = len(self.queue)  # ready but not offered (behind a head, maxRunningJobs)
             self.metrics.pending.set(self.queue.waiting())
+            self.admission.write_statuses()
+
+    async def cycle(self) -> int:
+        """One walk over the queues' candidates; returns how many jobs were tried."""
+        self._retry_partial()
+        adm, fq = self.admission, self.queue
+        now = self.clock.now()
+        candidates = fq.candidates(now)
+        self._positions.clear()
+        seen: dict[str, int] = {}  # per queue: candidates so far this cycle
+        done = 0
+        for job in candidates:
+            key: Key = job.key  # type: ignore[assignment]
+            self._positions[key] = seen.get(job.queue, 0)
+            seen[job.queue] = self._positions[key] + 1
+            try:
+                reason = adm.check(key)
+                if reason is not None:
+                    candidates.blocked(job, reason, reserve=False)
+                    self._quota_blocked(key, reason)
+                    outcome = None
+                else:
+                    outcome = self.schedule_one(key)
+                    if outcome is None:  # gone, suspended, or nothing to place: the watch brings it back
+                        self.queue.park(key, epoch=self._epoch(), reserve=False)
+                    if isinstance(outcome, Placement):
+                        candidates.placed(job)
+                    else:
+                        why = outcome.full_message() if outcome is not None else ""
+                        candidates.blocked(job, why, reserve=outcome is not None)
+                if outcome is not None or reason is not None:
+                    self._maybe_reclaim(key, now)
+            except Exception:  # one bad job must not stop the scheduler: retry it later
+                log.exception("scheduler.cycle_failed", job=f"{key[0]}/{key[1]}")
+                self._retry_later(key)
+            done += 1
+            if done % _YIELD_EVERY == 0:
+                await self.clock.sleep(0)
+                if self._relist:
+                    break
+                self.sync()
+        return done
+
+    def _retry_partial(self) -> None:
+        """Running jobs with pods still unplaced (elastic minimum, failover): try again when the
+        cluster changed since their last try. Owners whose reclaim delay ended are tried again."""
+        for key in self.reclaimer.due(self.clock.now()):
+            job = self.queue.get(key)
+            if job is not None and self.queue.is_held(key):
+                self.queue.add(job)
+        epoch = self._epoch()
+        for key, tried in list(self._partial.items()):
+            if tried < epoch and key in self._partial:
+                self._partial[key] = epoch
+                self.schedule_one(key)
+
+    def _quota_blocked(self, key: Key, reason: str) -> None:
+        pg = self.store.get("PodGroup", *key)
+        self.queue.park(key, epoch=self._epoch(), reason=reason, reserve=False)
+        if pg is None:
+            return
+        code = "ResourceQuotaExceeded" if reason.startswith("ResourceQuota") else "QuotaExceeded"
+        self._attempts[key] = self._attempts.get(key, pg.status.attempts) + 1  # type: ignore[attr-defined]
+        self._waiting(pg, code, reason, held=0)  # type: ignore[arg-type]
+
+    def _maybe_reclaim(self, key: Key, now: float) -> None:
+        victims = self.reclaimer.consider(
+            self.admission,
+            key,
+            now=now,
+            utcnow=self.clock.utcnow(),
+            epoch=self._epoch(),
+            snapshot=self.snapshot,
+        )
+        if victims:
+            self._wake.set()
+
+    def _waiting(self, pg: PodGroup, code: str, cause: str, *, held: int) -> None:
+        """Why a queued job waits: its position and queue share, then the first blocking cause.
+
+        The FailedScheduling event follows the cause; a message that differs only in position is
+        rewritten at most every `_STATUS_EVERY` seconds.
+        """
+        key = (pg.metadata.namespace, pg.metadata.name)
+        now = self.clock.now()
+        last = self._last_cause.get(key)
+        same = last is not None and last[0] == code and last[1] == cause
+        if same and now - last[2] < _STATUS_EVERY:  # type: ignore[index]
+            return
+        job = self.queue.get(key)
+        qname = job.queue if job is not None else (pg.spec.queue or pg.metadata.namespace)
+        share = self.queue.share(qname)
+        pos = self._positions.get(key)
+        where = f"#{pos + 1} in queue {qname}" if pos is not None else f"queue {qname}"
+        self._last_cause[key] = (code, cause, now)
+        self._status(
+            key,
+            phase="Placed" if held else "Pending",
+            reason=code,
+            message=f"{where} (share {share:.2f}): {cause}" if self.admission.tenancy else cause,
+            placed=held,
+        )
+        if same or not self.events:
+            return
+        record_event(
+            self.store,
+            podgroup=pg,
+            reason="FailedScheduling",
+            message=cause,
+            type_="Warning",
+            now=self.clock.utcnow(),
+        )
+        log.info("job.unschedulable", job=f"{key[0]}/{key[1]}", reason=code, message=cause)
 
     async def _wait(self) -> None:
-        """Until something changed, or the next backoff ends."""
+        """Until something changed, or the next backoff or reclaim delay ends."""
         while not self._wake.is_set():
             due = self.queue.release_due(self.clock.now())
-            if len(self.queue):
+            if len(self.queue) > self._left_ready:  # released from backoff: try them
                 break
+            reclaim = self.reclaimer.next_due(self.clock.now())
+            if reclaim is not None:
+                due = reclaim if due is None else min(due, reclaim)
             if due is None:
                 await self._wake.wait()
                 break
@@ -240,11 +381,28 @@ class SchedulerLoop:
         if self._relist:
             self.resync()
             return
-        store, snap, dirty = self.store, self.snapshot, self._dirty
+        store, snap, dirty, adm = self.store, self.snapshot, self._dirty, self.admission
+        for kind, apply in (
+            ("ElasticQuota", adm.sync_quotas),
+            ("ResourceQuota", adm.sync_resource_quotas),
+            ("Queue", adm.sync_queues),
+        ):
+            if dirty[kind]:
+                keys, dirty[kind] = dirty[kind], set()
+                if adm.changed(kind, keys):  # not just the echo of a status write
+                    apply()
         if dirty["ResourceClass"]:
             dirty["ResourceClass"].clear()
-            if snap.set_classes(store.list("ResourceClass")):  # type: ignore[arg-type]
+            classes = store.list("ResourceClass")
+            if snap.set_classes(classes):  # type: ignore[arg-type]
                 self._shapes.clear()
+            adm.sync_classes(
+                classes,  # type: ignore[arg-type]
+                nodes=store.list("Node"),  # type: ignore[arg-type]
+                topologies={t.metadata.name: t for t in store.list("NodeTopology")}
+                if self._has_topology
+                else {},
+            )
         topo_changed = dirty["NodeTopology"]
         nodes = dirty["Node"] | {("", name) for _, name in topo_changed}
         dirty["Node"], dirty["NodeTopology"] = set(), set()
@@ -252,11 +410,13 @@ class SchedulerLoop:
             node = store.get("Node", "", name)
             if node is None:
                 snap.remove_node(name)
+                adm.node_changed(name, None, None)
                 continue
             if snap.node_rv.get(name) == node.resource_version and ("", name) not in topo_changed:
                 continue
             topology = store.get("NodeTopology", "", name) if self._has_topology else None
             snap.refresh_node(node, topology)  # type: ignore[arg-type]
+            adm.node_changed(name, node, topology)  # type: ignore[arg-type]
         reservations, dirty["Reservation"] = dirty["Reservation"], set()
         freed: set[Key] = set()  # PodGroups that lost a reservation: look at them even if we wrote last
         for key in reservations:
@@ -279,13 +439,22 @@ class SchedulerLoop:
                 or self._generation.get(key) != pg.metadata.generation
             ):  # not just the echo of our own status write
                 self._consider(pg, from_event=True)  # type: ignore[arg-type]
-        if snap.epoch != self._seen_epoch:
-            self._seen_epoch = snap.epoch
-            self.queue.wake_parked(snap.epoch)
+        epoch = self._epoch()
+        if epoch != self._seen_epoch:
+            self._seen_epoch = epoch
+            self.queue.wake_parked(epoch)
 
     def _forget(self, key: Key) -> None:
-        self.queue.discard(key)
-        for table in (self._generation, self._attempts, self._failures, self._own_writes):
+        self.admission.forget(key)
+        self.reclaimer.forget(key)
+        for table in (
+            self._generation,
+            self._attempts,
+            self._failures,
+            self._own_writes,
+            self._partial,
+            self._last_cause,
+        ):
             table.pop(key, None)  # type: ignore[attr-defined]
         self._track_refs(key, frozenset())
 
@@ -313,25 +482,39 @@ class SchedulerLoop:
         if pg.spec.gang_group or key in self._refs_of:
             self._track_refs(key, frozenset(_ref_key(r, key[0]) for r in pg.spec.gang_group))
         status = pg.status
+        adm = self.admission
         if pg.spec.suspend:
-            self.queue.discard(key)
+            adm.forget(key)
+            self._partial.pop(key, None)
             if status.phase != "Suspended":
                 self._status(key, phase="Suspended", reason="Suspended", message="the job is suspended")
             return
         held = self.snapshot.placed_pods(key)
         placed = len(held)
-        if placed >= pg.spec.total_replicas() and _complete(pg, held):
-            self.queue.discard(key)
-            if status.phase != "Placed" and pg.spec.total_replicas() > 0:
-                self._status(
-                    key, phase="Placed", reason="Placed", message=f"all {placed} pods hold a reservation"
-                )
+        if placed:  # admitted and (at least partly) running
+            adm.ensure_running(pg, now=self.clock.now())
+            if placed >= pg.spec.total_replicas() and _complete(pg, held):
+                self._partial.pop(key, None)
+                if status.phase != "Placed" and pg.spec.total_replicas() > 0:
+                    self._status(
+                        key, phase="Placed", reason="Placed", message=f"all {placed} pods hold a reservation"
+                    )
+            else:
+                self._partial.setdefault(key, -1)
             return
+        self._partial.pop(key, None)
+        if adm.queue.is_running(key):  # lost its placement: preempted or un-assumed
+            adm.requeue(key)
         if status.phase == "Suspended" or (status.phase == "Placed" and placed == 0):
             self._status(key, phase="Pending", reason="Queued", message="waiting for placement")
-        if from_event and self.queue.is_held(key) and self._generation.get(key) == pg.metadata.generation:
+        if (
+            from_event
+            and self.queue.is_held(key)
+            and self._generation.get(key) == pg.metadata.generation
+            and key in adm.jobs
+        ):
             return  # our own status write, or nothing that changes its fit: it returns by itself
-        self.queue.add(key, priority=pg.spec.priority, created=_created(pg))
+        adm.enqueue(pg)
 
     # --- one scheduling cycle ----------------------------------------------------------------
 
@@ -433,8 +616,12 @@ class SchedulerLoop:
             self._failures.pop(key, None)
             held_pods = self.snapshot.placed_pods(key)
             held = len(held_pods)
-            if not _complete(m, held_pods):
-                self.queue.park(key, epoch=self.snapshot.epoch, priority=m.spec.priority, created=_created(m))
+            self.admission.start(key, now=self.clock.now())
+            self._last_cause.pop(key, None)
+            if _complete(m, held_pods):
+                self._partial.pop(key, None)
+            else:
+                self._partial[key] = self._epoch()
             self._status(key, phase="Placed", reason="Placed", message=summary, placed=held)
             if self.events and by_member.get(key):
                 record_event(
@@ -454,28 +641,18 @@ class SchedulerLoop:
         return placement
 
     def _not_placed(self, members: list[PodGroup], result: Unschedulable) -> None:
-        epoch = self.snapshot.epoch
+        epoch = self._epoch()
         message = result.full_message()
+        fits = self.admission.has_quotas and result.reason == "Unschedulable"
+        cause = f"fits quota, waiting for room: {message}" if fits else message
         for m in members:
             key = m.key[1:]
-            self.queue.park(key, epoch=epoch, priority=m.spec.priority, created=_created(m))
+            self.queue.park(key, epoch=epoch, reason=cause)
+            if key in self._partial:
+                self._partial[key] = epoch
             held = len(self.snapshot.placed_pods(key))
-            old = m.status
-            self._attempts[key] = self._attempts.get(key, old.attempts) + 1
-            if old.reason == result.reason and old.message == message:
-                continue
-            phase = "Placed" if held else "Pending"
-            self._status(key, phase=phase, reason=result.reason, message=message, placed=held)
-            if self.events:
-                record_event(
-                    self.store,
-                    podgroup=m,
-                    reason="FailedScheduling",
-                    message=message,
-                    type_="Warning",
-                    now=self.clock.utcnow(),
-                )
-            log.info("job.unschedulable", job=f"{key[0]}/{key[1]}", reason=result.reason, message=message)
+            self._attempts[key] = self._attempts.get(key, m.status.attempts) + 1
+            self._waiting(m, result.reason, cause, held=held)
 
     def _backoff(self, members: list[PodGroup], message: str) -> None:
         for m in members:
@@ -483,9 +660,7 @@ class SchedulerLoop:
             n = self._failures.get(key, 0)
             self._failures[key] = n + 1
             delay = min(_BACKOFF_MAX, _BACKOFF_BASE * 2**n)
-            self.queue.backoff(
-                key, until=self.clock.now() + delay, priority=m.spec.priority, created=_created(m)
-            )
+            self.queue.backoff(key, until=self.clock.now() + delay, reason=message)
             held = len(self.snapshot.placed_pods(key))
             self._status(
                 key,
@@ -503,9 +678,7 @@ class SchedulerLoop:
         pg = self.store.get("PodGroup", *key)
         if pg is not None:
             delay = min(_BACKOFF_MAX, _BACKOFF_BASE * 2**n)
-            self.queue.backoff(
-                key, until=self.clock.now() + delay, priority=pg.spec.priority, created=_created(pg)
-            )  # type: ignore[attr-defined]
+            self.queue.backoff(key, until=self.clock.now() + delay)
 
     def _status(self, key: Key, *, phase: str, reason: str, message: str, placed: int | None = None) -> None:
         if placed is None:
@@ -573,11 +746,6 @@ def _complete(pg: PodGroup, held: dict[str, str]) -> bool:
 def _ref_key(ref: str, namespace: str) -> Key:
     ns, _, name = ref.rpartition("/")
     return (ns or namespace, name)
-
-
-def _created(pg: PodGroup) -> float:
-    ts = pg.metadata.creation_timestamp
-    return ts.timestamp() if ts is not None else 0.0
 
 
 def _signature(gang: GangRequest) -> tuple | None:

@@ -32,14 +32,20 @@ from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.quantity import to_int, to_milli
 from gpuyard.apis.resourceclasses import DeviceInfo, Matcher, ResourceClass, gpu_devices
 from gpuyard.apis.scheduling import Reservation
+from gpuyard.devices.bandwidth import model_key
+from gpuyard.devices.presets import H100_PARTITIONS
+from gpuyard.devices.subsets import MAX_TABLE_GPUS, SubsetTable, table_for
 from gpuyard.scheduler.gangs import GPU_MILLI, MIB, Constraints, Term, affinity_ok, selector_ok, taints_ok
 
 if TYPE_CHECKING:
     from gpuyard.scheduler.packing.state import ClusterState
 
-__all__ = ["LABEL_BLOCK", "Alloc", "ClassMask", "Snapshot"]
+__all__ = ["LABEL_BLOCK", "LABEL_PARTITION_POLICY", "LABEL_SPINE", "Alloc", "ClassMask", "Snapshot"]
 
 LABEL_BLOCK = "topology.gpuyard.io/block"
+LABEL_SPINE = "topology.gpuyard.io/spine"
+LABEL_PARTITION_POLICY = "gpuyard.io/gpu-partition-policy"
+_PARTITION_MODELS = ("h100", "h800", "h20")
 _UNLIMITED_PODS = 1 << 30
 _MASK_CACHE_SIZE = 1024
 
@@ -56,6 +62,7 @@ class Alloc:
     ext: tuple[tuple[str, int], ...] = ()
     ports: tuple[int, ...] = ()
     row: int = -1  # the row it is applied to, -1 while not applied
+    nics: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -99,11 +106,17 @@ def _alloc_of(res: Reservation) -> Alloc:
         gpu_milli=(spec.gpu_milli or GPU_MILLI) if spec.gpus else 0,
         ext=tuple(sorted(ext)),
         ports=tuple(spec.host_ports),
+        nics=tuple(spec.nics),
     )
 
 
 class Snapshot:
     """Per-node free capacity and static facts as flat arrays; see the module docstring."""
+
+    block_label = LABEL_BLOCK
+    """Node label naming the network block (the tightest level); set per instance or class-wide."""
+    spine_label = LABEL_SPINE
+    """Node label naming the spine (the level above blocks)."""
 
     def __init__(
         self, *, port_range: tuple[int, int] = (20000, 30000), rows: int = 16, gpu_width: int = 8
@@ -121,6 +134,14 @@ class Snapshot:
         self.taints: list[tuple[tuple[str, str | None, str], ...]] = []
         self.devices: list[list[DeviceInfo]] = []
         self.ports_used: list[dict[int, int]] = []  # per row: host port -> reservations using it
+        self.topologies: list[NodeTopology | None] = []  # per row, with the node's partition policy applied
+        self.tables: list[SubsetTable | None] = []  # per row: the shared best-subset table (<= 8 GPUs)
+        self._topo_keys: list[tuple | None] = []
+        self.nics_used: list[dict[str, int]] = []  # per row: NIC name -> reservations holding it
+        self.table_list: list[SubsetTable] = []
+        self._table_index: dict[str, int] = {}
+        self.spine_names: list[str] = []
+        self._spine_index: dict[str, int] = {}
         self.model_names: list[str] = []
         self._model_index: dict[str, int] = {}
         self.block_names: list[str] = []
@@ -168,6 +189,8 @@ class Snapshot:
         self.gpu_healthy_inv = np.zeros(n, dtype=np.float64)  # 1 / healthy GPUs (0 without): binpack scores
         self.gpu_model = np.full(n, -1, dtype=np.int16)
         self.block = np.full(n, -1, dtype=np.int32)
+        self.spine = np.full(n, -1, dtype=np.int32)
+        self.table_id = np.full(n, -1, dtype=np.int32)
         self.ports_used_count = np.zeros(n, dtype=np.int32)
         self.port_cursor = np.full(n, self.port_lo - 1, dtype=np.int64)
         self.tainted = np.zeros(n, dtype=bool)
@@ -256,6 +279,10 @@ class Snapshot:
                 self.taints.append(())
                 self.devices.append([])
                 self.ports_used.append({})
+                self.topologies.append(None)
+                self.tables.append(None)
+                self._topo_keys.append(None)
+                self.nics_used.append({})
             self.names[row] = name
             self.index[name] = row
             self.port_cursor[row] = self.port_lo - 1
@@ -299,14 +326,45 @@ class Snapshot:
         self.gpu_healthy_inv[row] = 1.0 / healthy if healthy else 0.0
         model = devices[0].model if devices else ""
         self.gpu_model[row] = self._intern(model, self.model_names, self._model_index) if model else -1
-        block = node.metadata.labels.get(LABEL_BLOCK)
+        block = node.metadata.labels.get(self.block_label)
         self.block[row] = self._intern(block, self.block_names, self._block_index) if block else -1
+        spine = node.metadata.labels.get(self.spine_label)
+        self.spine[row] = self._intern(spine, self.spine_names, self._spine_index) if spine else -1
+        self._refresh_topology(row, node, topology, count)
         self._reset_free(row)
         self._patch_masks(row)
         self.epoch += 1
         self.version += 1
         self.static_version += 1
         return row
+
+    def _refresh_topology(self, row: int, node: Node, topology: NodeTopology | None, count: int) -> None:
+        """Keep the row's NodeTopology (node's partition policy applied) and its subset table.
+
+        The table lookup fingerprints the topology (~0.3 ms), so it is redone only when the
+        NodeTopology object or the node's partition-policy label changes.
+        """
+        policy = node.metadata.labels.get(LABEL_PARTITION_POLICY)
+        if topology is None or topology.gpu_count != count:
+            self.topologies[row] = self.tables[row] = self._topo_keys[row] = None
+            self.table_id[row] = -1
+            return
+        key = (id(topology), topology.resource_version, policy)
+        if self._topo_keys[row] == key and topology.resource_version:
+            return
+        effective = _with_policy(topology, policy)
+        table = table_for(effective) if count <= MAX_TABLE_GPUS else None
+        self.topologies[row] = effective
+        self.tables[row] = table
+        self._topo_keys[row] = key
+        if table is None:
+            self.table_id[row] = -1
+            return
+        tid = self._table_index.get(table.fingerprint)
+        if tid is None:
+            tid = self._table_index[table.fingerprint] = len(self.table_list)
+            self.table_list.append(table)
+        self.table_id[row] = tid
 
     @staticmethod
     def _intern(value: str, names: list[str], index: dict[str, int]) -> int:
@@ -325,6 +383,7 @@ class Snapshot:
         self.gpu_free_milli[row, :] = np.where(self.gpu_exists[row], GPU_MILLI, 0)
         self.ports_used[row] = {}
         self.ports_used_count[row] = 0
+        self.nics_used[row] = {}
         name = self.names[row]
         for key in self._by_node.get(name, ()):  # type: ignore[arg-type]
             entry = self._entries[key]
@@ -442,6 +501,10 @@ class Snapshot:
             self.ext_free[row, col] -= amount
         if alloc.gpus:
             self._gpus_take(row, alloc.gpus, alloc.gpu_milli)
+        if alloc.nics:
+            held = self.nics_used[row]
+            for nic in alloc.nics:
+                held[nic] = held.get(nic, 0) + 1
         if alloc.ports:
             used = self.ports_used[row]
             lo, hi = self.port_lo, self.port_hi
@@ -465,6 +528,14 @@ class Snapshot:
             self.ext_free[row, self._ext_index[name]] += amount
         if alloc.gpus:
             self._gpus_take(row, alloc.gpus, -alloc.gpu_milli)
+        if alloc.nics:
+            held = self.nics_used[row]
+            for nic in alloc.nics:
+                n = held.get(nic, 0)
+                if n > 1:
+                    held[nic] = n - 1
+                else:
+                    held.pop(nic, None)
         if alloc.ports:
             used = self.ports_used[row]
             lo, hi = self.port_lo, self.port_hi
@@ -654,6 +725,27 @@ class Snapshot:
         )
 
 
+def _with_policy(topology: NodeTopology, policy: str | None) -> NodeTopology:
+    """The topology with the node label's partition policy (Honor | Prefer) applied.
+
+    A topology without a partition table gets the vendor's H100-family table when its GPUs are
+    H100/H800/H20 and the label asks for a policy; other values of the label are ignored.
+    """
+    spec = topology.spec
+    if policy not in ("Honor", "Prefer") or policy == spec.partition_policy:
+        return topology
+    partitions = spec.partitions
+    if partitions is None:
+        keys = {(g.model_key or model_key(g.model)).lower() for g in spec.gpus}
+        if len(spec.gpus) != 8 or not keys or not keys <= set(_PARTITION_MODELS):
+            return topology
+        partitions = [list(p) for p in H100_PARTITIONS]
+    changed = topology.model_copy(deep=True)
+    changed.spec.partitions = partitions
+    changed.spec.partition_policy = policy  # type: ignore[assignment]
+    return changed
+
+
 _ARRAYS = (
     "alive",
     "ready",
@@ -676,6 +768,8 @@ _ARRAYS = (
     "gpu_healthy_inv",
     "gpu_model",
     "block",
+    "spine",
+    "table_id",
     "ports_used_count",
     "port_cursor",
     "tainted",

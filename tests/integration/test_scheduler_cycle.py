@@ -24,7 +24,7 @@ class Running:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.store = ctx.store
-        self.loop, classes = components(ctx)
+        self.loop, classes, *_ = components(ctx)
         self.tasks = [
             asyncio.create_task(self.loop.run(), name="test-scheduler"),
             asyncio.create_task(

@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpuyard.platform.api.auth import make_auth_middleware
 from gpuyard.platform.api.errors import ApiError, error_response
+from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
 from gpuyard.platform.context import Context
 
 __all__ = ["CTX", "READY", "make_app"]
@@ -31,6 +32,7 @@ ROUTE_MODULES: list[str] = [
     "gpuyard.platform.api.scheduling",
     "gpuyard.platform.api.watching",
     "gpuyard.platform.api.openapi",
+    "gpuyard.platform.api.dashboard",
 ]
 
 
@@ -73,7 +75,11 @@ def make_app(ctx: Context, *, ready: Callable[[], bool] = lambda: True) -> web.A
     import importlib
 
     app = web.Application(
-        middlewares=[error_middleware, make_auth_middleware(ctx.settings.server.tokens)],
+        middlewares=[
+            make_metrics_middleware(ctx.registry),
+            error_middleware,
+            make_auth_middleware(ctx.settings.server.tokens),
+        ],
         client_max_size=ctx.settings.server.max_body_bytes,
     )
     app[CTX] = ctx

@@ -1,23 +1,30 @@
-"""Cluster read endpoints: nodes and a summary of GPUs by model.
+"""Cluster read endpoints: nodes, the cluster summary and per-node use.
 
-`GET /api/v1/nodes`, `GET /api/v1/nodes/{name}`, `GET /api/v1/summary`.
+* `GET /api/v1/nodes`, `GET /api/v1/nodes/{name}` — nodes as stored.
+* `GET /api/v1/summary` — nodes, GPUs total/allocated/free per model (from reservations), the
+  fragmentation ratio (definition in `gpuyard.platform.cluster_metrics`), jobs by phase and queue
+  depths (pending jobs per queue). Non-admin callers get job counts of their namespaces only.
+* `GET /api/v1/usage/nodes` — per node: GPUs, CPU and memory allocatable and held by
+  reservations, and the job holding each GPU (what `gpuyard top nodes` and the dashboard's node
+  grid show). Jobs of namespaces the caller may not see are shown as `other`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from aiohttp import web
 
-from gpuyard.apis.core import GPU_RESOURCE, Node
+from gpuyard.apis.jobs import KIND_INFO
 from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.api.paging import list_body, paginate
+from gpuyard.platform.cluster_metrics import PENDING_PHASES, cluster_usage
 
 __all__ = ["setup"]
-
-LABEL_GPU_MODEL = "gpuyard.io/gpu-model"
 
 
 @operation(
@@ -51,31 +58,130 @@ async def get_node(request: web.Request) -> web.Response:
     return web.json_response(node.to_dict())
 
 
-@operation("Cluster summary: nodes, GPUs by model, pods", tags=["cluster"])
+SUMMARY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Cluster overview; see docs/operations.md for the fragmentation definition.",
+    "properties": {
+        "nodes": {"type": "integer"},
+        "readyNodes": {"type": "integer"},
+        "gpusByModel": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "gpusTotal": {"type": "integer"},
+        "gpusAllocated": {"type": "integer"},
+        "gpusFree": {"type": "integer"},
+        "gpus": {
+            "type": "object",
+            "description": "Per model: total, allocated, free, unhealthy GPUs and fragmentation.",
+            "additionalProperties": {"type": "object"},
+        },
+        "fragmentation": {
+            "type": "object",
+            "properties": {
+                "ratio": {"type": "number"},
+                "referenceGpus": {"type": "integer"},
+                "definition": {"type": "string"},
+            },
+        },
+        "jobsByPhase": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "queueDepths": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "pods": {"type": "integer"},
+        "resourceVersion": {"type": "string"},
+    },
+}
+FRAGMENTATION_DEFINITION = (
+    "share of free GPUs on nodes whose free count is below the reference request "
+    "(the most common per-pod multi-GPU request; 2 when there is none)"
+)
+
+
+@operation(
+    "Cluster summary: nodes, GPUs total/allocated per model, fragmentation, jobs by phase, queue depths",
+    tags=["cluster"],
+    response=SUMMARY_SCHEMA,
+)
 async def summary(request: web.Request) -> web.Response:
+    authorize(request, "read")
     store = request.app[CTX].store
-    gpus: Counter[str] = Counter()
-    ready = 0
-    nodes = store.list("Node")
-    for node in nodes:
-        assert isinstance(node, Node)
-        ready += node.ready
-        count = node.status.allocatable.get(GPU_RESOURCE)
-        if count:
-            gpus[node.metadata.labels.get(LABEL_GPU_MODEL, "unknown")] += int(count)
+    usage = cluster_usage(store)
+    by_model = usage.gpus_by_model()
+    visible = allowed_namespaces(request)
+    jobs_by_phase = usage.jobs_by_phase
+    queues = usage.queue_depths
+    if visible is not None:  # a tenant sees counts of the jobs it may see, not the whole cluster's
+        tenant = cluster_usage_jobs(store, visible)
+        jobs_by_phase, queues = tenant
     return web.json_response(
         {
-            "nodes": len(nodes),
-            "readyNodes": ready,
-            "gpusByModel": dict(sorted(gpus.items())),
-            "gpusTotal": sum(gpus.values()),
+            "nodes": len(usage.nodes),
+            "readyNodes": sum(1 for n in usage.nodes if n.ready),
+            "gpusByModel": {m: row["total"] for m, row in by_model.items()},
+            "gpusTotal": sum(row["total"] for row in by_model.values()),
+            "gpusAllocated": sum(row["allocated"] for row in by_model.values()),
+            "gpusFree": sum(row["free"] for row in by_model.values()),
+            "gpus": {
+                m: {**row, "fragmentation": round(usage.fragmentation(m), 4)} for m, row in by_model.items()
+            },
+            "fragmentation": {
+                "ratio": round(usage.fragmentation(), 4),
+                "referenceGpus": usage.reference_request,
+                "definition": FRAGMENTATION_DEFINITION,
+            },
+            "jobsByPhase": jobs_by_phase,
+            "queueDepths": queues,
             "pods": store.count("Pod"),
             "resourceVersion": str(store.resource_version),
         }
     )
 
 
+def cluster_usage_jobs(store: Any, visible: frozenset[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Jobs by phase and queue depths over the namespaces in `visible` only."""
+    phases: Counter[str] = Counter()
+    queues: Counter[str] = Counter()
+    for kind in KIND_INFO:
+        for job in store.list(kind):
+            if job.metadata.namespace not in visible:
+                continue
+            phase = job.status.phase or "Created"
+            phases[phase] += 1
+            if phase in PENDING_PHASES:
+                queues[job.queue or "default"] += 1
+    return dict(sorted(phases.items())), dict(sorted(queues.items()))
+
+
+@operation(
+    "Per-node use: GPUs, CPU and memory held by reservations, and the job holding each GPU",
+    tags=["cluster"],
+    params=[Param("labelSelector", description="e.g. gpuyard.io/gpu-model=v100")],
+    response={"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object"}}}},
+    errors=[400],
+)
+async def node_usage(request: web.Request) -> web.Response:
+    authorize(request, "read")
+    store = request.app[CTX].store
+    selector = request.query.get("labelSelector")
+    names: set[str] | None = None
+    if selector:
+        try:
+            names = {n.metadata.name for n in store.list("Node", selector=selector)}
+        except ValueError as exc:
+            raise ApiError(400, str(exc), details=[{"field": "labelSelector", "reason": str(exc)}]) from None
+    visible = allowed_namespaces(request)
+    items = []
+    for n in cluster_usage(store).nodes:
+        if names is not None and n.name not in names:
+            continue
+        row = n.to_dict()
+        if visible is not None:  # other tenants' jobs are shown as "other"
+            row["holders"] = {
+                idx: [h if h.partition("/")[0] in visible else "other" for h in hs]
+                for idx, hs in row["holders"].items()
+            }
+        items.append(row)
+    return web.json_response({"items": items, "resourceVersion": str(store.resource_version)})
+
+
 def setup(app: web.Application) -> None:
     app.router.add_get("/api/v1/nodes", list_nodes)
     app.router.add_get("/api/v1/nodes/{name}", get_node)
     app.router.add_get("/api/v1/summary", summary)
+    app.router.add_get("/api/v1/usage/nodes", node_usage)

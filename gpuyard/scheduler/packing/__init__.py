@@ -7,36 +7,34 @@ node index and GPU indices::
 
     policy = get_policy("fgd")
     policy.prepare(workload_pods)           # FGD learns the typical pods
-    choice = place(policy, state, pod)      # None, or (node, gpu indices); does not commit
+    choice = policy.place(state, pod)       # None, or (node, gpu indices); does not commit
     if choice is not None:
         state.allocate(*choice, pod)        # raises OvercommitError rather than over-commit
 
 Policies: ``random``, ``first-fit``, ``dot-product``, ``gpu-clustering``, ``gpu-packing``,
-``best-fit``, ``fgd`` (the paper's), ``gpuyard`` (FGD with better tie-breaking).
+``best-fit``, ``fgd`` (the paper's), ``gpuyard`` (FGD plus CPU-stranding and GPU-model scarcity
+awareness; see ``fgd.py`` and docs/simulation.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuyard.scheduler.packing.base import (
-    PackingPolicy,
-    best_fit_gpu,
-    first_fit_gpu,
-    place,
-    select_best,
-    whole_gpus,
-)
-from gpuyard.scheduler.packing.baselines import (
+from gpuyard.scheduler.packing.fgd import FgdPolicy, GpuyardPolicy
+from gpuyard.scheduler.packing.fragmentation import FragmentationModel, TypicalPods, TypicalShape, fgd_scores
+from gpuyard.scheduler.packing.policies import (
     BestFitPolicy,
     DotProductPolicy,
     FirstFitPolicy,
     GpuClusteringPolicy,
     GpuPackingPolicy,
+    PackingPolicy,
     RandomPolicy,
+    best_fit_gpu,
+    first_fit_gpu,
+    select_best,
+    whole_gpus,
 )
-from gpuyard.scheduler.packing.fgd import FgdPolicy, GpuyardPolicy
-from gpuyard.scheduler.packing.fragmentation import FragmentationModel, TypicalPods, TypicalShape, fgd_scores
 from gpuyard.scheduler.packing.state import GPU_MILLI, ClusterState, OvercommitError, PodRequest, fits
 
 __all__ = [
@@ -63,7 +61,6 @@ __all__ = [
     "first_fit_gpu",
     "fits",
     "get_policy",
-    "place",
     "select_best",
     "whole_gpus",
 ]

@@ -32,8 +32,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gpuyard.scheduler.packing.base import PackingPolicy
 from gpuyard.scheduler.packing.fragmentation import FragmentationModel, TypicalPods, fgd_scores
+from gpuyard.scheduler.packing.policies import PackingPolicy
 from gpuyard.scheduler.packing.state import ClusterState, PodRequest
 
 __all__ = ["FgdPolicy", "GpuyardPolicy"]
@@ -60,7 +60,7 @@ class FgdPolicy(PackingPolicy):
     def _fgd(self, state: ClusterState, pod: PodRequest, candidates: np.ndarray) -> np.ndarray:
         """FGD scores of ``candidates``; remembers each one's best GPU for `choose_gpus`."""
         model = self._model()
-        score, gpu, _ = fgd_scores(model, state, pod, candidates)
+        score, gpu, _ = fgd_scores(model, state, pod=pod, nodes=candidates)
         if pod.shared:
             best = np.full(state.n_nodes, -1, dtype=np.int64)
             best[candidates] = gpu
@@ -80,12 +80,10 @@ class FgdPolicy(PackingPolicy):
             and cached[0] is state
             and cached[1] is pod
             and cached[2][node] >= 0
-            # the node is as it was when scored (the model's cache holds that state)
-            and model._cpu[node] == state.cpu_free[node]
-            and np.array_equal(model._gpu[node], state.gpu_free[node])
+            and model.is_current(state, node)  # the node is as it was when scored
         ):
             return (int(cached[2][node]),)
-        _, gpu, _ = fgd_scores(model, state, pod, np.array([node]))
+        _, gpu, _ = fgd_scores(model, state, pod=pod, nodes=np.array([node]))
         return (int(gpu[0]),)
 
 

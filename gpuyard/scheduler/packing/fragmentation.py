@@ -102,15 +102,16 @@ class FragmentationModel:
     # ------------------------------------------------------------------ table W
     def _build_table(self, n_models: int, max_gpus: int) -> None:
         T, NB = len(self.thresholds), len(self.cpu_thresholds) + 1
-        M1, G1 = n_models + 1, max_gpus + 1  # model slot n_models (index -1): no model, weight 0
+        M1, G1 = (
+            n_models + 1,
+            max_gpus + 1,
+        )  # slot n_models (model -1): no known model; unconstrained pods fit
         W = np.zeros((T, M1, G1, NB), dtype=np.int64)
         t_index = {int(t): i for i, t in enumerate(self.thresholds)}
         for s in self._gpu_shapes:
             ti = t_index[s.gpu_milli]
             cpu_rank = int(np.searchsorted(self.cpu_thresholds, s.cpu_milli))  # fits when bucket > rank
-            models = (
-                range(n_models) if s.allowed_models is None else [m for m in s.allowed_models if m < n_models]
-            )
+            models = range(M1) if s.allowed_models is None else [m for m in s.allowed_models if m < n_models]
             for m in models:
                 W[ti, m, min(s.num_gpu, G1) :, cpu_rank + 1 :] += s.count
         self._W = W.ravel()
@@ -119,8 +120,29 @@ class FragmentationModel:
         self._M1, self._G1 = M1, G1
 
     # ------------------------------------------------------------------ cache
-    def sync(self, state: ClusterState) -> None:
-        """Refresh the cached rows of nodes whose free capacity changed since the last call."""
+    def sync(self, state: ClusterState, *, rows: np.ndarray | None = None) -> None:
+        """Refresh the cached rows of nodes whose free capacity changed since the last call.
+
+        With ``rows`` the caller vouches that only those nodes may have changed, which skips the
+        comparison of every node's arrays (the simulator knows which node it just filled).
+        """
+        if self._prepare(state):
+            rows = None  # a fresh cache: every row must be computed
+        if rows is None:
+            dirty = (state.cpu_free != self._cpu) | (state.gpu_model != self._model)
+            gpu, cached = state.gpu_free, self._gpu
+            if gpu.shape[1] % 2 == 0 and gpu.flags.c_contiguous:
+                gpu, cached = gpu.view(np.int64), cached.view(np.int64)  # compare two GPUs at a time
+            diff = gpu != cached
+            for col in range(diff.shape[1]):
+                dirty |= diff[:, col]
+            if not dirty.any():
+                return
+            rows = np.flatnonzero(dirty)
+        self._refresh(state, np.asarray(rows, dtype=np.int64))
+
+    def _prepare(self, state: ClusterState) -> bool:
+        """Size the table and the per-node cache for ``state``; True if the cache was reset."""
         key = (tuple(state.model_names), state.max_gpus)
         if self._table_key != key:
             self._build_table(len(state.model_names), state.max_gpus)
@@ -138,16 +160,10 @@ class FragmentationModel:
             self.gsum = np.zeros(n, dtype=np.int64)
             self.frag_int = np.zeros(n, dtype=np.int64)
             self._state_key = skey
-        dirty = (state.cpu_free != self._cpu) | (state.gpu_model != self._model)
-        gpu, cached = state.gpu_free, self._gpu
-        if gpu.shape[1] % 2 == 0 and gpu.flags.c_contiguous:
-            gpu, cached = gpu.view(np.int64), cached.view(np.int64)  # compare two GPUs at a time
-        diff = gpu != cached
-        for col in range(diff.shape[1]):
-            dirty |= diff[:, col]
-        if not dirty.any():
-            return
-        d = np.flatnonzero(dirty)
+            return True
+        return False
+
+    def _refresh(self, state: ClusterState, d: np.ndarray) -> None:
         V = state.gpu_free[d].astype(np.int64)
         ge = V[:, :, None] >= self.thresholds[None, None, :]
         cnt = ge.sum(axis=1)
@@ -156,11 +172,11 @@ class FragmentationModel:
         cpu = state.cpu_free[d]
         model = state.gpu_model[d]
         self.cnt[d], self.usable[d], self.gsum[d] = cnt, usable, gsum
-        self.frag_int[d] = self._evaluate(model, cpu, gsum, cnt, usable)
+        self.frag_int[d] = self._evaluate(model=model, cpu=cpu, gsum=gsum, cnt=cnt, usable=usable)
         self._cpu[d], self._gpu[d], self._model[d] = cpu, state.gpu_free[d], model
 
     def _evaluate(
-        self, model: np.ndarray, cpu: np.ndarray, gsum: np.ndarray, cnt: np.ndarray, usable: np.ndarray
+        self, *, model: np.ndarray, cpu: np.ndarray, gsum: np.ndarray, cnt: np.ndarray, usable: np.ndarray
     ) -> np.ndarray:
         """C * F for K node states given as (model[K], cpu[K], gsum[K], cnt[K,T], usable[K,T])."""
         bucket = np.searchsorted(self.cpu_thresholds, cpu, side="right")
@@ -169,6 +185,15 @@ class FragmentationModel:
         row = (m * s1 + bucket)[:, None]
         idx = self._t_base[None, :] + row + np.minimum(cnt, self._G1 - 1) * s2
         return self.C * gsum - (usable * self._W[idx]).sum(axis=1)
+
+    def is_current(self, state: ClusterState, node: int) -> bool:
+        """True if the cached row of ``node`` still describes it (nothing changed since the last sync)."""
+        return (
+            self._state_key == (state.n_nodes, state.max_gpus)
+            and self._cpu[node] == state.cpu_free[node]
+            and self._model[node] == state.gpu_model[node]
+            and bool(np.array_equal(self._gpu[node], state.gpu_free[node]))
+        )
 
     # ------------------------------------------------------------------ queries
     def node_frag(self, state: ClusterState) -> np.ndarray:
@@ -182,39 +207,34 @@ class FragmentationModel:
         return float(self.frag_int.sum()) / self.C
 
     def frag_after(
-        self, state: ClusterState, pod: PodRequest, nodes: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """C * F of each node in ``nodes`` after placing ``pod`` there.
+        self, state: ClusterState, *, pod: PodRequest, nodes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """C * F of the nodes in ``nodes`` after placing ``pod`` there, as ``(rows, gpus, frag_int)``.
 
-        Returns ``(frag_int_after[K, G], valid[K, G])``. For a shared pod, column g is "on GPU g";
-        ``valid`` marks, per node, the lowest-index GPU of each distinct free value that fits (a GPU
-        with the same free milli as a lower-index one gives the same node state, so it is neither
-        evaluated nor marked: "first best GPU" needs only the representatives). For other pods only
-        column 0 is valid (whole-GPU pods take the first fully free GPUs, CPU-only pods take none).
+        Entry i says: placing the pod on ``nodes[rows[i]]`` (on GPU ``gpus[i]`` for a shared pod)
+        leaves that node with ``C * F = frag_int[i]``. Rows come in ascending order. A shared pod
+        gets one entry per node and distinct free value that fits, on the lowest-index GPU with
+        that value (GPUs with equal free milli give the same node state, and "first best GPU" only
+        needs the representatives). Other pods get one entry per node with GPU 0 as a placeholder
+        (whole-GPU pods take the first fully free GPUs, CPU-only pods take none).
         """
         self.sync(state)
         nodes = np.asarray(nodes, dtype=np.int64)
-        K, G = len(nodes), state.max_gpus
-        out = np.zeros((K, G), dtype=np.int64)
-        valid = np.zeros((K, G), dtype=bool)
-        if K == 0:
-            return out, valid
         cpu2 = state.cpu_free[nodes] - pod.cpu_milli
         model = state.gpu_model[nodes]
         if not pod.shared:
             k = pod.num_gpu
-            out[:, 0] = self._evaluate(
-                model,
-                cpu2,
-                self.gsum[nodes] - k * GPU_MILLI,
-                self.cnt[nodes] - k,
-                self.usable[nodes] - k * GPU_MILLI,
+            after = self._evaluate(
+                model=model,
+                cpu=cpu2,
+                gsum=self.gsum[nodes] - k * GPU_MILLI,
+                cnt=self.cnt[nodes] - k,
+                usable=self.usable[nodes] - k * GPU_MILLI,
             )
-            valid[:, 0] = True
-            return out, valid
+            rows = np.arange(len(nodes))
+            return rows, np.zeros(len(nodes), dtype=np.int64), after
         V = state.gpu_free[nodes].astype(np.int64)
-        # One candidate per distinct free value per node: GPUs with equal free milli give the
-        # same node state. A stable sort makes the lowest GPU index the representative.
+        # A stable sort puts equal free values together with the lowest GPU index first.
         order = np.argsort(V, axis=1, kind="stable")
         Vs = np.take_along_axis(V, order, axis=1)
         rep = Vs >= pod.gpu_milli
@@ -229,27 +249,40 @@ class FragmentationModel:
         n = nodes[r]
         cnt2 = self.cnt[n] - ge1 + ge2
         usable2 = self.usable[n] - v[:, None] * ge1 + v2[:, None] * ge2
-        out[r, g] = self._evaluate(model[r], cpu2[r], self.gsum[n] - pod.gpu_milli, cnt2, usable2)
-        valid[r, g] = True
-        return out, valid
+        return (
+            r,
+            g,
+            self._evaluate(
+                model=model[r], cpu=cpu2[r], gsum=self.gsum[n] - pod.gpu_milli, cnt=cnt2, usable=usable2
+            ),
+        )
 
 
 def fgd_scores(
-    model: FragmentationModel, state: ClusterState, pod: PodRequest, nodes: np.ndarray
+    model: FragmentationModel, state: ClusterState, *, pod: PodRequest, nodes: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """FGD's per-node score, best GPU column and exact fragmentation decrease.
+    """FGD's per-node score, best GPU and exact fragmentation decrease, for nodes the pod fits on.
 
     Score = int(sigmoid(decrease / 1000) * 100) as the simulator computes it (truncated), where
     decrease = F_n(before) - F_n(after) in milli-GPU; for a shared pod the best GPU is the first
-    with the highest score. Returns ``(score[K] int64, gpu[K] int64, decrease_int[K] int64)``
-    with ``decrease_int = C * decrease`` (exact).
+    (lowest index) with the highest score. Returns ``(score[K], gpu[K], decrease_int[K])``, int64,
+    with ``decrease_int = C * decrease`` (exact). Every node must fit the pod (see `fits`).
     """
-    after, valid = model.frag_after(state, pod, nodes)
-    before = model.frag_int[np.asarray(nodes, dtype=np.int64)]
-    dec = before[:, None] - after
-    x = dec / (model.C * 1000.0)
-    score = np.floor(100.0 / (1.0 + np.exp(-x))).astype(np.int64)
-    score = np.where(valid, score, -1)
-    gpu = np.argmax(score, axis=1)
-    rows = np.arange(len(gpu))
-    return score[rows, gpu], gpu, dec[rows, gpu]
+    nodes = np.asarray(nodes, dtype=np.int64)
+    if len(nodes) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    rows, gpus, after = model.frag_after(state, pod=pod, nodes=nodes)
+    dec = model.frag_int[nodes][rows] - after
+    score = np.floor(100.0 / (1.0 + np.exp(-dec / (model.C * 1000.0)))).astype(np.int64)
+    if not pod.shared:
+        return score, gpus, dec
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if len(rows) else rows
+    if len(starts) != len(nodes):
+        raise ValueError(f"pod {pod.name} does not fit on every node given")
+    # Per node: highest score, then lowest GPU index.
+    width = state.max_gpus
+    key = score * width + (width - 1 - gpus)
+    best = np.maximum.reduceat(key, starts)
+    pick = key == np.repeat(best, np.diff(np.r_[starts, len(key)]))
+    return best // width, width - 1 - best % width, dec[pick]

@@ -47,9 +47,9 @@ class OvercommitError(ValueError):
     """An allocation or release that would break the node's capacity or the sharing rule."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodRequest:
-    """What one pod asks for.
+    """What one pod asks for (keyword arguments only).
 
     ``gpu_milli`` is per GPU: 1000 for whole GPUs, ``0 < gpu_milli < 1000`` only with
     ``num_gpu == 1`` (a shared GPU). ``allowed_models`` holds model indices into the state's

@@ -1,8 +1,25 @@
-"""The baseline packing policies of the FGD paper, as its public simulator scores them.
+"""The packing-policy interface and the FGD paper's baseline policies.
 
-Each is one score plugin with integer scores in 0..100 (kube-scheduler's range, truncated the way
-the simulator truncates), so ties are common and `select_best` breaks them by node name. The
-normalising constants are the simulator's: 128 CPU cores and 8 GPUs as the largest node.
+A policy answers two questions for one pod against a `ClusterState`:
+
+1. ``score(state, pod, candidates)``: a number per candidate node (higher is better). The
+   candidates are the nodes `fits` accepts; the caller never asks about a node the pod cannot use.
+2. ``choose_gpus(state, node, pod)``: which GPU indices on the chosen node.
+
+`select` turns scores into a node the way the FGD paper's simulator does: the highest score wins
+and **ties go to the node whose name sorts first** (the simulator replaced kube-scheduler's random
+pick with this for reproducibility; it packs work onto the same nodes and keeps the rest whole,
+which matters a great deal for the results). ``policy.place(state, pod)`` is the whole step:
+filter, score, select, pick GPUs. It does not commit; the caller calls
+``state.allocate(node, gpus, pod)``.
+
+``prepare(workload)`` is called once with the workload's pods before any scoring (FGD derives its
+typical-pod distribution from it); policies that need nothing ignore it.
+
+The baselines are scored as the paper's public simulator scores them: one score plugin each,
+integer scores in 0..100 (kube-scheduler's range, truncated the way the simulator truncates), so
+ties are common and `select_best` breaks them by node name. The normalising constants are the
+simulator's: 128 CPU cores and 8 GPUs as the largest node.
 
 * ``random``: a uniformly random feasible node; a shared pod gets a random fitting GPU.
 * ``first-fit``: every node scores the same, so the first node by name that fits wins.
@@ -19,10 +36,12 @@ All but ``random`` and ``first-fit`` give a shared pod the tightest GPU that fit
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import ClassVar
+
 import numpy as np
 
-from gpuyard.scheduler.packing.base import PackingPolicy, first_fit_gpu
-from gpuyard.scheduler.packing.state import GPU_MILLI, ClusterState, PodRequest
+from gpuyard.scheduler.packing.state import GPU_MILLI, ClusterState, PodRequest, fits
 
 __all__ = [
     "MAX_SPEC_CPU",
@@ -32,8 +51,85 @@ __all__ = [
     "FirstFitPolicy",
     "GpuClusteringPolicy",
     "GpuPackingPolicy",
+    "PackingPolicy",
     "RandomPolicy",
+    "best_fit_gpu",
+    "first_fit_gpu",
+    "select_best",
+    "whole_gpus",
 ]
+
+
+def whole_gpus(state: ClusterState, node: int, *, count: int) -> tuple[int, ...]:
+    """The first ``count`` fully free GPUs of ``node`` (by index)."""
+    free = np.flatnonzero(state.gpu_free[node] == GPU_MILLI)
+    if len(free) < count:
+        raise ValueError(f"node {state.node_names[node]} has {len(free)} fully free GPUs, {count} needed")
+    return tuple(int(g) for g in free[:count])
+
+
+def best_fit_gpu(state: ClusterState, node: int, *, milli: int) -> int:
+    """The GPU with the least free milli that still fits ``milli`` (first index among equals)."""
+    free = state.gpu_free[node]
+    masked = np.where(free >= milli, free, GPU_MILLI + 1)
+    g = int(np.argmin(masked))
+    if masked[g] > GPU_MILLI:
+        raise ValueError(f"node {state.node_names[node]} has no GPU with {milli}m free")
+    return g
+
+
+def first_fit_gpu(state: ClusterState, node: int, *, milli: int) -> int:
+    """The lowest-index GPU with at least ``milli`` free."""
+    ok = np.flatnonzero(state.gpu_free[node] >= milli)
+    if len(ok) == 0:
+        raise ValueError(f"node {state.node_names[node]} has no GPU with {milli}m free")
+    return int(ok[0])
+
+
+def select_best(state: ClusterState, candidates: np.ndarray, *, scores: np.ndarray) -> int:
+    """The candidate with the highest score; ties go to the node whose name sorts first."""
+    scores = np.asarray(scores)
+    tied = candidates[scores == scores.max()]
+    if len(tied) == 1:
+        return int(tied[0])
+    return int(tied[np.argmin(state.name_rank[tied])])
+
+
+class PackingPolicy:
+    """Base of every packing policy. Subclasses set ``name`` and implement `score`."""
+
+    name: ClassVar[str] = ""
+
+    def prepare(self, workload: Iterable[PodRequest]) -> None:
+        """Learn what the policy needs from the workload's pods (default: nothing)."""
+
+    def score(self, state: ClusterState, pod: PodRequest, candidates: np.ndarray) -> np.ndarray:
+        """One score per candidate node index, higher is better."""
+        raise NotImplementedError
+
+    def choose_gpus(self, state: ClusterState, node: int, pod: PodRequest) -> tuple[int, ...]:
+        """GPU indices on ``node`` for ``pod`` (default: tightest GPU for a share, first free GPUs otherwise)."""
+        if pod.num_gpu == 0:
+            return ()
+        if pod.shared:
+            return (best_fit_gpu(state, node, milli=pod.gpu_milli),)
+        return whole_gpus(state, node, count=pod.num_gpu)
+
+    def select(self, state: ClusterState, pod: PodRequest, candidates: np.ndarray) -> int:
+        """The chosen node among non-empty ``candidates``."""
+        return select_best(state, candidates, scores=self.score(state, pod, candidates))
+
+    def place(self, state: ClusterState, pod: PodRequest) -> tuple[int, tuple[int, ...]] | None:
+        """Filter, score, select and pick GPUs for one pod; ``None`` if no node fits. Does not commit."""
+        candidates = np.flatnonzero(fits(state, pod))
+        if len(candidates) == 0:
+            return None
+        node = self.select(state, pod, candidates)
+        return node, self.choose_gpus(state, node, pod)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
 
 MAX_SPEC_CPU = 128_000
 """Largest node CPU (milli) the simulator normalises by."""
@@ -70,7 +166,7 @@ class FirstFitPolicy(PackingPolicy):
 
     def choose_gpus(self, state: ClusterState, node: int, pod: PodRequest) -> tuple[int, ...]:
         if pod.shared:
-            return (first_fit_gpu(state, node, pod.gpu_milli),)
+            return (first_fit_gpu(state, node, milli=pod.gpu_milli),)
         return super().choose_gpus(state, node, pod)
 
 

@@ -1,0 +1,3 @@
+"""Load gpuyard's pytest plugin (harmless when gpuyard's entry point already loads it)."""
+
+pytest_plugins = ["gpuyard.testing"]

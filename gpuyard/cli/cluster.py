@@ -1,0 +1,346 @@
+"""Client commands for the cluster: `get nodes`, `get resourceclasses`, `top nodes`,
+`watch jobs` and `events --job NS/NAME [--follow]`.
+
+Every command takes `--server` / `--token` (else `$GPUYARD_SERVER` / `$GPUYARD_TOKEN`, else the
+client config file `~/.config/gpuyard/config.yaml`, see `gpuyard.cli.client`) and
+`-o table|wide|json|yaml`. Server errors are one line on stderr; exit code 2 for bad input
+(a 4xx answer, bad flags), 1 for server or network errors.
+
+`register(root)` mounts them, merging `nodes`/`resourceclasses` into an existing `get` group.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import yaml
+
+from gpuyard.cli.client import ApiClient, ClientError
+
+__all__ = ["events", "get", "register", "top", "watch"]
+
+OUTPUTS = click.Choice(["table", "wide", "json", "yaml"])
+GPU = "nvidia.com/gpu"
+MODEL_LABEL = "gpuyard.io/gpu-model"
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def client_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option(
+        "--token", default=None, help="Bearer token (default $GPUYARD_TOKEN or the config file)."
+    )(fn)
+    fn = click.option(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="gpuyard server (default $GPUYARD_SERVER, the config file, or http://127.0.0.1:8080).",
+    )(fn)
+    return click.option(
+        "-o", "--output", type=OUTPUTS, default="table", show_default=True, help="Output format."
+    )(fn)
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except ClientError as exc:
+        _fail(exc.message, exc.exit_code)
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [[str(c) if c is not None and c != "" else "-" for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    click.echo("   ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for r in cells:
+        click.echo("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _emit(data: Any, output: str, table: Callable[[bool], None]) -> None:
+    if output == "json":
+        click.echo(json.dumps(data, indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+    else:
+        table(output == "wide")
+
+
+def _split_ref(ref: str) -> tuple[str, str]:
+    ns, sep, name = ref.partition("/")
+    if not sep:
+        return "default", ref
+    if not ns or not name or "/" in name:
+        _fail(f"--job: {ref!r} is not NAMESPACE/NAME", 2)
+    return ns, name
+
+
+def _bytes(n: float) -> str:
+    for unit in ("", "Ki", "Mi", "Gi", "Ti"):
+        if abs(n) < 1024 or unit == "Ti":
+            return f"{n:.0f}{unit}" if unit == "" or n == int(n) else f"{n:.1f}{unit}"
+        n /= 1024
+    return str(n)  # pragma: no cover
+
+
+def _pct(used: float, total: float) -> str:
+    return f"{round(100 * used / total)}%" if total else "-"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.2f}"
+
+
+def _age(stamp: str | None) -> str:
+    if not stamp:
+        return "-"
+    try:
+        then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return "-"
+    secs = max(0, int((datetime.now(UTC) - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
+# --- get ----------------------------------------------------------------------------------------
+
+
+@click.group()
+def get() -> None:
+    """List objects."""
+
+
+@get.command("nodes")
+@click.option("-l", "--selector", default=None, help="Label selector, e.g. gpuyard.io/gpu-model=v100.")
+@client_options
+def get_nodes(selector: str | None, output: str, server: str | None, token: str | None) -> None:
+    """List nodes with their GPUs (model, allocated, free), CPU and memory."""
+    client = ApiClient(server, token=token)
+    nodes = _call(client.nodes, selector=selector).get("items", [])
+    if output in ("json", "yaml"):
+        _emit(nodes, output, lambda wide: None)
+        return
+    usage = {u["name"]: u for u in _call(client.node_usage, selector=selector).get("items", [])}
+
+    def table(wide: bool) -> None:
+        rows = []
+        for n in nodes:
+            name = n["metadata"]["name"]
+            u = usage.get(name, {})
+            labels = n["metadata"].get("labels", {})
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in n["status"].get("conditions", [])
+            )
+            row = [
+                name,
+                "Ready" if ready else "NotReady",
+                labels.get(MODEL_LABEL) if u.get("gpus") else "-",
+                u.get("gpus", 0),
+                u.get("gpusAllocated", 0),
+                u.get("gpusFree", 0),
+                _num(u.get("cpu", 0)),
+                _bytes(u.get("memoryBytes", 0)),
+                _age(n["metadata"].get("creationTimestamp")),
+            ]
+            if wide:
+                taints = ",".join(
+                    f"{t['key']}:{t.get('effect', '')}" for t in n.get("spec", {}).get("taints", [])
+                )
+                row += [
+                    u.get("gpusUnhealthy", 0),
+                    labels.get("gpuyard.io/block") or labels.get("topology.kubernetes.io/zone"),
+                    taints,
+                ]
+            rows.append(row)
+        headers = ["NAME", "STATUS", "GPU-MODEL", "GPUS", "ALLOCATED", "FREE", "CPU", "MEMORY", "AGE"]
+        _table(headers + (["UNHEALTHY", "BLOCK", "TAINTS"] if wide else []), rows)
+
+    _emit(nodes, output, table)
+
+
+@get.command("resourceclasses")
+@client_options
+def get_resourceclasses(output: str, server: str | None, token: str | None) -> None:
+    """List resource classes (named GPU types: `resources.limits: {CLASS: n}` asks for n of them)."""
+    items = _call(ApiClient(server, token=token).resource_classes).get("items", [])
+
+    def table(wide: bool) -> None:
+        rows = []
+        for c in items:
+            spec = c.get("spec", {})
+            row = [c["metadata"]["name"], spec.get("description", "")]
+            if wide:
+                row.append(json.dumps(spec.get("selector") or {}, separators=(",", ":")))
+            rows.append(row)
+        _table(["NAME", "DESCRIPTION"] + (["SELECTOR"] if wide else []), rows)
+
+    _emit(items, output, table)
+
+
+# --- top ----------------------------------------------------------------------------------------
+
+
+@click.group()
+def top() -> None:
+    """Show resource use."""
+
+
+@top.command("nodes")
+@click.option("-l", "--selector", default=None, help="Label selector, e.g. gpuyard.io/gpu-model=v100.")
+@client_options
+def top_nodes(selector: str | None, output: str, server: str | None, token: str | None) -> None:
+    """GPU, CPU and memory held by reservations on each node (and, wide, the job on each GPU)."""
+    items = _call(ApiClient(server, token=token).node_usage, selector=selector).get("items", [])
+
+    def table(wide: bool) -> None:
+        rows = []
+        for u in items:
+            row = [
+                u["name"],
+                f"{u['gpusAllocated']}/{u['gpus']}" if u["gpus"] else "-",
+                _pct(u["gpusAllocated"], u["gpus"]),
+                f"{_num(u['cpuRequested'])}/{_num(u['cpu'])}",
+                _pct(u["cpuRequested"], u["cpu"]),
+                f"{_bytes(u['memoryRequestedBytes'])}/{_bytes(u['memoryBytes'])}",
+                _pct(u["memoryRequestedBytes"], u["memoryBytes"]),
+            ]
+            if wide:
+                jobs = sorted({j for holders in u.get("holders", {}).values() for j in holders})
+                row.append(",".join(jobs))
+            rows.append(row)
+        headers = ["NAME", "GPUS", "GPU%", "CPU", "CPU%", "MEMORY", "MEMORY%"]
+        _table(headers + (["JOBS"] if wide else []), rows)
+
+    _emit(items, output, table)
+
+
+# --- watch and events ---------------------------------------------------------------------------
+
+
+@click.group()
+def watch() -> None:
+    """Follow changes as they happen (Server-Sent Events)."""
+
+
+@watch.command("jobs")
+@click.option("-n", "--namespace", default=None, help="Only this namespace.")
+@click.option("--max-events", type=click.IntRange(min=1), default=None, help="Stop after this many changes.")
+@client_options
+def watch_jobs(
+    namespace: str | None, max_events: int | None, output: str, server: str | None, token: str | None
+) -> None:
+    """Print every change to a job (kind, phase, last condition) until interrupted."""
+    client = ApiClient(server, token=token)
+    seen = 0
+    if output in ("table", "wide"):
+        click.echo(
+            "EVENT      NAMESPACE/NAME   KIND   PHASE   MESSAGE"
+            if output == "wide"
+            else "EVENT      NAMESPACE/NAME   KIND   PHASE"
+        )
+    try:
+        for event, obj in _call(client.stream, "/api/v1/watch/jobs", query={"namespace": namespace}):
+            meta = obj.get("metadata", {})
+            status = obj.get("status", {}) or {}
+            if output == "json":
+                click.echo(json.dumps({"type": event, "object": obj}, separators=(",", ":")))
+            elif output == "yaml":
+                click.echo(yaml.safe_dump([{"type": event, "object": obj}], sort_keys=False).rstrip())
+            else:
+                conds = status.get("conditions") or []
+                line = f"{event:<10} {meta.get('namespace')}/{meta.get('name')}   {obj.get('kind')}   {status.get('phase') or 'Created'}"
+                if output == "wide" and conds:
+                    line += f"   {conds[-1].get('message', '')}"
+                click.echo(line)
+            seen += 1
+            if max_events is not None and seen >= max_events:
+                return
+    except ClientError as exc:
+        _fail(exc.message, exc.exit_code)
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        return
+
+
+def _event_row(e: dict[str, Any]) -> list[Any]:
+    return [
+        e.get("lastTimestamp") or e.get("firstTimestamp"),
+        e.get("type"),
+        e.get("reason"),
+        e.get("count", 1),
+        e.get("message"),
+    ]
+
+
+@click.command()
+@click.option("--job", "job_ref", required=True, metavar="NS/NAME", help="The job whose events to show.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events as they happen.")
+@click.option(
+    "--max-events", type=click.IntRange(min=1), default=None, help="With --follow: stop after this many."
+)
+@client_options
+def events(
+    job_ref: str, follow: bool, max_events: int | None, output: str, server: str | None, token: str | None
+) -> None:
+    """A job's events, oldest first; with --follow, then every new one (like `logs -f`)."""
+    ns, name = _split_ref(job_ref)
+    client = ApiClient(server, token=token)
+    job = _call(client.job, ns, name)
+    past = _call(client.job_events, ns, name).get("items", [])
+    headers = ["TIME", "TYPE", "REASON", "COUNT", "MESSAGE"]
+
+    def show(items: list[dict[str, Any]], *, header: bool) -> None:
+        if output == "json":
+            for e in items:
+                click.echo(json.dumps(e, separators=(",", ":")))
+        elif output == "yaml":
+            if items:
+                click.echo(yaml.safe_dump(items, sort_keys=False).rstrip())
+        elif header:
+            _table(headers, [_event_row(e) for e in items])
+        else:
+            for e in items:
+                click.echo("   ".join(str(c) if c not in (None, "") else "-" for c in _event_row(e)))
+
+    show(past, header=True)
+    if not follow:
+        return
+    uid = job.get("metadata", {}).get("uid")
+    shown = 0
+    try:
+        for kind, e in _call(client.stream, "/api/v1/watch/events", query={"namespace": ns}):
+            if kind == "DELETED" or (e.get("involvedObject") or {}).get("uid") != uid:
+                continue
+            show([e], header=False)
+            shown += 1
+            if max_events is not None and shown >= max_events:
+                return
+    except ClientError as exc:
+        _fail(exc.message, exc.exit_code)
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        return
+
+
+# --- mounting -----------------------------------------------------------------------------------
+
+
+def register(root: click.Group) -> None:
+    """Add the cluster commands to the root group, merging into existing groups of the same name."""
+    root.add_command(events)
+    for group in (get, top, watch):
+        existing = root.commands.get(group.name or "")
+        if isinstance(existing, click.Group) and existing is not group:
+            for name, cmd in group.commands.items():
+                existing.add_command(cmd, name)
+        else:
+            root.add_command(group)

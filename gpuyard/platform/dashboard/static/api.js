@@ -1,0 +1,130 @@
+// The dashboard's access to the gpuyard HTTP API: bearer token, JSON calls, SSE watches.
+// EventSource cannot send an Authorization header, so watches read the SSE stream with fetch.
+
+const TOKEN_KEY = "gpuyard.token";
+
+export const token = {
+  get: () => sessionStorage.getItem(TOKEN_KEY) || "",
+  set: (value) => {
+    if (value) sessionStorage.setItem(TOKEN_KEY, value);
+    else sessionStorage.removeItem(TOKEN_KEY);
+  },
+};
+
+export class HttpError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+function headers(extra = {}) {
+  const out = { Accept: "application/json", ...extra };
+  const t = token.get();
+  if (t) out.Authorization = `Bearer ${t}`;
+  return out;
+}
+
+function errorLine(status, body) {
+  const err = body && body.error;
+  if (!err) return `HTTP ${status}`;
+  const details = (err.details || []).map((d) => `${d.field}: ${d.reason}`).join("; ");
+  return details ? `${err.message}: ${details}` : err.message;
+}
+
+// GET (or other method) a JSON API path; throws HttpError with the server's one-line message.
+export async function api(path, { method = "GET", body, contentType } = {}) {
+  const init = { method, headers: headers(contentType ? { "Content-Type": contentType } : {}) };
+  if (body !== undefined) init.body = body;
+  const resp = await fetch(path, init);
+  let data = null;
+  const text = await resp.text();
+  if (text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = null;
+    }
+  }
+  if (!resp.ok) throw new HttpError(resp.status, errorLine(resp.status, data));
+  return data;
+}
+
+// Like api(), but a 404 (a route another part of the platform has not added) gives null.
+export async function optional(path) {
+  try {
+    return await api(path);
+  } catch (e) {
+    if (e instanceof HttpError && (e.status === 404 || e.status === 405)) return null;
+    throw e;
+  }
+}
+
+// Follow `GET /api/v1/watch/{resource}`; call onEvent(type, object) per change and
+// onState("live" | "down" | "auth") as the connection changes. Reconnects with backoff.
+export function watch(resource, onEvent, onState = () => {}) {
+  let stopped = false;
+  let controller = null;
+  let delay = 1000;
+
+  async function once() {
+    controller = new AbortController();
+    const resp = await fetch(`/api/v1/watch/${resource}`, {
+      headers: headers({ Accept: "text/event-stream" }),
+      signal: controller.signal,
+    });
+    if (resp.status === 401 || resp.status === 403) {
+      onState("auth");
+      return;
+    }
+    if (!resp.ok || !resp.body) throw new Error(`watch ${resource}: HTTP ${resp.status}`);
+    onState("live");
+    delay = 1000;
+    const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value;
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        let type = "message";
+        const data = [];
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event:")) type = line.slice(6).trim();
+          else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
+        }
+        if (!data.length) continue;
+        if (type === "GONE") return;
+        try {
+          onEvent(type, JSON.parse(data.join("\n")));
+        } catch {
+          /* a malformed message is skipped */
+        }
+      }
+    }
+  }
+
+  (async () => {
+    while (!stopped) {
+      try {
+        await once();
+      } catch {
+        if (stopped) return;
+      }
+      if (stopped) return;
+      onState("down");
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 15000);
+    }
+  })();
+
+  return {
+    close() {
+      stopped = true;
+      if (controller) controller.abort();
+    },
+  };
+}

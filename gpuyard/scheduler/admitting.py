@@ -1,0 +1,408 @@
+"""Queue and quota state of the scheduling loop: who waits where, who may start, statuses.
+
+The scheduling loop (`running.py`) owns one :class:`Admission`. It holds the pure core of
+`gpuyard/scheduler/quota/` and keeps it in step with the store:
+
+* the ElasticQuota tree (`QuotaTree` + `QuotaBook`: every live PodGroup's demand is its
+  quota's *request*; a PodGroup holding reservations is *admitted*: its demand is *used*),
+* the namespace ResourceQuotas (`ResourceQuotaBook`, charged per admitted job),
+* the tenant queues (`FairQueue`: priority/FIFO, DRF across queues, aging, backfill,
+  maxRunningJobs) with the cluster capacity (`capacity_of` per node, summed incrementally).
+
+ElasticQuota, ResourceQuota, Queue, Node and ResourceClass changes are applied by `sync_*`
+calls at the start of a cycle, so they take effect at the next cycle without a restart.
+`epoch` grows whenever quota room may have grown (a job stopped, a quota or the cluster
+changed): the loop wakes jobs parked for quota reasons then.
+
+`write_statuses()` writes `ElasticQuota.status` (runtime/used/request), `Queue.status`
+(pending, running, weighted share) and `ResourceQuota.status.used` — at most once per call
+(the loop calls it once per cycle) and only for objects whose numbers changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from gpuyard.apis.core import Node
+from gpuyard.apis.resourceclasses import ResourceClass
+from gpuyard.apis.scheduling import PodGroup
+from gpuyard.platform.store import Conflict, NotFound, Store
+from gpuyard.scheduler.quota import (
+    FairQueue,
+    QueuedJob,
+    QuotaBook,
+    QuotaTree,
+    ResourceQuotaBook,
+    RunningJob,
+    capacity_of,
+    is_preemptible,
+    queue_configs,
+    queued_job,
+    quota_of,
+    resource_quota_usage,
+    specs_from_quotas,
+)
+from gpuyard.scheduler.quota.resources import Vector, add, quantities_of
+
+__all__ = ["Admission", "TrackedJob"]
+
+log = structlog.get_logger(__name__)
+
+Key = tuple[str, str]
+
+
+@dataclass(slots=True)
+class TrackedJob:
+    """A live PodGroup as queue and quota see it (built once per generation)."""
+
+    job: QueuedJob
+    quota: str
+    preemptible: bool
+    rq_usage: Vector
+    namespace: str
+    generation: int
+    labels: tuple[tuple[str, str], ...]
+    started: float | None = None
+
+
+class Admission:
+    """Queues, quota tree and ResourceQuotas of one scheduling loop (see the module docstring)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.tree = QuotaTree()
+        self.quotas = QuotaBook(self.tree)
+        self.rqs = ResourceQuotaBook()
+        self.queue = FairQueue()
+        self.jobs: dict[Key, TrackedJob] = {}
+        self.epoch = 0
+        self.has_queues = False
+        self.has_quotas = False
+        """Elastic quota admission applies once any ElasticQuota exists (before: placement alone)."""
+        self._node_cap: dict[str, Vector] = {}
+        self._total: Vector = {}
+        self._classes: list[ResourceClass] = []
+        self._written: dict[tuple[str, str, str], object] = {}
+        self._sigs: dict[tuple[str, str, str], object] = {}
+
+    # --- configuration from the store ------------------------------------------------------
+
+    def load(self, *, nodes: Iterable[Node], classes: Iterable[ResourceClass], topologies: Mapping) -> None:
+        """Everything from a full LIST (start-up, re-list): keeps no job state."""
+        kinds = set(self.store.kinds())
+        self.tree = QuotaTree()
+        self.quotas = QuotaBook(self.tree)
+        self.rqs = ResourceQuotaBook()
+        self.queue = FairQueue()
+        self.jobs.clear()
+        self.has_quotas = False
+        self._written.clear()
+        self._classes = list(classes)
+        self._node_cap = {}
+        self._total = {}
+        for node in nodes:
+            self._set_node(node, topologies.get(node.metadata.name))
+        self._apply_total()
+        if "ElasticQuota" in kinds:
+            self.sync_quotas()
+        if "ResourceQuota" in kinds:
+            self.sync_resource_quotas()
+        if "Queue" in kinds:
+            self.sync_queues()
+        self.epoch += 1
+
+    def changed(self, kind: str, keys: Iterable[Key]) -> bool:
+        """Whether any of these objects changed other than in its status (our own writes echo back)."""
+        found = False
+        for ns, name in keys:
+            obj = self.store.get(kind, ns, name)
+            meta = obj.metadata if obj is not None else None
+            sig = (
+                None
+                if meta is None
+                else (
+                    meta.generation,
+                    tuple(sorted(meta.labels.items())),
+                    tuple(sorted(meta.annotations.items())),
+                )
+            )
+            if self._sigs.get((kind, ns, name), 0) != sig:
+                self._sigs[(kind, ns, name)] = sig
+                found = True
+        return found
+
+    def sync_quotas(self) -> None:
+        """The ElasticQuota objects changed: new tree structure, jobs re-charged where their quota moved."""
+        specs = specs_from_quotas(self.store.list("ElasticQuota"))  # type: ignore[arg-type]
+        self.has_quotas = bool(specs)
+        self.tree.set_quotas(specs)
+        for key, t in self.jobs.items():
+            quota = quota_of(dict(t.labels), t.namespace, tree=self.tree)
+            if quota != t.quota:
+                self._retrack(key, t, quota=quota)
+        self.epoch += 1
+
+    def sync_resource_quotas(self) -> None:
+        self.rqs.set_quotas(self.store.list("ResourceQuota"))  # type: ignore[arg-type]
+        self.epoch += 1
+
+    def sync_queues(self) -> None:
+        queues = self.store.list("Queue")
+        self.has_queues = bool(queues)
+        self.queue.set_queues(queue_configs(queues))  # type: ignore[arg-type]
+        self.epoch += 1
+
+    def sync_classes(
+        self, classes: Iterable[ResourceClass], *, nodes: Iterable[Node], topologies: Mapping
+    ) -> None:
+        """ResourceClasses changed: every node's per-class capacity is counted again."""
+        self._classes = list(classes)
+        self._node_cap = {}
+        self._total = {}
+        for node in nodes:
+            self._set_node(node, topologies.get(node.metadata.name))
+        self._apply_total()
+
+    def node_changed(self, name: str, node: Node | None, topology: object | None) -> None:
+        """One node was added, changed or removed: its share of the capacity is recounted."""
+        old = self._node_cap.pop(name, None)
+        if old:
+            add(self._total, old, sign=-1)
+        if node is not None:
+            self._set_node(node, topology)
+        self._apply_total()
+
+    def _set_node(self, node: Node, topology: object | None) -> None:
+        topologies = {node.metadata.name: topology} if topology is not None else None
+        cap = capacity_of([node], classes=self._classes, topologies=topologies)
+        if cap:
+            self._node_cap[node.metadata.name] = cap
+            add(self._total, cap)
+
+    def _apply_total(self) -> None:
+        total = {k: v for k, v in self._total.items() if v > 0}
+        if total != self.queue.capacity:
+            self.tree.set_total(total)
+            self.queue.set_capacity(total)
+            self.epoch += 1
+
+    # --- jobs --------------------------------------------------------------------------------
+
+    def _tracked(self, pg: PodGroup) -> TrackedJob:
+        meta = pg.metadata
+        key = (meta.namespace, meta.name)
+        known = self.jobs.get(key)
+        labels = tuple(sorted(meta.labels.items()))
+        if known is not None and known.generation == meta.generation and known.labels == labels:
+            return known
+        job = queued_job(pg)
+        n_pods = pg.spec.total_replicas()
+        t = TrackedJob(
+            job=job,
+            quota=quota_of(meta.labels, meta.namespace, tree=self.tree),
+            preemptible=is_preemptible(meta.labels),
+            rq_usage=resource_quota_usage(job.request, pods=n_pods, kind=pg.spec.job_kind or ""),
+            namespace=meta.namespace,
+            generation=meta.generation,
+            labels=labels,
+            started=known.started if known is not None else None,
+        )
+        if known is not None:
+            admitted = self.quotas.charge(key)
+            self._retrack(key, t, quota=t.quota, admitted=bool(admitted and admitted.admitted))
+        else:
+            self.jobs[key] = t
+            self.quotas.track(key, quota=t.quota, usage=job.request, preemptible=t.preemptible)
+        return t
+
+    def _retrack(self, key: Key, t: TrackedJob, *, quota: str, admitted: bool | None = None) -> None:
+        charge = self.quotas.charge(key)
+        if admitted is None:
+            admitted = bool(charge and charge.admitted)
+        t.quota = quota
+        self.jobs[key] = t
+        self.quotas.track(key, quota=quota, usage=t.job.request, preemptible=t.preemptible, admitted=admitted)
+        if admitted:
+            self.rqs.charge(key, t.namespace, t.rq_usage)
+
+    def enqueue(self, pg: PodGroup) -> QueuedJob:
+        """A PodGroup with no placement waits: tracked (its demand joins the request) and queued."""
+        t = self._tracked(pg)
+        key = t.job.key
+        if self.queue.is_running(key):
+            self.requeue(key)  # type: ignore[arg-type]
+        else:
+            self.queue.add(t.job)
+        return t.job
+
+    def ensure_running(self, pg: PodGroup, *, now: float) -> None:
+        """A PodGroup found holding reservations (placed by us earlier, or after a re-list)."""
+        t = self._tracked(pg)
+        key = t.job.key
+        charge = self.quotas.charge(key)
+        if charge is not None and not charge.admitted:
+            self.quotas.track(
+                key, quota=t.quota, usage=t.job.request, preemptible=t.preemptible, admitted=True
+            )
+            self.rqs.charge(key, t.namespace, t.rq_usage)
+        if not self.queue.is_running(key):
+            self.queue.add_running(t.job, start=now)
+            t.started = now
+
+    def check(self, key: Key) -> str | None:
+        """None if quota and ResourceQuotas let the waiting job start now, else the first cause."""
+        t = self.jobs.get(key)
+        if t is None:
+            return None
+        reason = self.quotas.check(key) if self.has_quotas else None
+        return reason or self.rqs.check(t.namespace, t.rq_usage)
+
+    def start(self, key: Key, *, now: float) -> None:
+        """The job was placed: admitted (even a gang-group member that was not checked itself)."""
+        t = self.jobs.get(key)
+        if t is None:
+            return
+        charge = self.quotas.charge(key)
+        if charge is not None and not charge.admitted:
+            self.quotas.track(
+                key, quota=t.quota, usage=t.job.request, preemptible=t.preemptible, admitted=True
+            )
+        self.rqs.charge(key, t.namespace, t.rq_usage)
+        if not self.queue.is_running(key):
+            if key in self.queue or self.queue.is_held(key):
+                self.queue.start(key, now=now)
+            else:
+                self.queue.add_running(t.job, start=now)
+        t.started = now
+
+    def requeue(self, key: Key) -> None:
+        """The job lost its placement (preempted, un-assumed) and waits again, keeping its place."""
+        self.quotas.release(key)
+        self.rqs.uncharge(key)
+        self.queue.requeue(key)
+        t = self.jobs.get(key)
+        if t is not None:
+            t.started = None
+        self.epoch += 1
+
+    def forget(self, key: Key) -> None:
+        """The job is gone or suspended."""
+        if self.jobs.pop(key, None) is None:
+            return
+        self.quotas.forget(key)
+        self.rqs.uncharge(key)
+        self.queue.remove(key)
+        self.queue.finish(key)
+        self.epoch += 1
+
+    def running_jobs(self) -> list[RunningJob]:
+        """Admitted jobs as reclaim sees them."""
+        out = []
+        for key, charge in self.quotas.jobs():
+            if not charge.admitted:
+                continue
+            t = self.jobs.get(key)  # type: ignore[arg-type]
+            if t is None:
+                continue
+            out.append(
+                RunningJob(
+                    key=key,
+                    quota=charge.quota,
+                    priority=t.job.priority,
+                    start_time=t.started or 0.0,
+                    usage=charge.usage,
+                    preemptible=charge.preemptible,
+                )
+            )
+        return out
+
+    @property
+    def tenancy(self) -> bool:
+        """Quotas or queues are configured: waiting jobs are told their queue position and share."""
+        return self.has_quotas or self.has_queues
+
+    def owed(self, key: Key) -> bool:
+        """The waiting job fits within its quota's min and runtime (so reclaim may help it)."""
+        charge = self.quotas.charge(key)
+        if not self.has_quotas or charge is None or charge.admitted or not charge.usage:
+            return False
+        tree = self.tree
+        if charge.quota not in tree or not tree.is_attached(charge.quota):
+            return False
+        tree.refresh()
+        used, lo, rt = tree.used(charge.quota), tree.min(charge.quota), tree.runtime(charge.quota)
+        return all(
+            used.get(r, 0) + a <= lo.get(r, 0) and used.get(r, 0) + a <= rt.get(r, 0)
+            for r, a in charge.usage.items()
+            if a > 0
+        )
+
+    # --- statuses ----------------------------------------------------------------------------
+
+    def write_statuses(self) -> int:
+        """Write quota, queue and ResourceQuota statuses that changed; returns how many."""
+        store, kinds, n = self.store, set(self.store.kinds()), 0
+        if "ElasticQuota" in kinds:
+            self.tree.refresh()
+            for obj in store.list("ElasticQuota"):
+                name = obj.metadata.name
+                if name not in self.tree:
+                    continue
+                st = self.tree.status(name)
+                numbers = (
+                    tuple(sorted(st.runtime.items())),
+                    tuple(sorted(st.used.items())),
+                    tuple(sorted(st.request.items())),
+                )
+                n += self._write(obj, numbers, runtime=st.runtime, used=st.used, request=st.request)
+        if "Queue" in kinds:
+            counts = self.queue_counts()
+            for obj in store.list("Queue"):
+                pending, running, share = counts.get(obj.metadata.name, (0, 0, 0.0))
+                n += self._write(obj, (pending, running, round(share, 4)))
+        if "ResourceQuota" in kinds:
+            for obj in store.list("ResourceQuota"):
+                used = self.rqs.used(obj.metadata.namespace, obj.metadata.name)
+                n += self._write(obj, tuple(sorted(used.items())), used=used)
+        return n
+
+    def queue_counts(self) -> dict[str, tuple[int, int, float]]:
+        """Per queue: pending (ready or set aside), running, weighted dominant share."""
+        out: dict[str, list] = {}
+        for job in [*self.queue.pending(), *self.queue.held()]:
+            out.setdefault(job.queue, [0, 0])[0] += 1
+        for job in self.queue.running():
+            out.setdefault(job.queue, [0, 0])[1] += 1
+        return {q: (p, r, self.queue.share(q)) for q, (p, r) in out.items()}
+
+    def _write(self, obj: object, numbers: object, **vectors: Mapping[str, int]) -> int:
+        meta = obj.metadata  # type: ignore[attr-defined]
+        wkey = (obj.kind, meta.namespace, meta.name)  # type: ignore[attr-defined]
+        if self._written.get(wkey) == numbers:
+            return 0
+        copy = obj.clone()  # type: ignore[attr-defined]
+        if obj.kind == "Queue":  # type: ignore[attr-defined]
+            copy.status.pending, copy.status.running, copy.status.share = numbers  # type: ignore[misc]
+        elif obj.kind == "ResourceQuota":  # type: ignore[attr-defined]
+            copy.status.hard = dict(copy.spec.hard)
+            copy.status.used = {k: _quantity(k, v) for k, v in vectors["used"].items()}
+        else:
+            for field_name, vec in vectors.items():
+                setattr(copy.status, field_name, quantities_of(vec))
+        if copy.status == obj.status:  # type: ignore[attr-defined]
+            self._written[wkey] = numbers
+            return 0
+        try:
+            self.store.update(copy)
+        except (Conflict, NotFound):
+            return 0  # changed or gone meanwhile: the next cycle writes again
+        self._written[wkey] = numbers
+        return 1
+
+
+def _quantity(key: str, amount: int) -> object:
+    res = key.removeprefix("requests.").removeprefix("limits.")
+    return quantities_of({res: amount})[res]

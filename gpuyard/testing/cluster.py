@@ -1,0 +1,332 @@
+"""A whole gpuyard platform inside a test: fake cluster, operator, scheduler, virtual clock.
+
+`Cluster.start(...)` (an async context manager) or `await Cluster.launch(...)` builds a
+:class:`~gpuyard.platform.runtime.Platform` in memory (no journal, no HTTP listener unless
+`serve_http=True`, no network) over a fake cluster from a scenario file or inline node presets,
+loads quota / queue / resource-class documents into its store, and runs every component as the
+server would. Time stands still until the test moves it: `advance(seconds)` and
+`run_until(job, phase, timeout=...)` jump the virtual clock from timer to timer, so an hour of
+cluster time takes milliseconds. `stop()` cancels every task the platform started.
+
+Jobs go in through the same validation as `POST /api/v1/jobs` (`submit`); what happened comes
+back through `placement`, `explain`, `phase`, `pods`; faults go in through `inject`. The
+assertion helpers live in :mod:`gpuyard.testing.asserting` (a mixin of this class).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from gpuyard.apis.core import Pod
+from gpuyard.apis.jobs import TrainingJob, find_job
+from gpuyard.apis.meta import Resource
+from gpuyard.apis.scheduling import LABEL_JOB_NAME
+from gpuyard.fakecluster import Scenario
+from gpuyard.platform.clock import VirtualClock, settle
+from gpuyard.platform.config import Settings
+from gpuyard.platform.runtime import Platform
+from gpuyard.platform.store import AlreadyExists
+from gpuyard.testing.asserting import Assertions
+from gpuyard.testing.inputs import BadInput, NodeSpec, Source, parse_jobs, parse_policies, scenario_of
+from gpuyard.testing.observing import (
+    Explanation,
+    JobPlacement,
+    JobRef,
+    explanation_of,
+    job_key,
+    placement_of,
+)
+
+__all__ = ["FAULTS", "TERMINAL", "Cluster"]
+
+TERMINAL = ("Succeeded", "Failed")
+FAULTS = ("node-fail", "node-recover", "gpu-fail", "gpu-recover", "pod-crash")
+_START_TIMEOUT = 10.0  # real seconds for the backend to list its nodes
+
+
+class Cluster(Assertions):
+    """A started in-process platform on the fake cluster; see the module docstring."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+        clock = platform.clock
+        assert isinstance(clock, VirtualClock), "the harness runs on a VirtualClock"
+        self.clock: VirtualClock = clock
+        self._task: asyncio.Task[None] | None = None
+
+    # --- life cycle -----------------------------------------------------------------------------
+
+    @classmethod
+    async def launch(
+        cls,
+        scenario: str | Path | Mapping[str, Any] | Scenario | None = None,
+        *,
+        nodes: Sequence[NodeSpec] | None = None,
+        kubelet: Mapping[str, Any] | None = None,
+        quotas: Source | Sequence[Source] = (),
+        queues: Source | Sequence[Source] = (),
+        resource_classes: Source | Sequence[Source] = (),
+        settings: Mapping[str, Any] | None = None,
+        serve_http: bool = False,
+    ) -> Cluster:
+        """Validate everything, build the platform, load the policies, start it; raise BadInput."""
+        parsed = scenario_of(scenario, nodes=nodes, kubelet=kubelet)
+        policies = [
+            *parse_policies(_sources(resource_classes), what="resource classes"),
+            *parse_policies(_sources(quotas), what="quotas"),
+            *parse_policies(_sources(queues), what="queues"),
+        ]
+        base: dict[str, Any] = {
+            "server": {"host": "127.0.0.1", "port": 0},
+            "backend": {"data_dir": None, "clock": "virtual"},
+        }
+        for section, values in (settings or {}).items():
+            base[section] = {**base.get(section, {}), **dict(values)}
+        try:
+            built = Settings(**base)
+        except ValueError as exc:
+            raise BadInput(f"invalid settings: {exc}") from None
+        platform = Platform(
+            built, scenario=parsed, clock=VirtualClock(), serve_http=serve_http, drive_clock=False
+        )
+        for obj in policies:
+            _create(platform, obj)
+        cluster = cls(platform)
+        await cluster._start()
+        return cluster
+
+    @classmethod
+    @asynccontextmanager
+    async def start(cls, scenario: Any = None, **kwargs: Any) -> AsyncIterator[Cluster]:
+        """`async with Cluster.start(nodes=[("dgx1-v100", 2)]) as c:` — stopped on exit."""
+        cluster = await cls.launch(scenario, **kwargs)
+        try:
+            yield cluster
+        finally:
+            await cluster.stop()
+
+    async def _start(self) -> None:
+        self._task = asyncio.create_task(self.platform.run(), name="gpuyard-test-platform")
+        synced = asyncio.create_task(self.platform.backend.synced.wait())
+        done, _ = await asyncio.wait(
+            {synced, self._task}, timeout=_START_TIMEOUT, return_when="FIRST_COMPLETED"
+        )
+        if synced not in done:
+            synced.cancel()
+            await asyncio.gather(synced, return_exceptions=True)
+            await self.stop()
+            raise RuntimeError("the fake cluster did not list its nodes within 10 s")
+        if self.platform.serve_http:
+            await asyncio.wait_for(self.platform.serving.wait(), _START_TIMEOUT)
+        # let the default ResourceClasses (nvidia.<model>) appear before the first submit
+        await self.clock.run_until(self._classes_ready, timeout=5.0)
+
+    def _classes_ready(self) -> bool:
+        models = {n.metadata.labels.get("gpuyard.io/gpu-model") for n in self.store.list("Node")} - {None, ""}
+        return all(self.store.get("ResourceClass", "", f"nvidia.{m}") is not None for m in models)
+
+    async def stop(self) -> None:
+        """Stop every component; no task of the platform is left running."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self.platform.stop()
+        try:
+            await asyncio.wait_for(task, _START_TIMEOUT)
+        except asyncio.CancelledError:
+            if not task.done():
+                raise
+
+    # --- handles --------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Any:
+        return self.platform.store
+
+    @property
+    def backend(self) -> Any:
+        return self.platform.backend
+
+    @property
+    def url(self) -> str:
+        """The HTTP base URL (only with `serve_http=True`)."""
+        return self.platform.url
+
+    @property
+    def now(self) -> float:
+        """Virtual seconds since the cluster started."""
+        return self.clock.elapsed
+
+    # --- jobs -----------------------------------------------------------------------------------
+
+    async def submit(self, manifest: Source) -> TrainingJob:
+        """Validate and store job documents (a file, YAML text, a dict or a list) like the HTTP API.
+
+        Returns the job (the first one when the manifest holds several; see `submit_all`).
+        """
+        return (await self.submit_all(manifest))[0]
+
+    async def submit_all(self, manifest: Source) -> list[TrainingJob]:
+        jobs = parse_jobs(manifest, store=self.store)
+        taken = [
+            f"{j.metadata.namespace}/{j.metadata.name}"
+            for j in jobs
+            if find_job(self.store, j.metadata.namespace, j.metadata.name) is not None
+        ]
+        names = [(j.metadata.namespace, j.metadata.name) for j in jobs]
+        twice = sorted({f"{ns}/{n}" for ns, n in names if names.count((ns, n)) > 1})
+        if taken or twice:
+            detail = [f"{k} already exists; job names are unique in a namespace" for k in taken]
+            detail += [f"{k} is given twice in this submission" for k in twice]
+            raise BadInput("job manifest rejected: " + "; ".join(detail))
+        created = [self.store.create(j) for j in jobs]  # no await between: all or nothing
+        await settle()
+        return created
+
+    def problems(self, manifest: Source) -> list[str]:
+        """What `submit` would reject in this manifest, one line per problem ([] when valid)."""
+        try:
+            parse_jobs(manifest, store=self.store)
+        except BadInput as exc:
+            return [line.strip() for line in str(exc).splitlines()[1:]] or [str(exc)]
+        return []
+
+    async def delete(self, job: JobRef) -> None:
+        found = self.job(job)
+        self.store.delete(found.kind, found.metadata.namespace, found.metadata.name)
+        await settle()
+
+    def job(self, job: JobRef) -> TrainingJob:
+        """The job as stored now."""
+        ns, name = job_key(job)
+        found = find_job(self.store, ns, name)
+        if found is None:
+            raise AssertionError(f"no job {ns}/{name}; jobs: {', '.join(self._job_names()) or 'none'}")
+        return found
+
+    def _job_names(self) -> list[str]:
+        from gpuyard.apis.jobs import KIND_INFO
+
+        return sorted(
+            f"{j.metadata.namespace}/{j.metadata.name}" for kind in KIND_INFO for j in self.store.list(kind)
+        )
+
+    def phase(self, job: JobRef) -> str:
+        """The job's phase (`Created`, `Queuing`, `Running`, ...), or "" if it does not exist."""
+        ns, name = job_key(job)
+        found = find_job(self.store, ns, name)
+        return (found.status.phase or "Created") if found is not None else ""
+
+    def pods(self, job: JobRef) -> list[Pod]:
+        ns, name = job_key(job)
+        pods = self.store.list("Pod", namespace=ns, selector={LABEL_JOB_NAME: name})
+        return sorted(pods, key=lambda p: p.metadata.name)
+
+    def placement(self, job: JobRef) -> JobPlacement:
+        """Per pod: node, GPU model, GPU indices, NICs and the link between its GPUs."""
+        return placement_of(self.store, job)
+
+    def explain(self, job: JobRef) -> Explanation:
+        """The PodGroup's phase, reason and message, and the job's current condition."""
+        return explanation_of(self.store, job)
+
+    # --- time -----------------------------------------------------------------------------------
+
+    async def advance(self, seconds: float) -> None:
+        """Move virtual time forward, running everything that becomes due."""
+        await self.clock.advance(seconds)
+
+    async def run_until(
+        self, job: JobRef, phase: str | Sequence[str], *, timeout: float = 600.0
+    ) -> TrainingJob:
+        """Run the clock until the job is in `phase` (or one of them); AssertionError otherwise.
+
+        Stops early, and fails, if the job finishes in another phase. `timeout` is virtual seconds.
+        """
+        __tracebackhide__ = True
+        wanted = (phase,) if isinstance(phase, str) else tuple(phase)
+
+        def done() -> bool:
+            now = self.phase(job)
+            return now in wanted or (now in TERMINAL and not set(wanted) & set(TERMINAL))
+
+        await self.clock.run_until(done, timeout=timeout)
+        now = self.phase(job)
+        if now not in wanted:
+            ns, name = job_key(job)
+            when = "finished" if now in TERMINAL else f"after {timeout:g} virtual seconds"
+            raise AssertionError(
+                f"job {ns}/{name} is {now or 'missing'} ({when}), expected {' or '.join(wanted)}\n"
+                f"  scheduler: {self.explain(job)}"
+            )
+        return self.job(job)
+
+    async def until(self, condition: Any, *, timeout: float = 600.0) -> bool:
+        """Run the clock until `condition()` holds (returns whether it does)."""
+        return await self.clock.run_until(condition, timeout=timeout)
+
+    # --- faults ---------------------------------------------------------------------------------
+
+    async def inject(
+        self,
+        fault: str,
+        target: str,
+        *,
+        gpu: int | None = None,
+        exit_code: int | None = None,
+        reason: str | None = None,
+    ) -> int:
+        """Inject a fault: `node-fail` / `node-recover` NODE, `gpu-fail` / `gpu-recover` NODE gpu=I,
+        `pod-crash` [NS/]POD exit_code=137 (or reason="OOMKilled"). Returns the pods it failed."""
+        if fault not in FAULTS:
+            raise BadInput(f"inject: unknown fault {fault!r}; allowed: {', '.join(FAULTS)}")
+        failed = 0
+        if fault == "pod-crash":
+            ns, name = job_key(target)
+            if self.store.get("Pod", ns, name) is None:
+                raise BadInput(f"inject: no pod {ns}/{name}; pods: {', '.join(self._pod_names()) or 'none'}")
+            try:
+                self.backend.crash_pod(ns, name, exit_code=exit_code, reason=reason)
+            except ValueError as exc:
+                raise BadInput(f"inject: {exc}") from None
+            failed = 1
+        else:
+            if self.store.get("Node", "", target) is None:
+                nodes = sorted(n.metadata.name for n in self.store.list("Node"))
+                raise BadInput(f"inject: no node {target!r}; allowed: {', '.join(nodes)}")
+            if fault.startswith("gpu-"):
+                count = int(self.store.must_get("Node", "", target).status.capacity.get("nvidia.com/gpu", 0))
+                if gpu is None or not 0 <= gpu < count:
+                    raise BadInput(f"inject: {fault} needs gpu=<index>; allowed: 0..{count - 1} on {target}")
+            if fault == "node-fail":
+                failed = self.backend.fail_node(target)
+            elif fault == "node-recover":
+                self.backend.recover_node(target)
+            elif fault == "gpu-fail":
+                failed = self.backend.fail_gpu(target, gpu)
+            else:
+                self.backend.recover_gpu(target, gpu)
+        await settle()
+        return failed
+
+    def _pod_names(self) -> list[str]:
+        return sorted(f"{p.metadata.namespace}/{p.metadata.name}" for p in self.store.list("Pod"))
+
+
+def _sources(value: Source | Sequence[Source]) -> list[Source]:
+    if isinstance(value, (str, Path, Mapping)):
+        return [value]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, Mapping) for v in value):
+        return [list(value)]  # one list of documents
+    return list(value)  # type: ignore[arg-type]
+
+
+def _create(platform: Platform, obj: Resource) -> None:
+    try:
+        platform.store.create(obj)
+    except AlreadyExists:
+        raise BadInput(f"{obj.KIND} {obj.metadata.name} is given twice") from None

@@ -1,0 +1,192 @@
+"""The cluster CLI against a live loopback server: get nodes/resourceclasses, top nodes, watch jobs,
+events (--follow), the config file, and exit codes (2 bad input, 1 server/network)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import pytest_asyncio
+import structlog
+import yaml
+from aiohttp.test_utils import TestServer
+from click.testing import CliRunner
+
+from gpuyard.cli.cluster import register
+from gpuyard.controllers.statuses import record_event
+from gpuyard.platform.context import Context
+from tests.unit.api.test_dashboard import build_app, make_ctx
+from tests.unit.controllers.fakes import load_job
+
+
+@click.group()
+def root() -> None:
+    """A stand-in for the `gpuyard` root group."""
+
+
+register(root)
+
+
+class Live:
+    def __init__(self, ctx: Context, url: str) -> None:
+        self.ctx = ctx
+        self.url = url
+
+    async def cli(self, *args: str, token: str | None = "root", env: dict[str, str] | None = None) -> Any:
+        argv = [*args, "--server", self.url]
+        if token is not None:
+            argv += ["--token", token]
+        runner = CliRunner()
+        return await asyncio.to_thread(runner.invoke, root, argv, catch_exceptions=False, env=env)
+
+
+@pytest_asyncio.fixture
+async def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Live]:
+    monkeypatch.setenv("GPUYARD_CONFIG", str(tmp_path / "absent.yaml"))
+    monkeypatch.delenv("GPUYARD_TOKEN", raising=False)
+    monkeypatch.delenv("GPUYARD_SERVER", raising=False)
+    ctx = make_ctx()
+    server = TestServer(build_app(ctx), host="127.0.0.1")
+    await server.start_server()
+    try:
+        with structlog.testing.capture_logs():
+            yield Live(ctx, str(server.make_url("")).rstrip("/"))
+    finally:
+        await server.close()
+        ctx.store.close()
+
+
+async def test_get_nodes(live: Live) -> None:
+    r = await live.cli("get", "nodes")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split() == [
+        "NAME",
+        "STATUS",
+        "GPU-MODEL",
+        "GPUS",
+        "ALLOCATED",
+        "FREE",
+        "CPU",
+        "MEMORY",
+        "AGE",
+    ]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["dgx-0"][1:7] == ["Ready", "v100", "8", "8", "0", "80"]
+    assert rows["dgx-1"][3:6] == ["8", "7", "1"]
+    assert rows["cpu-0"][2:4] == ["-", "0"]
+    r = await live.cli("get", "nodes", "-o", "wide")
+    assert r.output.splitlines()[0].split()[-3:] == ["UNHEALTHY", "BLOCK", "TAINTS"]
+    r = await live.cli("get", "nodes", "-o", "json", "-l", "gpuyard.io/gpu-model=a100")
+    assert [n["metadata"]["name"] for n in json.loads(r.output)] == ["a100-0"]
+    r = await live.cli("get", "nodes", "-l", "a in")
+    assert r.exit_code == 2 and r.output.startswith("error: ") and len(r.output.strip().splitlines()) == 1
+
+
+async def test_top_nodes(live: Live) -> None:
+    r = await live.cli("top", "nodes")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split() == ["NAME", "GPUS", "GPU%", "CPU", "CPU%", "MEMORY", "MEMORY%"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["dgx-0"][1:5] == ["8/8", "100%", "8/80", "10%"]
+    assert rows["dgx-1"][1:3] == ["7/8", "88%"]
+    assert rows["dgx-0"][5] == "32Gi/512Gi"
+    r = await live.cli("top", "nodes", "-o", "wide")
+    wide = {line.split()[0]: line.split() for line in r.output.splitlines()[1:]}
+    assert wide["dgx-0"][-1] == "team-a/big" and wide["dgx-1"][-1] == "team-b/small"
+    r = await live.cli("top", "nodes", "-o", "yaml")
+    assert {n["name"] for n in yaml.safe_load(r.output)} == {"dgx-0", "dgx-1", "a100-0", "cpu-0"}
+
+
+async def test_get_resourceclasses(live: Live) -> None:
+    body = {
+        "apiVersion": "scheduling.gpuyard.io/v1alpha1",
+        "kind": "ResourceClass",
+        "spec": {"description": "any V100"},
+    }
+    r = await live.cli("get", "resourceclasses")
+    assert r.exit_code == 0 and r.output.split() == ["NAME", "DESCRIPTION"]
+    from gpuyard.apis.resourceclasses import ResourceClass
+
+    live.ctx.store.create(ResourceClass.model_validate({**body, "metadata": {"name": "tesla-v100"}}))
+    r = await live.cli("get", "resourceclasses", "-o", "wide")
+    assert r.output.splitlines()[1].split()[:3] == ["tesla-v100", "any", "V100"]
+    r = await live.cli("get", "resourceclasses", "-o", "json")
+    assert json.loads(r.output)[0]["metadata"]["name"] == "tesla-v100"
+
+
+async def test_watch_jobs(live: Live) -> None:
+    task = asyncio.create_task(live.cli("watch", "jobs", "--max-events", "2"))
+    await asyncio.sleep(0.5)  # the watch connects
+    job = load_job("pytorch-simple", namespace="team-c")
+    job.metadata.name = "watched"
+    live.ctx.store.create(job)
+    stored = live.ctx.store.get(job.kind, "team-c", "watched").clone()  # type: ignore[union-attr]
+    stored.status.phase = "Running"
+    live.ctx.store.update(stored)
+    r = await asyncio.wait_for(task, 20)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[1].split() == ["ADDED", "team-c/watched", "PyTorchJob", "Created"]
+    assert lines[2].split() == ["MODIFIED", "team-c/watched", "PyTorchJob", "Running"]
+
+
+async def test_events_and_follow(live: Live) -> None:
+    job = next(iter(live.ctx.store.list("PyTorchJob", namespace="team-a")))
+    ref = f"team-a/{job.metadata.name}"
+    now = live.ctx.clock.utcnow()
+    record_event(live.ctx.store, job, reason="JobCreated", message="created", now=now)  # type: ignore[arg-type]
+    r = await live.cli("events", "--job", ref)
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[0].split() == ["TIME", "TYPE", "REASON", "COUNT", "MESSAGE"]
+    assert "JobCreated" in r.output.splitlines()[1]
+
+    task = asyncio.create_task(
+        live.cli("events", "--job", ref, "--follow", "--max-events", "1", "-o", "json")
+    )
+    await asyncio.sleep(0.5)
+    record_event(live.ctx.store, job, reason="JobRunning", message="is running", now=now)  # type: ignore[arg-type]
+    r = await asyncio.wait_for(task, 20)
+    assert r.exit_code == 0, r.output
+    followed = [json.loads(line) for line in r.output.splitlines()]
+    assert [e["reason"] for e in followed] == ["JobCreated", "JobRunning"]
+
+
+async def test_errors_and_exit_codes(live: Live) -> None:
+    r = await live.cli("events", "--job", "team-a/nope")
+    assert r.exit_code == 2 and r.output.strip() == "error: job team-a/nope not found"
+    r = await live.cli("events", "--job", "a/b/c")
+    assert r.exit_code == 2 and "NAMESPACE/NAME" in r.output
+    r = await live.cli("top", "nodes", token=None)
+    assert r.exit_code == 2 and "missing bearer token" in r.output
+    r = await live.cli("top", "nodes", token="wrong")
+    assert r.exit_code == 2 and "unknown or revoked token" in r.output
+    r = await live.cli("get", "nodes", "-o", "xml")
+    assert r.exit_code == 2
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = await asyncio.to_thread(
+        CliRunner().invoke, root, ["top", "nodes", "--server", f"http://127.0.0.1:{port}"]
+    )
+    assert r.exit_code == 1 and r.output.startswith("error: cannot reach the gpuyard server")
+
+
+async def test_config_file(live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"server": live.url, "token": "vic"}))
+    monkeypatch.setenv("GPUYARD_CONFIG", str(config))
+    r = await asyncio.to_thread(CliRunner().invoke, root, ["top", "nodes", "-o", "wide"])
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line.split() for line in r.output.splitlines()[1:]}
+    assert rows["dgx-1"][-1] == "other"  # the viewer of team-a does not see team-b's job
+    config.write_text("server: [1, 2]\n")
+    r = await asyncio.to_thread(CliRunner().invoke, root, ["top", "nodes"])
+    assert r.exit_code == 2 and "server: expected a string" in r.output

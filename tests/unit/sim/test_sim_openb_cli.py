@@ -1,0 +1,101 @@
+"""``gpuyard simulate openb``: a run on a slice of the real trace, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gpuyard.sim.openb_cli import openb, parse_policies, parse_seeds
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "openb"
+NODES = DATA / "nodes_small.csv"
+PODS = DATA / "pods_small.csv"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(openb, list(args), catch_exceptions=False)
+
+
+def test_parse_seeds_and_policies():
+    assert parse_seeds("42-51") == list(range(42, 52))
+    assert parse_seeds("3, 1-2,3") == [3, 1, 2]
+    for bad in ("", "x", "5-2", "1-2-3"):
+        with pytest.raises(ValueError):
+            parse_seeds(bad)
+    assert parse_policies("fgd, best-fit") == ["fgd", "best-fit"]
+    assert "gpuyard" in parse_policies("all")
+    with pytest.raises(ValueError, match="unknown policy 'tetris'"):
+        parse_policies("fgd,tetris")
+
+
+def test_runs_a_slice_of_the_real_trace_and_writes_its_files(tmp_path):
+    lines = (DATA / "openb_node_list_gpu_node.csv").read_text().splitlines()
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("\n".join(lines[:31]) + "\n")
+    out = tmp_path / "out"
+    result = invoke(
+        "--nodes", str(nodes), "--pods", str(DATA / "openb_pod_list_default.csv"),
+        "--policy", "fgd,gpuyard,random", "--seeds", "42-43", "--out", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "fgd" in result.stdout and "gpuyard" in result.stdout
+    assert "matplotlib" in result.stdout or (out / "openb_alloc.png").exists()
+    with (out / "openb_alloc.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["sc_policy"], r["seed"]) for r in rows] == [
+        ("fgd", "42"), ("fgd", "43"), ("gpuyard", "42"), ("gpuyard", "43"), ("random", "42"), ("random", "43"),
+    ]  # fmt: skip
+    assert rows[0]["workload"] == "openb_pod_list_default" and rows[0]["tune"] == "1.3"
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["policies"]) == {"fgd", "gpuyard", "random"}
+    assert summary["seeds"] == [42, 43]
+    assert "published_alloc_pct_mean" not in summary["policies"]["fgd"]  # not the default trace
+
+
+@pytest.mark.parametrize(
+    ("pods_text", "expected"),
+    [
+        ("name,cpu_milli,memory_mib,num_gpu\np,1,1,0\n", ":1: column 'gpu_milli': missing column"),
+        (
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,0,0\nq,1,x,0,0\n",
+            ":3: column 'memory_mib': not a whole number",
+        ),
+        (
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np,1,1,1,1000,H100\n",
+            ":2: column 'gpu_spec': unknown GPU model 'H100'",
+        ),
+    ],
+)
+def test_bad_trace_gives_one_line_and_exit_code_2(tmp_path, pods_text, expected):
+    pods = tmp_path / "pods.csv"
+    pods.write_text(pods_text)
+    result = invoke("--nodes", str(NODES), "--pods", str(pods), "--seeds", "1", "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: {pods}")
+    assert expected in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--policy", "fgd,tetris"), "error: --policy: unknown policy 'tetris'; known: random, first-fit"),
+        (("--seeds", "9-1"), "error: --seeds: bad seed range '9-1'"),
+        (("--load", "0"), "error: --load: must be positive"),
+    ],
+)
+def test_bad_options_give_one_line_and_exit_code_2(tmp_path, args, expected):
+    result = invoke("--nodes", str(NODES), "--pods", str(PODS), "--out", str(tmp_path / "o"), *args)
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(expected)
+
+
+def test_missing_node_file_is_reported(tmp_path):
+    result = invoke("--nodes", str(tmp_path / "none.csv"), "--pods", str(PODS))
+    assert result.exit_code == 2
+    assert "none.csv: cannot read" in result.stderr
