@@ -72,7 +72,9 @@ class NodeGroup(StrictK8sModel):
     count: int = Field(default=1, ge=1, le=100_000)
     cpu: Quantity = Field(default=Decimal(64))
     memory: Quantity = Field(default=Decimal(512 * 2**30))
-    ephemeral_storage: Quantity = Field(default=Decimal(2 * 2**40), description="Local disk for pods (ephemeral-storage).")
+    ephemeral_storage: Quantity = Field(
+        default=Decimal(2 * 2**40), description="Local disk for pods (ephemeral-storage)."
+    )
     gpu: GpuSpec | None = None
     topology: str | None = Field(default=None, description="Topology preset name (dgx1-v100, dgx-a100, ...).")
     topology_file: str | None = Field(default=None, description="An `nvidia-smi topo -m` text file.")
