@@ -229,6 +229,8 @@ def _mount() -> None:
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
     from gpuyard.cli.jobs import register as register_jobs
+    from gpuyard.cli.nodes import register as register_nodes
+    from gpuyard.cli.quotas import register as register_quotas
     from gpuyard.cli.validate import validate_command
     from gpuyard.sim.openb_cli import openb
 
@@ -237,6 +239,8 @@ def _mount() -> None:
     simulate.add_command(openb)
     register_jobs(main)
     register_cluster(main)
+    register_nodes(main)
+    register_quotas(main)
 
 
 _mount()

@@ -20,13 +20,23 @@ __all__ = ["ANNOTATION_JOB_GENERATION", "build_pod_group", "pod_group_spec", "qu
 
 ANNOTATION_JOB_GENERATION = "gpuyard.io/job-generation"
 _QUOTA_KEYS = (LABEL_QUOTA_NAME, LABEL_PREEMPTIBLE, ANNOTATION_EXPECTED_DURATION)
+# Job annotations the scheduler reads from the PodGroup (topology and device placement).
+PLACEMENT_ANNOTATIONS = (
+    "gpuyard.io/device-joint-allocate",
+    "gpuyard.io/topology-required",
+    "gpuyard.io/topology-preferred",
+    "gpuyard.io/flexible-shape",
+)
 
 
 def quota_metadata(job: TrainingJob) -> tuple[dict[str, str], dict[str, str]]:
-    """The job's quota label, non-preemptible label and expected duration, for its PodGroup.
+    """The job's quota label, non-preemptible label, expected duration and placement hints,
+    for its PodGroup.
 
-    Each key is read from the job's labels, else its annotations, and copied to the same place
-    (labels for the quota keys, annotations for the duration), as the quota core reads them.
+    Each quota key is read from the job's labels, else its annotations, and copied to the same
+    place (labels for the quota keys, annotations for the duration), as the quota core reads
+    them; the placement annotations (RDMA scope, network domain, flexible shape) are copied as
+    they are.
     """
     meta = job.metadata
     labels, annotations = {}, {}
@@ -35,6 +45,9 @@ def quota_metadata(job: TrainingJob) -> tuple[dict[str, str], dict[str, str]]:
         if value is None:
             continue
         (annotations if key == ANNOTATION_EXPECTED_DURATION else labels)[key] = value
+    for key in PLACEMENT_ANNOTATIONS:
+        if key in meta.annotations:
+            annotations[key] = meta.annotations[key]
     return labels, annotations
 
 

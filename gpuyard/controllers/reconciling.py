@@ -418,6 +418,7 @@ class JobReconciler:
                 reservation=res,
                 host_port=ports.get(rep.name),
                 cluster_domain=domain,
+                peers=held,
             )
             try:
                 await self.backend.create_pod(pod)

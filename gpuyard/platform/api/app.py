@@ -33,6 +33,8 @@ ROUTE_MODULES: list[str] = [
     "gpuyard.platform.api.watching",
     "gpuyard.platform.api.openapi",
     "gpuyard.platform.api.dashboard",
+    "gpuyard.platform.api.nodes",
+    "gpuyard.platform.api.quotas",
 ]
 
 

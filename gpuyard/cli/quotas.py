@@ -1,0 +1,263 @@
+"""Client commands for quotas and queues: `apply -f FILE...`, `get quotas`, `get queues`.
+
+* `gpuyard apply -f configs/quotas/demo-teams.yaml [-f more.yaml | -f -]` sends every document of
+  every file (ElasticQuota, ResourceQuota, Queue, ResourceClass) in one `POST /api/v1/apply`: the
+  server validates all of them (the quotas as one tree) and stores all or nothing. A rejected
+  document is named by its file and index (`teams.yaml: documents[2]: spec.min...: ...`).
+* `gpuyard get quotas` prints the ElasticQuota tree, children indented under their parent, one
+  row per resource with min / max / runtime (what the quota may use now) / used;
+  `-o wide` adds the request (pending + running demand), namespace and covered namespaces.
+* `gpuyard get queues` prints NAME, WEIGHT, STRATEGY, PENDING, RUNNING, SHARE.
+
+Every command takes `--server` / `--token` (see `gpuyard.cli.client`). Errors are one line on
+stderr; exit code 2 for bad input (a 4xx answer, an unreadable file), 1 for server or network.
+`register(root)` mounts them, merging into an existing `get` group.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from gpuyard.cli.client import ApiClient, ClientError
+from gpuyard.cli.cluster import _emit, _fail, client_options
+
+__all__ = ["apply", "get", "quota_rows", "register"]
+
+PARENT_LABEL = "quota.scheduling.koordinator.sh/parent"
+NAMESPACES_ANNOTATION = "quota.scheduling.koordinator.sh/namespaces"
+ROOT_QUOTA = "koordinator-root-quota"
+_DOC_RE = re.compile(r"documents\[(\d+)\]\.?")
+
+
+def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except ClientError as exc:
+        _fail(exc.message, exc.exit_code)
+
+
+def _list_all(client: ApiClient, path: str) -> list[dict[str, Any]]:
+    """Every item of a paged list, following `metadata.continue`."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        page = _call(client.request, "GET", path, query={"continue": token, "limit": "5000"}) or {}
+        items += page.get("items", [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> None:
+    """Aligned columns; `None` prints as `-`, an empty string stays blank (tree continuation rows)."""
+    cells = [["-" if c is None else str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    click.echo("   ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for r in cells:
+        click.echo("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+# --- apply --------------------------------------------------------------------------------------
+
+
+def _read_documents(files: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, int]]]:
+    """All documents of all files, and for each its (file, index in that file)."""
+    docs: list[Any] = []
+    origin: list[tuple[str, int]] = []
+    for name in files:
+        try:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text()
+        except OSError as exc:
+            _fail(f"{name}: cannot read: {exc.strerror or exc}", 2)
+        try:
+            found = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            _fail(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}", 2)
+        if len(found) == 1 and isinstance(found[0], dict) and found[0].get("kind") == "List":
+            found = list(found[0].get("items") or [])
+        if len(found) == 1 and isinstance(found[0], list):  # a JSON array
+            found = found[0]
+        for i, doc in enumerate(found):
+            docs.append(doc)
+            origin.append((name, i))
+    return docs, origin
+
+
+@click.command("apply")
+@click.option(
+    "-f",
+    "--filename",
+    "files",
+    multiple=True,
+    required=True,
+    metavar="FILE",
+    help="YAML/JSON file of ElasticQuota, ResourceQuota, Queue, ResourceClass (`-` for stdin); repeatable.",
+)
+@client_options
+def apply(files: tuple[str, ...], output: str, server: str | None, token: str | None) -> None:
+    """Create or replace quotas, resource quotas, queues and resource classes, all or nothing."""
+    docs, origin = _read_documents(files)
+    if not docs:
+        _fail(f"no documents in {', '.join(files)}", 2)
+    client = ApiClient(server, token=token)
+    try:
+        result = client.request(
+            "POST",
+            "/api/v1/apply",
+            body=json.dumps(docs, default=str).encode(),
+            content_type="application/json",
+        )
+    except ClientError as exc:
+
+        def where(m: re.Match[str]) -> str:
+            i = int(m.group(1))
+            if i >= len(origin):
+                return m.group(0)
+            f, j = origin[i]
+            return f"{f}: documents[{j}]: "
+
+        _fail(_DOC_RE.sub(where, exc.message), exc.exit_code)
+    applied = (result or {}).get("applied", [])
+    if output in ("json", "yaml"):
+        _emit(applied, output, lambda wide: None)
+        return
+    for a in applied:
+        ns = f" -n {a['namespace']}" if a.get("namespace") and a["kind"] == "ResourceQuota" else ""
+        click.echo(f"{a['kind'].lower()}/{a['name']}{ns} {a['action']}")
+
+
+# --- get ----------------------------------------------------------------------------------------
+
+
+@click.group()
+def get() -> None:
+    """List objects."""
+
+
+def _ordered(quotas: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """The quotas depth-first (children under their parent, by name), with their depth."""
+    by_name = {q["metadata"]["name"]: q for q in quotas}
+    children: dict[str, list[str]] = {}
+    for name, q in by_name.items():
+        parent = ((q["metadata"].get("labels") or {}).get(PARENT_LABEL) or "").strip() or ROOT_QUOTA
+        if parent not in by_name or parent == name:
+            parent = ROOT_QUOTA
+        children.setdefault(parent, []).append(name)
+    out: list[tuple[int, dict[str, Any]]] = []
+    seen: set[str] = set()
+
+    def walk(name: str, depth: int) -> None:
+        for child in sorted(children.get(name, [])):
+            if child in seen:  # a cycle: the server refuses them, but do not loop on one
+                continue
+            seen.add(child)
+            out.append((depth, by_name[child]))
+            walk(child, depth + 1)
+
+    walk(ROOT_QUOTA, 0)
+    out += [(0, by_name[n]) for n in sorted(by_name) if n not in seen]
+    return out
+
+
+def _covered(q: dict[str, Any]) -> str:
+    names = list(q.get("spec", {}).get("namespaces") or [])
+    raw = (q["metadata"].get("annotations") or {}).get(NAMESPACES_ANNOTATION)
+    if raw:
+        try:
+            names += [n for n in json.loads(raw) if isinstance(n, str) and n not in names]
+        except (ValueError, TypeError):
+            pass
+    return ",".join(names)
+
+
+def quota_rows(quotas: list[dict[str, Any]], *, wide: bool = False) -> list[list[Any]]:
+    """Table rows of `get quotas`: one per (quota, resource), the name on the first row only."""
+    rows: list[list[Any]] = []
+    for depth, q in _ordered(quotas):
+        spec, status = q.get("spec", {}), q.get("status", {})
+        mins, maxs = spec.get("min") or {}, spec.get("max") or {}
+        runtime, used, request = (status.get(k) or {} for k in ("runtime", "used", "request"))
+        resources = sorted({*mins, *maxs, *runtime, *used}) or [""]
+        for i, res in enumerate(resources):
+            first = i == 0
+            row = [
+                "  " * depth + q["metadata"]["name"] if first else "",
+                res or None,
+                mins.get(res, "0") if res else None,
+                maxs.get(res, "inf") if res else None,
+                runtime.get(res, "0") if res else None,
+                used.get(res, "0") if res else None,
+            ]
+            if wide:
+                row += [
+                    request.get(res, "0") if res else None,
+                    q["metadata"].get("namespace") if first else "",
+                    (_covered(q) or None) if first else "",
+                ]
+            rows.append(row)
+    return rows
+
+
+@get.command("quotas")
+@client_options
+def get_quotas(output: str, server: str | None, token: str | None) -> None:
+    """Show the elastic quota tree: min / max / runtime / used of each resource."""
+    quotas = _list_all(ApiClient(server, token=token), "/api/v1/quotas")
+
+    def table(wide: bool) -> None:
+        headers = ["NAME", "RESOURCE", "MIN", "MAX", "RUNTIME", "USED"]
+        if wide:
+            headers += ["REQUEST", "NAMESPACE", "COVERS"]
+        _table(headers, quota_rows(quotas, wide=wide))
+
+    _emit(quotas, output, table)
+
+
+@get.command("queues")
+@client_options
+def get_queues(output: str, server: str | None, token: str | None) -> None:
+    """List queues: weight, queueing strategy, pending and running jobs, fair share."""
+    queues = _list_all(ApiClient(server, token=token), "/api/v1/queues")
+
+    def table(wide: bool) -> None:
+        rows = []
+        for q in queues:
+            spec, status = q.get("spec", {}), q.get("status", {})
+            row = [
+                q["metadata"]["name"],
+                f"{float(spec.get('weight', 1)):g}",
+                spec.get("queueingStrategy", "BestEffortFIFO"),
+                status.get("pending", 0),
+                status.get("running", 0),
+                f"{float(status.get('share', 0.0)):.2f}",
+            ]
+            if wide:
+                row += [spec.get("maxRunningJobs"), spec.get("description") or None]
+            rows.append(row)
+        headers = ["NAME", "WEIGHT", "STRATEGY", "PENDING", "RUNNING", "SHARE"]
+        _table(headers + (["MAX-RUNNING", "DESCRIPTION"] if wide else []), rows)
+
+    _emit(queues, output, table)
+
+
+# --- mounting -----------------------------------------------------------------------------------
+
+
+def register(root: click.Group) -> None:
+    """Add `apply` and `get quotas|queues` to the root group, merging into an existing `get`."""
+    root.add_command(apply)
+    existing = root.commands.get(get.name or "")
+    if isinstance(existing, click.Group) and existing is not get:
+        for name, cmd in get.commands.items():
+            existing.add_command(cmd, name)
+    else:
+        root.add_command(get)

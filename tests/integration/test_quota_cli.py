@@ -1,0 +1,183 @@
+"""The quota CLI against a live loopback server: `apply -f`, `get quotas` (the tree), `get queues`,
+errors as one line with exit 2 (bad input, 4xx) or 1 (server unreachable)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import pytest_asyncio
+import structlog
+import yaml
+from aiohttp.test_utils import TestServer
+from click.testing import CliRunner
+
+from gpuyard.cli.cluster import register as register_cluster
+from gpuyard.cli.quotas import register
+from gpuyard.platform.context import Context
+from tests.unit.api.test_dashboard import make_ctx
+from tests.unit.api.test_quotas_api import build_app, quota
+
+REPO = Path(__file__).parents[2]
+GPU = "nvidia.com/gpu"
+
+
+@click.group()
+def root() -> None:
+    """A stand-in for the `gpuyard` root group."""
+
+
+register_cluster(root)  # `get` exists already: the quota commands merge into it
+register(root)
+
+
+class Live:
+    def __init__(self, ctx: Context, url: str) -> None:
+        self.ctx = ctx
+        self.url = url
+
+    async def cli(self, *args: str, token: str | None = "root", url: str | None = None) -> Any:
+        argv = [*args, "--server", url or self.url]
+        if token is not None:
+            argv += ["--token", token]
+        runner = CliRunner()
+        return await asyncio.to_thread(runner.invoke, root, argv, catch_exceptions=False)
+
+
+@pytest_asyncio.fixture
+async def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Live]:
+    monkeypatch.setenv("GPUYARD_CONFIG", str(tmp_path / "absent.yaml"))
+    monkeypatch.delenv("GPUYARD_TOKEN", raising=False)
+    monkeypatch.delenv("GPUYARD_SERVER", raising=False)
+    ctx = make_ctx()
+    server = TestServer(build_app(ctx), host="127.0.0.1")
+    await server.start_server()
+    try:
+        with structlog.testing.capture_logs():
+            yield Live(ctx, str(server.make_url("")).rstrip("/"))
+    finally:
+        await server.close()
+        ctx.store.close()
+
+
+def set_status(ctx: Context, name: str, **fields: dict[str, int]) -> None:
+    obj = next(q for q in ctx.store.list("ElasticQuota") if q.metadata.name == name).clone()
+    for key, values in fields.items():
+        setattr(obj.status, key, {k: Decimal(v) for k, v in values.items()})
+    ctx.store.update(obj)
+
+
+async def test_apply_demo_then_get_quotas_and_queues(live: Live) -> None:
+    r = await live.cli("apply", "-f", str(REPO / "configs" / "quotas" / "demo-teams.yaml"))
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == [
+        "queue/team-a created",
+        "queue/team-b created",
+        "elasticquota/team-a created",
+        "elasticquota/team-b created",
+    ]
+    r = await live.cli("apply", "-f", str(REPO / "configs" / "quotas" / "demo-teams.yaml"))
+    assert r.output.count("unchanged") == 4
+    set_status(live.ctx, "team-a", runtime={GPU: 40}, used={GPU: 36})
+    r = await live.cli("get", "quotas")
+    assert r.exit_code == 0, r.output
+    lines = [line.split() for line in r.output.splitlines()]
+    assert lines[0] == ["NAME", "RESOURCE", "MIN", "MAX", "RUNTIME", "USED"]
+    assert lines[1] == ["team-a", GPU, "24", "52", "40", "36"]
+    assert lines[2] == ["team-b", GPU, "24", "52", "0", "0"]
+    r = await live.cli("get", "queues", token="vic")  # a viewer may read
+    assert r.exit_code == 0, r.output
+    lines = [line.split() for line in r.output.splitlines()]
+    assert lines[0] == ["NAME", "WEIGHT", "STRATEGY", "PENDING", "RUNNING", "SHARE"]
+    assert lines[1] == ["team-a", "1", "BestEffortFIFO", "0", "0", "0.00"]
+    r = await live.cli("get", "queues", "-o", "json")
+    assert [q["metadata"]["name"] for q in json.loads(r.output)] == ["team-a", "team-b"]
+    r = await live.cli("get", "nodes")  # the cluster's `get` commands are still there
+    assert r.exit_code == 0, r.output
+
+
+async def test_get_quotas_shows_the_tree_indented(live: Live, tmp_path: Path) -> None:
+    docs = [
+        quota("team-b", gmin=8, gmax=32, parent="research"),
+        quota("research", gmin=16, gmax=32, is_parent=True),
+        quota("team-a", gmin=8, gmax=32, parent="research", namespace="team-a"),
+        quota("ops", gmin=4, gmax=8),
+    ]
+    docs[1]["spec"]["min"]["cpu"] = "64"
+    path = tmp_path / "tree.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    r = await live.cli("apply", "-f", str(path))
+    assert r.exit_code == 0, r.output
+    r = await live.cli("get", "quotas", "-o", "wide")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split() == [
+        "NAME",
+        "RESOURCE",
+        "MIN",
+        "MAX",
+        "RUNTIME",
+        "USED",
+        "REQUEST",
+        "NAMESPACE",
+        "COVERS",
+    ]
+    first = [line.split()[0] for line in lines[1:] if not line.startswith(" " * 6)]
+    assert first == ["ops", "research", "team-a", "team-b"]
+    # research has two resources: cpu on its first row, the GPU row is a continuation
+    research = next(i for i, line in enumerate(lines) if line.startswith("research"))
+    assert lines[research].split()[1] == "cpu"
+    assert lines[research + 1].split()[0] == GPU
+    assert next(line for line in lines if line.startswith("  team-a")).split()[:3] == ["team-a", GPU, "8"]
+    r = await live.cli("get", "quotas", "-o", "yaml")
+    assert {q["metadata"]["name"] for q in yaml.safe_load(r.output)} == {
+        "ops",
+        "research",
+        "team-a",
+        "team-b",
+    }
+
+
+async def test_apply_errors_name_the_file_and_exit_2(live: Live, tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(quota("org", gmin=16, gmax=32, is_parent=True)))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        yaml.safe_dump_all(
+            [
+                {"kind": "Queue", "metadata": {"name": "q"}},
+                quota("child", gmin=20, gmax=32, parent="org"),  # more than org's min
+            ]
+        )
+    )
+    r = await live.cli("apply", "-f", str(good), "-f", str(bad))
+    assert r.exit_code == 2
+    assert f"{bad}: documents[1]: spec.min.{GPU}" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert live.ctx.store.list("ElasticQuota") == [] and live.ctx.store.list("Queue") == []
+    r = await live.cli("apply", "-f", str(tmp_path / "missing.yaml"))
+    assert r.exit_code == 2 and "cannot read" in r.output
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [\n")
+    r = await live.cli("apply", "-f", str(broken))
+    assert r.exit_code == 2 and "not valid YAML" in r.output
+    r = await live.cli("apply", "-f", str(good), token="alice")
+    assert r.exit_code == 2 and "admin" in r.output
+    r = await live.cli("get", "quotas", token="nobody")
+    assert r.exit_code == 2
+
+
+async def test_unreachable_server_exits_1(live: Live) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = await live.cli("get", "queues", url=f"http://127.0.0.1:{port}")
+    assert r.exit_code == 1
+    assert "cannot reach" in r.output
