@@ -183,7 +183,10 @@ async def run(name: str, scale: float) -> dict[str, object]:
             last_count, last_change = loop.placed_jobs, time.perf_counter()
         if loop.placed_jobs >= len(jobs):
             break
-        if not len(loop.queue) and not loop._wake.is_set():
+        # settled: nothing left to try, or nothing placed for a second while the loop is idle
+        # (what is left waits behind a blocked head's reservation or does not fit at all)
+        idle = not loop._wake.is_set()
+        if idle and (not len(loop.queue) or time.perf_counter() - last_change > 1.0):
             settled_rounds += 1
             if settled_rounds > 50:
                 break
