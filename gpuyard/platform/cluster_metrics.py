@@ -252,6 +252,48 @@ class ClusterCollector(Collector):
         for phase, n in usage.jobs_by_phase.items():
             jobs.add_metric([phase], n)
         yield from (total, alloc, free, frag, ref, jobs)
+        yield from self._queues_and_quotas()
+
+    def _queues_and_quotas(self) -> Iterator[GaugeMetricFamily]:
+        """Queue depth and share, quota min/runtime/used per resource, and preemptions, from the
+        statuses and Events the scheduler writes."""
+        store = self._store
+        kinds = set(store.kinds())
+        depth = GaugeMetricFamily("gpuyard_queue_pending_jobs", "Jobs waiting in a queue.", labels=["queue"])
+        running = GaugeMetricFamily(
+            "gpuyard_queue_running_jobs", "Jobs admitted from a queue.", labels=["queue"]
+        )
+        share = GaugeMetricFamily(
+            "gpuyard_queue_weighted_share", "A queue's weighted dominant-resource share.", labels=["queue"]
+        )
+        if "Queue" in kinds:
+            for q in store.list("Queue"):
+                name = q.metadata.name
+                depth.add_metric([name], q.status.pending)  # type: ignore[attr-defined]
+                running.add_metric([name], q.status.running)  # type: ignore[attr-defined]
+                share.add_metric([name], q.status.share)  # type: ignore[attr-defined]
+        quota = GaugeMetricFamily(
+            "gpuyard_quota_resource",
+            "Elastic quota per resource: min, max, runtime (what it may use now), used.",
+            labels=["quota", "resource", "kind"],
+        )
+        if "ElasticQuota" in kinds:
+            for eq in store.list("ElasticQuota"):
+                name = eq.metadata.name
+                for what, values in (
+                    ("min", eq.spec.min),  # type: ignore[attr-defined]
+                    ("max", eq.spec.max),  # type: ignore[attr-defined]
+                    ("runtime", eq.status.runtime),  # type: ignore[attr-defined]
+                    ("used", eq.status.used),  # type: ignore[attr-defined]
+                ):
+                    for resource, q in values.items():
+                        quota.add_metric([name, resource, what], float(q))
+        preempted = GaugeMetricFamily(
+            "gpuyard_preemptions",
+            "Jobs preempted (reclaimed by a quota), from their Events.",
+            value=sum(e.count for e in store.list("Event") if e.reason == "Preempted"),  # type: ignore[attr-defined]
+        )
+        yield from (depth, running, share, quota, preempted)
 
 
 def register_cluster_metrics(registry: CollectorRegistry, store: Store) -> ClusterCollector:

@@ -39,3 +39,37 @@ def test_kubedl_names_counts_and_gauges() -> None:
     assert 'kubedl_jobs_first_pod_launch_delay_seconds_sum{kind="TFJob"} 3.0' in text
     assert 'kubedl_jobs_all_pods_launch_delay_seconds_sum{kind="TFJob"} 9.0' in text
     assert "kubedl_jobs_successful" in text
+
+
+def test_queue_quota_and_preemption_metrics_come_from_statuses():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpuyard.apis.core import Event
+    from gpuyard.apis.quota import ElasticQuota, Queue
+    from gpuyard.platform.cluster_metrics import register_cluster_metrics
+    from gpuyard.platform.context import Context
+
+    ctx = Context.for_tests()
+    ctx.store.create(
+        Queue.model_validate(
+            {"metadata": {"name": "team-a"}, "status": {"pending": 3, "running": 2, "share": 0.25}}
+        )
+    )
+    ctx.store.create(
+        ElasticQuota.model_validate(
+            {
+                "metadata": {"name": "team-a", "namespace": "default"},
+                "spec": {"min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 16}},
+                "status": {"runtime": {"nvidia.com/gpu": 12}, "used": {"nvidia.com/gpu": 10}},
+            }
+        )
+    )
+    ctx.store.create(Event(metadata={"name": "e1", "namespace": "team-b"}, reason="Preempted", count=2))
+    registry = CollectorRegistry()
+    register_cluster_metrics(registry, ctx.store)
+    text = generate_latest(registry).decode()
+    assert 'gpuyard_queue_pending_jobs{queue="team-a"} 3.0' in text
+    assert 'gpuyard_queue_weighted_share{queue="team-a"} 0.25' in text
+    assert 'gpuyard_quota_resource{kind="runtime",quota="team-a",resource="nvidia.com/gpu"} 12.0' in text
+    assert 'gpuyard_quota_resource{kind="min",quota="team-a",resource="nvidia.com/gpu"} 8.0' in text
+    assert "gpuyard_preemptions 2.0" in text
