@@ -249,15 +249,66 @@ def get_queues(output: str, server: str | None, token: str | None) -> None:
     _emit(queues, output, table)
 
 
+@click.group()
+def describe() -> None:
+    """Show one object in detail."""
+
+
+@describe.command("queue")
+@click.argument("name")
+@client_options
+def describe_queue(name: str, output: str, server: str | None, token: str | None) -> None:
+    """Show a queue: settings, status, and its waiting jobs in order with why each waits."""
+    client = ApiClient(server, token=token)
+    queue = _call(client.request, "GET", f"/api/v1/queues/{name}")
+    jobs = [
+        j
+        for j in _call(client.request, "GET", "/api/v1/jobs", query={"queue": name}).get("items", [])
+        if j.get("summary", {}).get("phase") in ("Queuing", "Created", "Restarting")
+    ]
+
+    def table(wide: bool) -> None:
+        spec, status = queue.get("spec", {}), queue.get("status", {})
+        click.echo(f"Name:        {name}")
+        click.echo(f"Weight:      {float(spec.get('weight', 1)):g}")
+        click.echo(f"Strategy:    {spec.get('queueingStrategy', 'BestEffortFIFO')}")
+        click.echo(f"Max running: {spec.get('maxRunningJobs') or '-'}")
+        click.echo(f"Pending:     {status.get('pending', 0)}")
+        click.echo(f"Running:     {status.get('running', 0)}")
+        click.echo(f"Share:       {float(status.get('share', 0.0)):.2f}")
+        click.echo("\nWaiting jobs:")
+        if not jobs:
+            click.echo("  none")
+            return
+        rows = []
+        for j in jobs:
+            why = ""
+            for c in j.get("status", {}).get("conditions", []):
+                if c.get("type") == "Queuing" and c.get("status") == "True":
+                    why = c.get("message", "")
+            rows.append(
+                [
+                    f"{j['metadata']['namespace']}/{j['metadata']['name']}",
+                    j["kind"],
+                    why if wide else why[:100],
+                ]
+            )
+        _table(["JOB", "KIND", "WHY PENDING"], rows)
+
+    _emit({"queue": queue, "waiting": jobs}, output, table)
+
+
 # --- mounting -----------------------------------------------------------------------------------
 
 
 def register(root: click.Group) -> None:
-    """Add `apply` and `get quotas|queues` to the root group, merging into an existing `get`."""
+    """Add `apply`, `get quotas|queues` and `describe queue` to the root group, merging into
+    existing `get` / `describe` groups."""
     root.add_command(apply)
-    existing = root.commands.get(get.name or "")
-    if isinstance(existing, click.Group) and existing is not get:
-        for name, cmd in get.commands.items():
-            existing.add_command(cmd, name)
-    else:
-        root.add_command(get)
+    for group in (get, describe):
+        existing = root.commands.get(group.name or "")
+        if isinstance(existing, click.Group) and existing is not group:
+            for name, cmd in group.commands.items():
+                existing.add_command(cmd, name)
+        else:
+            root.add_command(group)

@@ -181,3 +181,15 @@ async def test_unreachable_server_exits_1(live: Live) -> None:
     r = await live.cli("get", "queues", url=f"http://127.0.0.1:{port}")
     assert r.exit_code == 1
     assert "cannot reach" in r.output
+
+
+async def test_describe_queue(live: Live) -> None:
+    r = await live.cli("apply", "-f", str(REPO / "configs" / "quotas" / "demo-teams.yaml"))
+    assert r.exit_code == 0, r.output
+    r = await live.cli("describe", "queue", "team-a")
+    assert r.exit_code == 0, r.output
+    assert "Name:        team-a" in r.output and "Strategy:    BestEffortFIFO" in r.output
+    assert "Waiting jobs:" in r.output
+    assert "team-a/pytorch-simple" in r.output, "make_ctx's job (not yet started) waits in queue team-a"
+    r = await live.cli("describe", "queue", "nope")
+    assert r.exit_code == 2
