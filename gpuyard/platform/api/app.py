@@ -44,8 +44,11 @@ async def error_middleware(request: web.Request, handler):  # type: ignore[no-un
         return await handler(request)
     except ApiError as exc:
         return error_response(exc.status, exc.message, exc.details)
-    except web.HTTPRequestEntityTooLarge as exc:
-        return error_response(413, f"request body too large; the limit is {exc.max_size} bytes")
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[CTX].settings.server.max_body_bytes
+        return error_response(
+            413, f"request body too large; the limit is {limit} bytes (server.max_body_bytes)"
+        )
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

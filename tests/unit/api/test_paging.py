@@ -52,3 +52,16 @@ async def test_bad_paging_parameters(client, query, status, field):
     r = await http.get(f"/api/v1/nodes?{query}")
     assert r.status == status
     assert (await r.json())["error"]["details"][0]["field"] == field
+
+
+async def test_oversize_body_is_413_in_the_error_shape(aiohttp_client):
+    from gpuyard.platform.config import Settings
+
+    ctx = Context.for_tests(settings=Settings(server={"max_body_bytes": 2048}, backend={"data_dir": None}))
+    http = await aiohttp_client(make_app(ctx))
+    before = ctx.store.resource_version
+    r = await http.post("/api/v1/jobs", data=b"x" * 10_000, headers={"Content-Type": "application/yaml"})
+    assert r.status == 413
+    body = await r.json()
+    assert body["error"]["code"] == 413 and "2048" in body["error"]["message"]
+    assert ctx.store.resource_version == before
