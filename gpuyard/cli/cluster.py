@@ -14,13 +14,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import click
 import yaml
 
 from gpuyard.cli.client import ApiClient, ClientError
+from gpuyard.cli.output import age as _age
+from gpuyard.cli.output import emit as _emit
+from gpuyard.cli.output import table as _table
 
 __all__ = ["events", "get", "register", "top", "watch"]
 
@@ -56,23 +58,6 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         _fail(exc.message, exc.exit_code)
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> None:
-    cells = [[str(c) if c is not None and c != "" else "-" for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    click.echo("   ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for r in cells:
-        click.echo("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-
-
-def _emit(data: Any, output: str, table: Callable[[bool], None]) -> None:
-    if output == "json":
-        click.echo(json.dumps(data, indent=2))
-    elif output == "yaml":
-        click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
-    else:
-        table(output == "wide")
-
-
 def _split_ref(ref: str) -> tuple[str, str]:
     ns, sep, name = ref.partition("/")
     if not sep:
@@ -96,20 +81,6 @@ def _pct(used: float, total: float) -> str:
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.2f}"
-
-
-def _age(stamp: str | None) -> str:
-    if not stamp:
-        return "-"
-    try:
-        then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return "-"
-    secs = max(0, int((datetime.now(UTC) - then).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size:
-            return f"{secs // size}{unit}"
-    return f"{secs}s"
 
 
 # --- get ----------------------------------------------------------------------------------------

@@ -11,9 +11,7 @@ subcommands to existing `get`/`describe`/`delete` groups when another module cre
 
 from __future__ import annotations
 
-import json
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,8 @@ import click
 import yaml
 
 from gpuyard.cli.client import ApiClient, ClientError, default_server
+from gpuyard.cli.output import age, emit
+from gpuyard.cli.output import table as print_table
 
 __all__ = ["delete", "describe", "get", "register", "submit"]
 
@@ -64,37 +64,6 @@ def _split_ref(ref: str, namespace: str | None) -> tuple[str, str]:
     return namespace or "default", ref
 
 
-def _emit(data: Any, output: str, table: Any) -> None:
-    if output == "json":
-        click.echo(json.dumps(data, indent=2, sort_keys=False))
-    elif output == "yaml":
-        click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
-    else:
-        table()
-
-
-def _table(headers: list[str], rows: list[list[Any]]) -> None:
-    cells = [[str(c) if c is not None and c != "" else "-" for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    click.echo("   ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for r in cells:
-        click.echo("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-
-
-def _age(stamp: str | None) -> str:
-    if not stamp:
-        return "-"
-    try:
-        then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return "-"
-    secs = max(0, int((datetime.now(UTC) - then).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size:
-            return f"{secs // size}{unit}"
-    return f"{secs}s"
-
-
 def _replicas(summary: dict[str, Any]) -> str:
     return ",".join(f"{role}:{n}" for role, n in (summary.get("replicas") or {}).items())
 
@@ -126,13 +95,13 @@ def submit(files: tuple[str, ...], output: str, server: str | None, token: str |
     result = _call(ApiClient(server, token=token).submit, body)
     items = result.get("items", [])
 
-    def table() -> None:
+    def table(_wide: bool = False) -> None:
         for job in items:
             click.echo(
                 f"{job['kind'].lower()}/{job['metadata']['name']} created in namespace {job['metadata']['namespace']}"
             )
 
-    _emit(items, output, table)
+    emit(items, output, table)
 
 
 # --- get ----------------------------------------------------------------------------------------
@@ -160,7 +129,7 @@ def get_jobs(
     result = _call(ApiClient(server, token=token).jobs, namespace=namespace, phase=phase, queue=queue)
     items = result.get("items", [])
 
-    def table() -> None:
+    def table(_wide: bool = False) -> None:
         rows = []
         for job in items:
             s = job.get("summary", {})
@@ -173,12 +142,12 @@ def get_jobs(
                     s.get("queue"),
                     _replicas(s),
                     s.get("restarts", 0),
-                    _age(job["metadata"].get("creationTimestamp")),
+                    age(job["metadata"].get("creationTimestamp")),
                 ]
             )
-        _table(["NAMESPACE", "NAME", "KIND", "PHASE", "QUEUE", "REPLICAS", "RESTARTS", "AGE"], rows)
+        print_table(["NAMESPACE", "NAME", "KIND", "PHASE", "QUEUE", "REPLICAS", "RESTARTS", "AGE"], rows)
 
-    _emit(items, output, table)
+    emit(items, output, table)
 
 
 @get.command("pods")
@@ -191,7 +160,7 @@ def get_pods(job_ref: str, namespace: str | None, output: str, server: str | Non
     result = _call(ApiClient(server, token=token).job_pods, ns, name)
     items = result.get("items", [])
 
-    def table() -> None:
+    def table(_wide: bool = False) -> None:
         rows = []
         for pod in items:
             s = pod.get("summary", {})
@@ -204,12 +173,12 @@ def get_pods(job_ref: str, namespace: str | None, output: str, server: str | Non
                     s.get("hostPort"),
                     gpus,
                     s.get("exitCode"),
-                    _age(pod["metadata"].get("creationTimestamp")),
+                    age(pod["metadata"].get("creationTimestamp")),
                 ]
             )
-        _table(["NAME", "PHASE", "NODE", "HOST-PORT", "GPUS", "EXIT", "AGE"], rows)
+        print_table(["NAME", "PHASE", "NODE", "HOST-PORT", "GPUS", "EXIT", "AGE"], rows)
 
-    _emit(items, output, table)
+    emit(items, output, table)
 
 
 # --- describe -----------------------------------------------------------------------------------
@@ -232,7 +201,7 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
     pods = _call(client.job_pods, ns, name).get("items", [])
     events = _call(client.job_events, ns, name).get("items", [])
 
-    def table() -> None:
+    def table(_wide: bool = False) -> None:
         s = job.get("summary", {})
         status = job.get("status", {})
         click.echo(f"Name:        {name}")
@@ -247,7 +216,7 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
         click.echo(f"Completion:  {status.get('completionTime', '-')}")
         click.echo("")
         click.echo("Replica statuses:")
-        _table(
+        print_table(
             ["  TYPE", "ACTIVE", "SUCCEEDED", "FAILED", "RESTARTS"],
             [
                 [
@@ -262,7 +231,7 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
         )
         click.echo("")
         click.echo("Conditions:")
-        _table(
+        print_table(
             ["  TYPE", "STATUS", "REASON", "MESSAGE"],
             [
                 [f"  {c['type']}", c.get("status"), c.get("reason"), c.get("message")]
@@ -271,7 +240,7 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
         )
         click.echo("")
         click.echo("Pods:")
-        _table(
+        print_table(
             ["  NAME", "PHASE", "NODE", "HOST-PORT", "GPUS"],
             [
                 [
@@ -286,12 +255,12 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
         )
         click.echo("")
         click.echo("Events:")
-        _table(
+        print_table(
             ["  TYPE", "REASON", "COUNT", "MESSAGE"],
             [[f"  {e.get('type')}", e.get("reason"), e.get("count", 1), e.get("message")] for e in events],
         )
 
-    _emit({"job": job, "pods": pods, "events": events}, output, table)
+    emit({"job": job, "pods": pods, "events": events}, output, table)
 
 
 # --- delete -------------------------------------------------------------------------------------
@@ -311,10 +280,10 @@ def delete_job(ref: str, namespace: str | None, output: str, server: str | None,
     ns, name = _split_ref(ref, namespace)
     result = _call(ApiClient(server, token=token).delete_job, ns, name)
     deleted = result.get("deleted", {})
-    _emit(
+    emit(
         result,
         output,
-        lambda: click.echo(f"{deleted.get('kind', 'job').lower()}/{name} deleted from namespace {ns}"),
+        lambda _wide: click.echo(f"{deleted.get('kind', 'job').lower()}/{name} deleted from namespace {ns}"),
     )
 
 

@@ -15,7 +15,8 @@ import click
 
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.cli.client import ApiClient
-from gpuyard.cli.jobs import _call, _emit, server_options
+from gpuyard.cli.jobs import _call, server_options
+from gpuyard.cli.output import emit
 from gpuyard.devices.render import draw, format_topo_matrix
 
 __all__ = ["describe", "describe_node", "register", "render_node"]
@@ -65,7 +66,7 @@ def describe_node(name: str, output: str, server: str | None, token: str | None)
     data = _call(
         ApiClient(server, token=token).request, "GET", f"/api/v1/nodes/{quote(name, safe='')}/topology"
     )
-    _emit(data, output, lambda: click.echo(render_node(data)))
+    emit(data, output, lambda _wide: click.echo(render_node(data)))
 
 
 def register(root: click.Group) -> None:

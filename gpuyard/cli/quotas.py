@@ -26,7 +26,9 @@ import click
 import yaml
 
 from gpuyard.cli.client import ApiClient, ClientError
-from gpuyard.cli.cluster import _emit, _fail, client_options
+from gpuyard.cli.cluster import _fail, client_options
+from gpuyard.cli.output import emit as _emit
+from gpuyard.cli.output import table as _print_table
 
 __all__ = ["apply", "get", "quota_rows", "register"]
 
@@ -56,12 +58,7 @@ def _list_all(client: ApiClient, path: str) -> list[dict[str, Any]]:
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> None:
-    """Aligned columns; `None` prints as `-`, an empty string stays blank (tree continuation rows)."""
-    cells = [["-" if c is None else str(c) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    click.echo("   ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for r in cells:
-        click.echo("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    _print_table(headers, rows, keep_blank=True)  # blank cells are the quota tree's continuation rows
 
 
 # --- apply --------------------------------------------------------------------------------------
