@@ -355,6 +355,15 @@ class GpuRequest:
     other: tuple[tuple[str, int], ...]
 
 
+# Resources that ask for part of one GPU (GPU sharing); never node extended resources.
+SHARE_MILLI = "gpuyard.io/gpu-milli"
+SHARE_MEMORY_MIB = "gpuyard.io/gpu-memory-mib"
+KOORD_CORE = "koordinator.sh/gpu-core"
+KOORD_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
+KOORD_MEMORY = "koordinator.sh/gpu-memory"
+SHARE_RESOURCES = (SHARE_MILLI, SHARE_MEMORY_MIB, KOORD_CORE, KOORD_MEMORY_RATIO, KOORD_MEMORY)
+
+
 def is_class_resource(name: str) -> bool:
     """A resource name without a domain prefix that Kubernetes does not define: a class request."""
     return "/" not in name and name not in CORE_RESOURCES and not name.startswith("hugepages-")
@@ -619,7 +628,13 @@ def validate_gang_request(
                     Problem(_field_of(prefix, spec, res), f"requests {parsed.gpus} {res} per pod; {tail}")
                 )
         for res, q in requests.items():
-            if res == GPU_RESOURCE or is_class_resource(res) or q <= 0 or res == "pods":
+            if (
+                res == GPU_RESOURCE
+                or is_class_resource(res)
+                or q <= 0
+                or res == "pods"
+                or res in SHARE_RESOURCES
+            ):
                 continue
             most_q = cap.largest.get(res, Decimal(0))
             if q > most_q:

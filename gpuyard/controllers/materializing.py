@@ -241,8 +241,20 @@ def devices_annotation(reservation: Reservation) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+_GPU_REQUESTS = (
+    GPU_RESOURCE,
+    "gpuyard.io/gpu-milli",
+    "gpuyard.io/gpu-memory-mib",
+    "koordinator.sh/gpu-core",
+    "koordinator.sh/gpu-memory-ratio",
+    "koordinator.sh/gpu-memory",
+)
+"""Container resources that mark the container as the one using the pod's GPU (or share)."""
+
+
 def _device_env(pod: Pod, reservation: Reservation, peers: Mapping[str, Reservation] | None = None) -> None:
-    """GPU visibility; RDMA NICs (`GPUYARD_RDMA_DEVICES`); co-located peers of the gang
+    """GPU visibility (a share also gets `GPUYARD_GPU_MILLI`, `GPUYARD_GPU_MEMORY_LIMIT_MIB`,
+    `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`); RDMA NICs (`GPUYARD_RDMA_DEVICES`); co-located peers of the gang
     (`LOCAL_WORLD_SIZE`, `GPUYARD_LOCAL_RANK` by pod name order, `GPUYARD_LOCAL_GPUS`: the GPUs of
     every co-located pod in that order, when the peers' Reservations are given)."""
     spec = reservation.spec
@@ -250,7 +262,9 @@ def _device_env(pod: Pod, reservation: Reservation, peers: Mapping[str, Reservat
     if not gpus and not spec.nics:
         return
     targets = [
-        c for c in pod.spec.containers if c.resources.effective().get(GPU_RESOURCE, 0) > 0
+        c
+        for c in pod.spec.containers
+        if any(c.resources.effective().get(name, 0) > 0 for name in _GPU_REQUESTS)
     ] or pod.spec.containers[:1]
     ids = ",".join(spec.gpu_ids) if spec.gpu_ids else ",".join(str(g) for g in gpus)
     local = sorted([*spec.local_peers, reservation.metadata.name])
@@ -263,10 +277,16 @@ def _device_env(pod: Pod, reservation: Reservation, peers: Mapping[str, Reservat
                 local_gpus = None
                 break
             local_gpus.extend(held.spec.gpus)
+    shared = len(gpus) == 1 and 0 < spec.gpu_milli < 1000
     for c in targets:
         if gpus:
             c.set_env("NVIDIA_VISIBLE_DEVICES", ids)
             c.set_env("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in gpus))
+        if shared:  # a GPU share: its compute (MPS thread limit) and memory limit
+            c.set_env("GPUYARD_GPU_MILLI", str(spec.gpu_milli))
+            c.set_env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(max(1, spec.gpu_milli // 10)))
+            if spec.gpu_memory_mib:
+                c.set_env("GPUYARD_GPU_MEMORY_LIMIT_MIB", str(spec.gpu_memory_mib))
         if spec.nics:
             c.set_env("GPUYARD_RDMA_DEVICES", ",".join(spec.nics))
         if spec.local_peers:

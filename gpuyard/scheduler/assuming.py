@@ -29,7 +29,15 @@ from gpuyard.platform.store import NotFound, Store
 from gpuyard.scheduler.outcomes import Placement, PodPlacement
 from gpuyard.scheduler.snapshot import Snapshot
 
-__all__ = ["AssumeFailed", "assume", "record_event", "reservation_for", "unassume", "write_status"]
+__all__ = [
+    "AssumeFailed",
+    "assume",
+    "record_event",
+    "reservation_for",
+    "share_memory_of",
+    "unassume",
+    "write_status",
+]
 
 COMPONENT = "gpuyard-scheduler"
 
@@ -38,7 +46,10 @@ class AssumeFailed(Exception):
     """A store write of the assume failed; nothing of the placement remains."""
 
 
-def reservation_for(pp: PodPlacement, *, peers: list[str], owner_uid: str = "") -> Reservation:
+def reservation_for(
+    pp: PodPlacement, *, peers: list[str], owner_uid: str = "", gpu_memory_mib: int = 0
+) -> Reservation:
+    """The Reservation recording one pod's placement (`gpu_memory_mib`: a share's GPU memory)."""
     pod = pp.pod
     owners = []
     if owner_uid:
@@ -64,12 +75,20 @@ def reservation_for(pp: PodPlacement, *, peers: list[str], owner_uid: str = "") 
             gpus=list(pp.gpus),
             gpu_ids=list(pp.gpu_ids),
             gpu_milli=pp.gpu_milli,
+            gpu_memory_mib=gpu_memory_mib,
             nics=list(pp.nics),
             host_ports=list(pp.host_ports),
             requests=dict(pp.requests),
             local_peers=peers,
         ),
     )
+
+
+def share_memory_of(snapshot: Snapshot, pp: PodPlacement) -> int:
+    """MiB of GPU memory a shared pod's placement holds on its GPU (0 for whole GPUs)."""
+    if not pp.shape.shared or not pp.gpus:
+        return 0
+    return int(snapshot.share_memory(pp.row, pp.shape)[pp.gpus[0]])
 
 
 def assume(
@@ -81,7 +100,10 @@ def assume(
     try:
         for pp in placement.pods:
             res = reservation_for(
-                pp, peers=peers[pp.pod.name], owner_uid=owners.get((pp.pod.namespace, pp.pod.group), "")
+                pp,
+                peers=peers[pp.pod.name],
+                owner_uid=owners.get((pp.pod.namespace, pp.pod.group), ""),
+                gpu_memory_mib=share_memory_of(snapshot, pp),
             )
             stored = store.create(res)
             created.append(stored)

@@ -1,7 +1,8 @@
 """GPU choosers: which GPUs of the chosen node a pod gets (the pluggable step inside a node).
 
 The default, `lowest-index`, takes the lowest-numbered idle GPUs of the pod's class (for a GPU
-share: the tightest GPU that still fits, lowest index among equals). The topology issue
+share: the tightest GPU with enough free milli and memory, lowest index among equals; see
+`share_choice`). The topology issue
 registers a chooser that looks up the best NVLink subset for the node's free mask
 (`gpuyard.devices.subsets.pick(table, free_mask, k)`) and the NICs under it; `free_mask` gives
 the bit mask such a lookup takes.
@@ -15,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from gpuyard.scheduler.framework import GPUChoice, register_chooser
 from gpuyard.scheduler.gangs import GPU_MILLI, PodShape
 from gpuyard.scheduler.snapshot import Snapshot
 
-__all__ = ["NO_GPUS", "LowestIndexChooser", "free_mask", "usable_row"]
+__all__ = ["NO_GPUS", "LowestIndexChooser", "free_mask", "share_choice", "usable_row"]
 
 NO_GPUS = GPUChoice(())
 
@@ -37,14 +40,29 @@ def usable_row(snapshot: Snapshot, row: int, gpu_class: str | None) -> list[bool
 
 def free_mask(snapshot: Snapshot, row: int, shape: PodShape) -> int:
     """Bit i set when GPU i of `row` can serve one of the pod's GPUs (idle, or enough share left)."""
+    if shape.shared:
+        return sum(1 << int(i) for i in snapshot.share_fits(row, shape).nonzero()[0])
     ok = usable_row(snapshot, row, shape.gpu_class)
     free = snapshot.gpu_free_milli[row].tolist()
-    need = shape.gpu_milli if shape.shared else GPU_MILLI
+    need = GPU_MILLI
     mask = 0
     for i, (u, f) in enumerate(zip(ok, free, strict=True)):
         if u and f >= need:
             mask |= 1 << i
     return mask
+
+
+def share_choice(snapshot: Snapshot, row: int, shape: PodShape) -> GPUChoice | None:
+    """The GPU of `row` for one share: where it fits (milli and memory), the tightest in milli
+    then in memory (best fit: shared GPUs fill up before idle ones are broken), lowest index
+    among equals. The `gpu-share` score has already picked the node by FGD."""
+    fits = snapshot.share_fits(row, shape)
+    if not fits.any():
+        return None
+    milli = snapshot.gpu_free_milli[row].astype(np.int64)
+    mem = snapshot.gpu_mem_free[row]
+    key = np.where(fits, milli * (1 << 32) + np.clip(mem, 0, (1 << 31) - 1), np.iinfo(np.int64).max)
+    return GPUChoice((int(np.argmin(key)),))
 
 
 class LowestIndexChooser:
@@ -53,14 +71,10 @@ class LowestIndexChooser:
     def choose(self, snapshot: Snapshot, row: int, shape: PodShape) -> GPUChoice | None:
         if not shape.gpus:
             return NO_GPUS
+        if shape.shared:
+            return share_choice(snapshot, row, shape)
         ok = usable_row(snapshot, row, shape.gpu_class)
         free = snapshot.gpu_free_milli[row].tolist()
-        if shape.shared:
-            best = -1
-            for i, (u, f) in enumerate(zip(ok, free, strict=True)):
-                if u and f >= shape.gpu_milli and (best < 0 or f < free[best]):
-                    best = i
-            return GPUChoice((best,)) if best >= 0 else None
         picked = [i for i, (u, f) in enumerate(zip(ok, free, strict=True)) if u and f == GPU_MILLI][
             : shape.gpus
         ]

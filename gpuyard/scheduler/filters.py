@@ -169,7 +169,11 @@ class NodeResources:
                     return np.zeros(s.n, dtype=bool)
                 ok &= s.ext_free[:, col] >= amount
             if shape.gpus:
-                ok &= s.gpu_available(shape.gpu_class, shape.gpu_milli) >= shape.gpus
+                ok &= (
+                    s.share_available(shape)
+                    if shape.shared
+                    else s.gpu_available(shape.gpu_class, shape.gpu_milli)
+                ) >= shape.gpus
             return ok
         cap = s.pods_free.copy()
         if shape.cpu_milli:
@@ -182,7 +186,11 @@ class NodeResources:
                 return np.zeros(s.n, dtype=np.int64)
             np.minimum(cap, s.ext_free[:, col] // amount, out=cap)
         if shape.gpus:
-            avail = s.gpu_available(shape.gpu_class, shape.gpu_milli)
+            avail = (
+                s.share_available(shape)
+                if shape.shared
+                else s.gpu_available(shape.gpu_class, shape.gpu_milli)
+            )
             np.minimum(cap, avail // shape.gpus, out=cap)
         np.maximum(cap, 0, out=cap)
         return cap
@@ -191,7 +199,11 @@ class NodeResources:
         s = state.snapshot
         parts = []
         if shape.gpus:
-            avail = s.gpu_available(shape.gpu_class, shape.gpu_milli)
+            avail = (
+                s.share_available(shape)
+                if shape.shared
+                else s.gpu_available(shape.gpu_class, shape.gpu_milli)
+            )
             short = failed & (avail < shape.gpus)
             if short.any():
                 eligible = state.data.get("eligible", failed)

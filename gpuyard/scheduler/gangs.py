@@ -25,15 +25,25 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 
 from gpuyard.apis.core import PodSpec
-from gpuyard.apis.resourceclasses import RequestError, parse_gpu_request
+from gpuyard.apis.resourceclasses import (
+    KOORD_CORE,
+    KOORD_MEMORY,
+    KOORD_MEMORY_RATIO,
+    SHARE_MEMORY_MIB,
+    SHARE_MILLI,
+    SHARE_RESOURCES,
+    RequestError,
+    parse_gpu_request,
+)
 from gpuyard.apis.scheduling import PodGroup, pod_name
 
 __all__ = [
     "GPU_MILLI",
     "MIB",
+    "SHARE_RESOURCES",
     "Constraints",
     "GangRequest",
     "PodShape",
@@ -43,6 +53,7 @@ __all__ = [
     "affinity_ok",
     "build_gang",
     "constraints_of",
+    "parse_share",
     "requirement_ok",
     "selector_ok",
     "shape_of",
@@ -53,6 +64,10 @@ __all__ = [
 
 GPU_MILLI = 1000
 MIB = 1 << 20
+
+# The share resource names live with the other request vocabulary in `apis.resourceclasses`
+# (the submit-time checks there must know them too).
+"""Resources that ask for part of one GPU (see `parse_share`); never node extended resources."""
 
 ANNOTATION_JOINT_ALLOCATE = "gpuyard.io/device-joint-allocate"
 ANNOTATION_TOPOLOGY_REQUIRED = "gpuyard.io/topology-required"
@@ -110,6 +125,10 @@ class PodShape:
     required_level: str | None = None
     """The gang's required network level (a copy of `GangRequest.topology_required`, so gangs
     that differ only in it never share a cached "does not fit")."""
+    gpu_mem_mib: int = 0
+    """A share's GPU memory in MiB (`koordinator.sh/gpu-memory`, `gpuyard.io/gpu-memory-mib`)."""
+    gpu_mem_permille: int = 0
+    """A share's GPU memory as thousandths of the chosen GPU's memory (used when `gpu_mem_mib` is 0)."""
 
     def __post_init__(self) -> None:
         if min(self.cpu_milli, self.mem_mib, self.gpus, self.gpu_milli, self.host_ports) < 0:
@@ -118,6 +137,8 @@ class PodShape:
             raise ValueError(f"gpu_milli must be within 1..{GPU_MILLI} for a GPU pod, got {self.gpu_milli}")
         if self.gpus > 1 and self.gpu_milli < GPU_MILLI:
             raise ValueError("a GPU share (gpu_milli < 1000) is one GPU per pod")
+        if min(self.gpu_mem_mib, self.gpu_mem_permille) < 0 or self.gpu_mem_permille > GPU_MILLI:
+            raise ValueError("a share's GPU memory is 0..1000 permille or a non-negative MiB amount")
 
     @property
     def shared(self) -> bool:
@@ -242,23 +263,99 @@ def constraints_of(spec: PodSpec) -> tuple[Constraints, tuple[tuple[int, Term], 
     return (NO_CONSTRAINTS if constraints == NO_CONSTRAINTS else constraints), tuple(preferences)
 
 
+@dataclass(frozen=True, slots=True)
+class ShareRequest:
+    """A pod's GPU share: `milli` of one GPU and its memory (MiB, or permille of the GPU's memory)."""
+
+    milli: int = 0
+    mem_mib: int = 0
+    mem_permille: int = 0
+
+    @property
+    def asked(self) -> bool:
+        return bool(self.milli or self.mem_mib or self.mem_permille)
+
+
+def _whole(name: str, q: Decimal, *, lo: int, hi: int, unit: str) -> int:
+    if q != q.to_integral_value() or not lo <= q <= hi:
+        raise RequestError(name, f"{name} must be a whole number of {unit} within {lo}..{hi}, got {q}")
+    return int(q)
+
+
+def parse_share(requests: Mapping[str, Decimal]) -> ShareRequest:
+    """The GPU share a pod asks for; raises `RequestError` naming the resource and allowed values.
+
+    * `gpuyard.io/gpu-milli` 1..1000 thousandths of one GPU, or `koordinator.sh/gpu-core`
+      1..100 percent of its compute (x 10 -> milli); not both.
+    * memory: `gpuyard.io/gpu-memory-mib` (MiB), `koordinator.sh/gpu-memory` (bytes, rounded up
+      to MiB) or `koordinator.sh/gpu-memory-ratio` 1..100 percent of the chosen GPU's memory;
+      at most one of them. Without one the share gets its compute fraction of the GPU's memory.
+    * a memory-only share (ratio alone) takes the same fraction of the compute; an absolute
+      memory amount needs a compute share too (the GPU's size is unknown before placement).
+    """
+    got = {name: requests[name] for name in SHARE_RESOURCES if name in requests and requests[name] > 0}
+    if not got:
+        return ShareRequest()
+    milli = 0
+    if SHARE_MILLI in got and KOORD_CORE in got:
+        raise RequestError(KOORD_CORE, f"ask for {SHARE_MILLI} or {KOORD_CORE}, not both")
+    if SHARE_MILLI in got:
+        milli = _whole(SHARE_MILLI, got[SHARE_MILLI], lo=1, hi=GPU_MILLI, unit="thousandths of a GPU")
+    elif KOORD_CORE in got:
+        milli = 10 * _whole(KOORD_CORE, got[KOORD_CORE], lo=1, hi=100, unit="percent")
+    memory = [n for n in (SHARE_MEMORY_MIB, KOORD_MEMORY, KOORD_MEMORY_RATIO) if n in got]
+    if len(memory) > 1:
+        raise RequestError(memory[1], f"ask for GPU memory one way only, got {' and '.join(memory)}")
+    mem_mib = permille = 0
+    if SHARE_MEMORY_MIB in got:
+        mem_mib = _whole(SHARE_MEMORY_MIB, got[SHARE_MEMORY_MIB], lo=1, hi=1 << 30, unit="MiB")
+    elif KOORD_MEMORY in got:
+        mem_mib = -(-int(got[KOORD_MEMORY].to_integral_value(rounding=ROUND_CEILING)) // MIB)
+    elif KOORD_MEMORY_RATIO in got:
+        permille = 10 * _whole(KOORD_MEMORY_RATIO, got[KOORD_MEMORY_RATIO], lo=1, hi=100, unit="percent")
+    if not milli:
+        if not permille:
+            raise RequestError(
+                memory[0],
+                f"a GPU memory amount needs a compute share too: add {SHARE_MILLI} (1..1000) or "
+                f"{KOORD_CORE} (1..100)",
+            )
+        milli = permille
+    return ShareRequest(milli, mem_mib, permille or (0 if mem_mib else milli))
+
+
 def shape_of(
     spec: PodSpec, *, classes: Mapping[str, object], host_ports: int = 0
 ) -> tuple[PodShape, dict[str, Decimal]]:
-    """A pod template's shape and its total request; raises `RequestError` for a bad request."""
+    """A pod template's shape and its total request; raises `RequestError` for a bad request.
+
+    A GPU share (`parse_share`) is one GPU: of any model alone, or of a ResourceClass when the
+    pod also asks for exactly one GPU of that class (`nvidia.v100: 1`, or `nvidia.com/gpu: 1`).
+    """
     requests = spec.requests()
-    req = parse_gpu_request(requests, classes)
+    share = parse_share(requests)
+    plain = {k: v for k, v in requests.items() if k not in SHARE_RESOURCES} if share.asked else requests
+    req = parse_gpu_request(plain, classes)
+    gpus, milli = req.gpus, GPU_MILLI if req.gpus else 0
+    if share.asked:
+        if req.gpus > 1:
+            name = req.gpu_class or "nvidia.com/gpu"
+            raise RequestError(name, f"a GPU share is one GPU: ask for {name}: 1 with it, got {req.gpus}")
+        gpus, milli = 1, share.milli
+    shared = gpus == 1 and milli < GPU_MILLI
     constraints, preferences = constraints_of(spec)
     shape = PodShape(
         cpu_milli=req.cpu_milli,
         mem_mib=-(-req.memory // MIB),
-        gpus=req.gpus,
-        gpu_milli=GPU_MILLI if req.gpus else 0,
+        gpus=gpus,
+        gpu_milli=milli,
         gpu_class=req.gpu_class,
         ext=req.other,
         host_ports=host_ports,
         constraints=constraints,
         preferences=preferences,
+        gpu_mem_mib=share.mem_mib if shared else 0,
+        gpu_mem_permille=share.mem_permille if shared else 0,
     )
     return shape, requests
 

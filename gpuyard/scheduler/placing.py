@@ -488,12 +488,16 @@ def _assign(
             if got is None:
                 break
             ports = got
+        gpu_mem = 0
+        if shape.shared and choice.gpus:
+            gpu_mem = int(snap.share_memory(row, shape)[choice.gpus[0]])
         alloc = Alloc(
             node=node,
             cpu=shape.cpu_milli,
             mem=shape.mem_mib,
             gpus=choice.gpus,
             gpu_milli=shape.gpu_milli if choice.gpus else 0,
+            gpu_mem=gpu_mem,
             ext=shape.ext,
             ports=ports,
             nics=choice.nics,

@@ -50,6 +50,7 @@ register_profile(
     ProfileSpec(
         scores={
             "gpu-binpack": 10,
+            "gpu-share": 30,
             "exact-fit": 5,
             "cpu-spread": 10,
             "gpu-type": 5,

@@ -9,6 +9,9 @@ normalises each plugin's raw scores to 0..100 over the candidates and adds them 
 * `cpu-spread` — for CPU-only pods: least-allocated CPU/memory, and nodes without GPUs first.
 * `gpu-type` — the pod's preferred node-affinity terms (e.g. `gpuyard.io/gpu-model In [a100]`).
 * `failover` — a re-placed pod's previous node (`PodGroup.spec.preferredNodes`), then its block.
+* `gpu-share` — for GPU shares: FGD (`gpuyard.scheduler.packing`): the node where the expected
+  fragmentation, measured against the shapes of the pods now holding GPUs plus this one, grows
+  least; ties broken best-fit (the node whose GPUs are most used afterwards).
 * policies for simulation: `most-allocated` (best-fit), `least-allocated` (spread),
   `first-fit` (lowest row), `random`.
 """
@@ -29,6 +32,7 @@ __all__ = [
     "Failover",
     "FirstFit",
     "GPUBinpack",
+    "GPUShareScore",
     "GPUTypePreference",
     "LeastAllocated",
     "MostAllocated",
@@ -150,6 +154,55 @@ class Failover:
         return out
 
 
+class GPUShareScore:
+    """FGD for GPU shares, falling back to best-fit (see the module docstring); vectorised."""
+
+    name = "gpu-share"
+
+    def score(
+        self, state: CycleState, shape: PodShape, nodes: np.ndarray | slice, take: np.ndarray
+    ) -> np.ndarray | None:
+        if not shape.shared:
+            return None
+        from gpuyard.scheduler.packing.fragmentation import FragmentationModel, TypicalPods, fgd_scores
+        from gpuyard.scheduler.packing.state import ClusterState, PodRequest, fits
+
+        s = state.snapshot
+        rows = np.arange(s.n)[nodes]
+        best_fit = _gpu_used_after(state, shape, nodes, take)
+        usable = s.gpu_usable(shape.gpu_class)
+        cluster = ClusterState(
+            node_names=[name or "" for name in s.names] + [""] * (s.n - len(s.names)),
+            model_names=s.model_names,
+            cpu_free=np.maximum(s.cpu_free, 0),
+            mem_free=np.maximum(s.mem_free, 0),
+            gpu_free=np.clip(np.where(usable, s.gpu_free_milli, 0), 0, GPU_MILLI),
+            gpu_count=s.gpu_count,
+            gpu_model=s.gpu_model,
+            cpu_capacity=s.cpu_alloc,
+            mem_capacity=s.mem_alloc,
+        )
+        pod = PodRequest(
+            name="share",
+            cpu_milli=shape.cpu_milli,
+            memory_mib=shape.mem_mib,
+            num_gpu=1,
+            gpu_milli=shape.gpu_milli,
+        )
+        workload = [
+            PodRequest(name="w", cpu_milli=cpu, memory_mib=0, num_gpu=n, gpu_milli=milli)
+            for cpu, n, milli in s.workload_shapes()
+        ]
+        model = FragmentationModel(TypicalPods.from_workload([*workload, pod], coverage=1.0))
+        model.sync(cluster)
+        ok = fits(cluster, pod)[rows]
+        fgd = np.zeros(len(rows), dtype=np.float64)
+        if ok.any():
+            score, _, _ = fgd_scores(model, cluster, pod=pod, nodes=rows[ok])
+            fgd[ok] = score
+        return fgd + best_fit  # FGD scores are whole numbers 0..100; best-fit (0..1) breaks ties
+
+
 class MostAllocated:
     """Best-fit over every resource the pod asks for (CPU, memory, GPUs)."""
 
@@ -210,6 +263,7 @@ def _factory(cls: type) -> Any:
 
 for _cls in (
     GPUBinpack,
+    GPUShareScore,
     ExactFit,
     CPUSpread,
     GPUTypePreference,

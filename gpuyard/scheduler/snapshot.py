@@ -3,7 +3,12 @@
 One row per node, one column per GPU slot (`G` = the most GPUs any node has; missing GPUs are
 padding that behaves as fully used). The arrays follow the packing policies' layout
 (`gpuyard.scheduler.packing.state`): `cpu_free[N]` milli-CPU, `mem_free[N]` MiB,
-`gpu_free_milli[N, G]` free thousandths of each GPU (1000 = idle), `gpu_model[N]`.
+`gpu_free_milli[N, G]` free thousandths of each GPU (1000 = idle), `gpu_mem_free[N, G]` free
+GPU memory in MiB (whole-GPU pods take all of it, shares their memory), `gpu_model[N]`.
+
+GPU sharing: a GPU serves one whole-GPU pod or several shares, never both — a whole-GPU pod
+needs `gpu_free_milli == 1000` (so no share on it) and takes all 1000; a share takes its milli
+and memory, so the GPU is no longer idle for whole-GPU pods until every share has left.
 
 Free = allocatable − the node's Reservations. The running loop feeds changes in
 (`refresh_node`, `upsert_reservation`, `remove_reservation`, `set_classes`) for the objects the
@@ -35,7 +40,17 @@ from gpuyard.apis.scheduling import Reservation
 from gpuyard.devices.bandwidth import model_key
 from gpuyard.devices.presets import H100_PARTITIONS
 from gpuyard.devices.subsets import MAX_TABLE_GPUS, SubsetTable, table_for
-from gpuyard.scheduler.gangs import GPU_MILLI, MIB, Constraints, Term, affinity_ok, selector_ok, taints_ok
+from gpuyard.scheduler.gangs import (
+    GPU_MILLI,
+    MIB,
+    SHARE_RESOURCES,
+    Constraints,
+    PodShape,
+    Term,
+    affinity_ok,
+    selector_ok,
+    taints_ok,
+)
 
 if TYPE_CHECKING:
     from gpuyard.scheduler.packing.state import ClusterState
@@ -63,6 +78,7 @@ class Alloc:
     ports: tuple[int, ...] = ()
     row: int = -1  # the row it is applied to, -1 while not applied
     nics: tuple[str, ...] = ()
+    gpu_mem: int = 0  # a share's GPU memory in MiB (whole GPUs: all of it, implied)
 
 
 @dataclass(slots=True)
@@ -89,7 +105,7 @@ def _alloc_of(res: Reservation) -> Alloc:
     req = spec.requests
     ext = []
     for name, q in req.items():
-        if name in ("cpu", "memory", "pods", GPU_RESOURCE) or q <= 0:
+        if name in ("cpu", "memory", "pods", GPU_RESOURCE) or name in SHARE_RESOURCES or q <= 0:
             continue
         if (
             "/" not in name
@@ -98,12 +114,14 @@ def _alloc_of(res: Reservation) -> Alloc:
         ):
             continue  # a ResourceClass request: counted through `gpus`
         ext.append((name, to_milli(q)))
+    milli = (spec.gpu_milli or GPU_MILLI) if spec.gpus else 0
     return Alloc(
         node=spec.node,
+        gpu_mem=spec.gpu_memory_mib if 0 < milli < GPU_MILLI else 0,
         cpu=to_milli(req.get("cpu", Decimal(0))),
         mem=-(-to_int(req.get("memory", Decimal(0))) // MIB),
         gpus=tuple(spec.gpus),
-        gpu_milli=(spec.gpu_milli or GPU_MILLI) if spec.gpus else 0,
+        gpu_milli=milli,
         ext=tuple(sorted(ext)),
         ports=tuple(spec.host_ports),
         nics=tuple(spec.nics),
@@ -155,6 +173,7 @@ class Snapshot:
         self._class_masks: dict[str, ClassMask] = {}
         self._selector_masks: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._taint_masks: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._workload: tuple[int, list[tuple[int, int, int]]] | None = None
         self.epoch = 0
         """Bumped whenever capacity may have grown (node added or changed, reservation removed,
         classes changed): jobs that did not fit are worth another try."""
@@ -184,6 +203,7 @@ class Snapshot:
         self.gpu_healthy = np.zeros((n, g), dtype=bool)
         self.gpu_free_milli = np.zeros((n, g), dtype=np.int32)
         self.gpu_mem_mib = np.zeros((n, g), dtype=np.int32)
+        self.gpu_mem_free = np.zeros((n, g), dtype=np.int64)
         self.gpu_whole_free = np.zeros(n, dtype=np.int32)
         self.gpu_healthy_count = np.zeros(n, dtype=np.int32)
         self.gpu_healthy_inv = np.zeros(n, dtype=np.float64)  # 1 / healthy GPUs (0 without): binpack scores
@@ -381,6 +401,7 @@ class Snapshot:
         self.pods_free[row] = self.pods_alloc[row]
         self.ext_free[row, :] = self.ext_alloc[row, :]
         self.gpu_free_milli[row, :] = np.where(self.gpu_exists[row], GPU_MILLI, 0)
+        self.gpu_mem_free[row, :] = self.gpu_mem_mib[row, :]
         self.ports_used[row] = {}
         self.ports_used_count[row] = 0
         self.nics_used[row] = {}
@@ -391,15 +412,22 @@ class Snapshot:
             self.apply(entry.alloc, row=row, advance_cursor=False)
         self._recount(row)
 
-    def _gpus_take(self, row: int, gpus: tuple[int, ...], milli: int) -> None:
-        """Take `milli` of each GPU (give back when negative), keeping `gpu_whole_free` exact."""
+    def _gpus_take(self, row: int, gpus: tuple[int, ...], milli: int, mem: int = 0) -> None:
+        """Take `milli` (and a share's `mem` MiB; a whole GPU: all its memory) of each GPU, give
+        back when negative, keeping `gpu_whole_free` exact."""
         free = self.gpu_free_milli
         healthy = self.gpu_healthy
         g = self.g
         delta = 0
+        whole = abs(milli) >= GPU_MILLI
         for idx in gpus:
             if idx >= g:
                 continue
+            if whole:  # a whole GPU takes (or gives back) all of its memory
+                total = int(self.gpu_mem_mib[row, idx])
+                self.gpu_mem_free[row, idx] -= total if milli > 0 else -total
+            elif mem:
+                self.gpu_mem_free[row, idx] -= mem
             before = int(free[row, idx])
             after = before - milli
             free[row, idx] = after
@@ -500,7 +528,7 @@ class Snapshot:
                 col = self._ext_column(name)
             self.ext_free[row, col] -= amount
         if alloc.gpus:
-            self._gpus_take(row, alloc.gpus, alloc.gpu_milli)
+            self._gpus_take(row, alloc.gpus, alloc.gpu_milli, alloc.gpu_mem)
         if alloc.nics:
             held = self.nics_used[row]
             for nic in alloc.nics:
@@ -527,7 +555,7 @@ class Snapshot:
         for name, amount in alloc.ext:
             self.ext_free[row, self._ext_index[name]] += amount
         if alloc.gpus:
-            self._gpus_take(row, alloc.gpus, -alloc.gpu_milli)
+            self._gpus_take(row, alloc.gpus, -alloc.gpu_milli, -alloc.gpu_mem)
         if alloc.nics:
             held = self.nics_used[row]
             for nic in alloc.nics:
@@ -703,6 +731,49 @@ class Snapshot:
             return ((self.gpu_free_milli == GPU_MILLI) & usable).sum(axis=1)
         return np.where(usable, np.maximum(self.gpu_free_milli, 0) // gpu_milli, 0).sum(axis=1)
 
+    def workload_shapes(self) -> list[tuple[int, int, int]]:
+        """(cpu milli, GPUs, milli per GPU) of every GPU reservation: the live workload FGD
+        measures fragmentation against (cached until the reservations change)."""
+        cached = self._workload
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        shapes = [
+            (e.alloc.cpu, len(e.alloc.gpus), e.alloc.gpu_milli)
+            for e in self._entries.values()
+            if e.alloc.gpus and 0 < e.alloc.gpu_milli <= GPU_MILLI
+        ]
+        self._workload = (self.version, shapes)
+        return shapes
+
+    def share_memory(self, row: int, shape: PodShape) -> np.ndarray:
+        """int64[G]: MiB a share of `shape` needs on each GPU of `row` (0 where the GPU's memory is unknown)."""
+        if shape.gpu_mem_mib:
+            return np.where(self.gpu_mem_mib[row] > 0, shape.gpu_mem_mib, 0).astype(np.int64)
+        total = self.gpu_mem_mib[row].astype(np.int64)
+        return -(-total * shape.gpu_mem_permille // GPU_MILLI)
+
+    def share_available(self, shape: PodShape) -> np.ndarray:
+        """int[N]: how many shares of `shape` fit on each node, by milli AND memory (vectorised;
+        `gpu_available` counts by milli only)."""
+        usable = self.gpu_usable(shape.gpu_class)
+        total = self.gpu_mem_mib.astype(np.int64)
+        if shape.gpu_mem_mib:
+            need = np.where(total > 0, shape.gpu_mem_mib, 0)
+        else:
+            need = -(-total * shape.gpu_mem_permille // GPU_MILLI)
+        by_milli = np.maximum(self.gpu_free_milli, 0) // shape.gpu_milli
+        by_mem = np.where(need > 0, np.maximum(self.gpu_mem_free, 0) // np.maximum(need, 1), by_milli)
+        return np.where(usable, np.minimum(by_milli, by_mem), 0).sum(axis=1)
+
+    def share_fits(self, row: int, shape: PodShape) -> np.ndarray:
+        """bool[G]: GPUs of `row` a share of `shape` fits on (healthy, of its class, milli and memory free)."""
+        usable = self.gpu_usable(shape.gpu_class)[row]
+        return (
+            usable
+            & (self.gpu_free_milli[row] >= shape.gpu_milli)
+            & (self.gpu_mem_free[row] >= self.share_memory(row, shape))
+        )
+
     def gpu_id(self, row: int, index: int) -> str:
         devices = self.devices[row]
         return devices[index].uuid if index < len(devices) else f"GPU-{self.names[row]}-{index}"
@@ -763,6 +834,7 @@ _ARRAYS = (
     "gpu_healthy",
     "gpu_free_milli",
     "gpu_mem_mib",
+    "gpu_mem_free",
     "gpu_whole_free",
     "gpu_healthy_count",
     "gpu_healthy_inv",
