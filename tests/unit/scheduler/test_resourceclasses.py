@@ -308,4 +308,9 @@ def test_default_classes_of_present_models_are_accepted_before_they_are_stored()
 def test_gpu_share_resources_are_not_node_resources_at_submit():
     """`gpuyard.io/gpu-milli` & co. ask for part of a GPU: accepted at submit, not 'no node offers'."""
     assert validate_gang_request(spec(**{"gpuyard.io/gpu-milli": 300, "cpu": "2"}), CLASSES, NODES) == []
-    assert validate_gang_request(spec(**{"koordinator.sh/gpu-core": 50, "koordinator.sh/gpu-memory-ratio": 50}), CLASSES, NODES) == []
+    assert (
+        validate_gang_request(
+            spec(**{"koordinator.sh/gpu-core": 50, "koordinator.sh/gpu-memory-ratio": 50}), CLASSES, NODES
+        )
+        == []
+    )
