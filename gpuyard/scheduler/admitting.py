@@ -86,6 +86,8 @@ class Admission:
         self._total: Vector = {}
         self._classes: list[ResourceClass] = []
         self._written: dict[tuple[str, str, str], object] = {}
+        self._wrote_all: dict[str, object] = {}  # per kind: the state whose statuses are all written
+        self._write_failed = False
         self._sigs: dict[tuple[str, str, str], object] = {}
 
     # --- configuration from the store ------------------------------------------------------
@@ -100,6 +102,7 @@ class Admission:
         self.jobs.clear()
         self.has_quotas = False
         self._written.clear()
+        self._wrote_all.clear()
         self._classes = list(classes)
         self._node_cap = {}
         self._total = {}
@@ -137,6 +140,7 @@ class Admission:
     def sync_quotas(self) -> None:
         """The ElasticQuota objects changed: new tree structure, jobs re-charged where their quota moved."""
         specs = specs_from_quotas(self.store.list("ElasticQuota"))  # type: ignore[arg-type]
+        self._wrote_all.clear()
         self.has_quotas = bool(specs)
         self.tree.set_quotas(specs)
         for key, t in self.jobs.items():
@@ -152,6 +156,7 @@ class Admission:
     def sync_queues(self) -> None:
         queues = self.store.list("Queue")
         self.has_queues = bool(queues)
+        self._wrote_all.clear()
         self.queue.set_queues(queue_configs(queues))  # type: ignore[arg-type]
         self.epoch += 1
 
@@ -260,6 +265,18 @@ class Admission:
         reason = self.quotas.check(key) if self.has_quotas else None
         return reason or self.rqs.check(t.namespace, t.rq_usage)
 
+    def shape(self, key: Key) -> tuple | None:
+        """What `check` and `owed` depend on besides the quota state: jobs of equal shape get
+        the same answers until the state changes (the loop checks one per shape per state)."""
+        t = self.jobs.get(key)
+        if t is None:
+            return None
+        charge = self.quotas.charge(key) if self.has_quotas else None
+        if charge is not None and charge.admitted:
+            return None
+        quota = (charge.quota, tuple(sorted(charge.usage.items())), charge.preemptible) if charge else None
+        return (quota, t.namespace, tuple(sorted(t.rq_usage.items())))
+
     def start(self, key: Key, *, now: float) -> None:
         """The job was placed: admitted (even a gang-group member that was not checked itself)."""
         t = self.jobs.get(key)
@@ -347,6 +364,10 @@ class Admission:
         store, kinds, n = self.store, set(self.store.kinds()), 0
         if "ElasticQuota" in kinds:
             self.tree.refresh()
+        # Statuses are functions of the tree (or the queue counts): unchanged since every one was
+        # written, there is nothing to write (a failed write makes the next call look again).
+        if "ElasticQuota" in kinds and self._wrote_all.get("ElasticQuota") != (self.tree, self.tree.version):
+            self._write_failed = False
             for obj in store.list("ElasticQuota"):
                 name = obj.metadata.name
                 if name not in self.tree:
@@ -358,11 +379,16 @@ class Admission:
                     tuple(sorted(st.request.items())),
                 )
                 n += self._write(obj, numbers, runtime=st.runtime, used=st.used, request=st.request)
-        if "Queue" in kinds:
-            counts = self.queue_counts()
+            if not self._write_failed:
+                self._wrote_all["ElasticQuota"] = (self.tree, self.tree.version)
+        counts = self.queue_counts() if "Queue" in kinds else None
+        if counts is not None and self._wrote_all.get("Queue") != counts:
+            self._write_failed = False
             for obj in store.list("Queue"):
                 pending, running, share = counts.get(obj.metadata.name, (0, 0, 0.0))
                 n += self._write(obj, (pending, running, round(share, 4)))
+            if not self._write_failed:
+                self._wrote_all["Queue"] = counts
         if "ResourceQuota" in kinds:
             for obj in store.list("ResourceQuota"):
                 used = self.rqs.used(obj.metadata.namespace, obj.metadata.name)
@@ -371,12 +397,7 @@ class Admission:
 
     def queue_counts(self) -> dict[str, tuple[int, int, float]]:
         """Per queue: pending (ready or set aside), running, weighted dominant share."""
-        out: dict[str, list] = {}
-        for job in [*self.queue.pending(), *self.queue.held()]:
-            out.setdefault(job.queue, [0, 0])[0] += 1
-        for job in self.queue.running():
-            out.setdefault(job.queue, [0, 0])[1] += 1
-        return {q: (p, r, self.queue.share(q)) for q, (p, r) in out.items()}
+        return {q: (p, r, self.queue.share(q)) for q, (p, r) in self.queue.counts().items()}
 
     def _write(self, obj: object, numbers: object, **vectors: Mapping[str, int]) -> int:
         meta = obj.metadata  # type: ignore[attr-defined]
@@ -398,6 +419,7 @@ class Admission:
         try:
             self.store.update(copy)
         except (Conflict, NotFound):
+            self._write_failed = True
             return 0  # changed or gone meanwhile: the next cycle writes again
         self._written[wkey] = numbers
         return 1

@@ -72,11 +72,20 @@ class Reclaimer:
         self._fired.discard(key)
 
     def consider(
-        self, adm: Admission, key: Key, *, now: float, utcnow: datetime, epoch: int, snapshot: Snapshot
+        self,
+        adm: Admission,
+        key: Key,
+        *,
+        now: float,
+        utcnow: datetime,
+        epoch: int,
+        snapshot: Snapshot,
+        owed: bool | None = None,
     ) -> list[Key]:
         """The waiting job `key` could not start: reclaim for it if it is owed and has waited
-        `delay`. Returns the preempted jobs (empty when nothing was done)."""
-        if not adm.owed(key):
+        `delay`. Returns the preempted jobs (empty when nothing was done). `owed` is
+        `adm.owed(key)` when the caller already knows it (same shape, same state)."""
+        if not (adm.owed(key) if owed is None else owed):
             self.forget(key)
             return []
         since = self.owed_since.setdefault(key, now)

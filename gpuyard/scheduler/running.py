@@ -28,6 +28,7 @@ import asyncio
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -161,6 +162,8 @@ class SchedulerLoop:
         self._partial: dict[Key, int] = {}  # running jobs with pods still to place -> epoch last tried
         self._positions: dict[Key, int] = {}  # this cycle: a candidate's position in its queue
         self._last_cause: dict[Key, tuple[str, str, float]] = {}  # reason, cause, when written
+        self._quota_parked: dict[Key, tuple] = {}  # parked by quota alone since last tried -> shape
+        self._by_shape: dict[tuple, set[Key]] = {}  # the same, per shape
 
     @property
     def queue(self) -> FairQueue:
@@ -208,6 +211,7 @@ class SchedulerLoop:
         )
         self._no_fit.clear()
         self._partial.clear()
+        self._drop_quota_parking()
         for d in self._dirty.values():
             d.clear()
         for pg in store.list("PodGroup"):
@@ -248,16 +252,23 @@ class SchedulerLoop:
         candidates = fq.candidates(now)
         self._positions.clear()
         seen: dict[str, int] = {}  # per queue: candidates so far this cycle
+        # Quota answers per job shape (quota, demand, namespace) while the quota state stays as it
+        # is: many waiting jobs of few shapes cost one check (and one `owed`) per shape. Cleared
+        # whenever the state may change (a placement, a reclaim, a sync).
+        verdicts: dict[tuple, tuple[str, bool]] = {}
         done = 0
         for job in candidates:
             key: Key = job.key  # type: ignore[assignment]
             self._positions[key] = seen.get(job.queue, 0)
             seen[job.queue] = self._positions[key] + 1
+            self._unpark_quota(key)
             try:
-                reason = adm.check(key)
+                shape = adm.shape(key)
+                known = verdicts.get(shape) if shape is not None else None
+                reason = known[0] if known is not None else adm.check(key)
                 if reason is not None:
                     candidates.blocked(job, reason, reserve=False)
-                    self._quota_blocked(key, reason)
+                    self._quota_blocked(key, reason, shape=shape)
                     outcome = None
                 else:
                     outcome = self.schedule_one(key)
@@ -265,20 +276,26 @@ class SchedulerLoop:
                         self.queue.park(key, epoch=self._epoch(), reserve=False)
                     if isinstance(outcome, Placement):
                         candidates.placed(job)
+                        verdicts.clear()
                     else:
                         why = outcome.full_message() if outcome is not None else ""
                         candidates.blocked(job, why, reserve=outcome is not None)
                 if outcome is not None or reason is not None:
-                    self._maybe_reclaim(key, now)
+                    if reason is not None and shape is not None and known is None:
+                        known = verdicts[shape] = (reason, adm.owed(key))
+                    if self._maybe_reclaim(key, now, owed=known[1] if known is not None else None):
+                        verdicts.clear()
             except Exception:  # one bad job must not stop the scheduler: retry it later
                 log.exception("scheduler.cycle_failed", job=f"{key[0]}/{key[1]}")
                 self._retry_later(key)
+                verdicts.clear()
             done += 1
             if done % _YIELD_EVERY == 0:
                 await self.clock.sleep(0)
                 if self._relist:
                     break
                 self.sync()
+                verdicts.clear()
         return done
 
     def _retry_partial(self) -> None:
@@ -294,16 +311,18 @@ class SchedulerLoop:
                 self._partial[key] = epoch
                 self.schedule_one(key)
 
-    def _quota_blocked(self, key: Key, reason: str) -> None:
+    def _quota_blocked(self, key: Key, reason: str, *, shape: tuple | None = None) -> None:
         pg = self.store.get("PodGroup", *key)
         self.queue.park(key, epoch=self._epoch(), reason=reason, reserve=False)
+        self._park_quota(key, shape)
         if pg is None:
             return
         code = "ResourceQuotaExceeded" if reason.startswith("ResourceQuota") else "QuotaExceeded"
         self._attempts[key] = self._attempts.get(key, pg.status.attempts) + 1  # type: ignore[attr-defined]
         self._waiting(pg, code, reason, held=0)  # type: ignore[arg-type]
 
-    def _maybe_reclaim(self, key: Key, now: float) -> None:
+    def _maybe_reclaim(self, key: Key, now: float, *, owed: bool | None = None) -> bool:
+        """Reclaim for `key` if it is owed; whether jobs were preempted."""
         victims = self.reclaimer.consider(
             self.admission,
             key,
@@ -311,9 +330,11 @@ class SchedulerLoop:
             utcnow=self.clock.utcnow(),
             epoch=self._epoch(),
             snapshot=self.snapshot,
+            owed=owed,
         )
         if victims:
             self._wake.set()
+        return bool(victims)
 
     def _waiting(self, pg: PodGroup, code: str, cause: str, *, held: int) -> None:
         """Why a queued job waits: its position and queue share, then the first blocking cause.
@@ -391,8 +412,10 @@ class SchedulerLoop:
                 keys, dirty[kind] = dirty[kind], set()
                 if adm.changed(kind, keys):  # not just the echo of a status write
                     apply()
+                    self._drop_quota_parking()
         if dirty["ResourceClass"]:
             dirty["ResourceClass"].clear()
+            self._drop_quota_parking()
             classes = store.list("ResourceClass")
             if snap.set_classes(classes):  # type: ignore[arg-type]
                 self._shapes.clear()
@@ -442,7 +465,38 @@ class SchedulerLoop:
         epoch = self._epoch()
         if epoch != self._seen_epoch:
             self._seen_epoch = epoch
-            self.queue.wake_parked(epoch)
+            self.queue.wake_parked(epoch, stay=self._quota_stays())
+
+    def _quota_stays(self) -> Callable[[Key], bool] | None:
+        """For `wake_parked`: jobs parked by quota alone stay parked while quota still blocks
+        their shape and reclaim cannot help it (not owed). One check per shape, so a change
+        elsewhere does not send every waiting job through a cycle again."""
+        adm = self.admission
+        for keys in list(self._by_shape.values()):
+            rep = next(iter(keys))
+            if adm.check(rep) is None or adm.owed(rep):
+                for key in list(keys):
+                    self._unpark_quota(key)
+        return self._quota_parked.__contains__ if self._quota_parked else None
+
+    def _park_quota(self, key: Key, shape: tuple | None) -> None:
+        self._unpark_quota(key)
+        if shape is not None:
+            self._quota_parked[key] = shape
+            self._by_shape.setdefault(shape, set()).add(key)
+
+    def _unpark_quota(self, key: Key) -> None:
+        shape = self._quota_parked.pop(key, None)
+        if shape is not None:
+            keys = self._by_shape[shape]
+            keys.discard(key)
+            if not keys:
+                del self._by_shape[shape]
+
+    def _drop_quota_parking(self) -> None:
+        """Quota configuration changed: shapes may mean other quotas; wake by epoch as usual."""
+        self._quota_parked.clear()
+        self._by_shape.clear()
 
     def _forget(self, key: Key) -> None:
         self.admission.forget(key)
@@ -456,6 +510,7 @@ class SchedulerLoop:
             self._last_cause,
         ):
             table.pop(key, None)  # type: ignore[attr-defined]
+        self._unpark_quota(key)
         self._track_refs(key, frozenset())
 
     def _track_refs(self, key: Key, refs: frozenset[Key]) -> None:
@@ -617,6 +672,7 @@ class SchedulerLoop:
             held_pods = self.snapshot.placed_pods(key)
             held = len(held_pods)
             self.admission.start(key, now=self.clock.now())
+            self._unpark_quota(key)
             self._last_cause.pop(key, None)
             if _complete(m, held_pods):
                 self._partial.pop(key, None)
@@ -648,6 +704,7 @@ class SchedulerLoop:
         for m in members:
             key = m.key[1:]
             self.queue.park(key, epoch=epoch, reason=cause)
+            self._unpark_quota(key)
             if key in self._partial:
                 self._partial[key] = epoch
             held = len(self.snapshot.placed_pods(key))

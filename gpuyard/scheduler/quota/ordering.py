@@ -32,7 +32,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -209,6 +209,9 @@ class FairQueue:
         self._pending: dict[Hashable, tuple[QueuedJob, tuple[float, int, Hashable]]] = {}
         self._running: dict[Hashable, _Running] = {}
         self._held: dict[Hashable, _Held] = {}
+        self._held_in: dict[str, int] = {}  # per queue: how many of `_held` (kept as they change)
+        self._backoffs: list[tuple[float, int, Hashable]] = []  # (until, seq, key); stale ones skipped
+        self._used: Vector = {}  # the running jobs' usage, summed
         self._causes: dict[Hashable, str] = {}
         self._head: Hashable | None = None  # the last protected head, kept while it is parked
         self._seq = itertools.count()
@@ -302,10 +305,25 @@ class FairQueue:
         self._causes.pop(key, None)
         if key == self._head:
             self._head = None
-        held = self._held.pop(key, None)
+        held = self._unhold(key)
         if held is not None:
             return held.job
         return self._take(key)
+
+    def _hold(self, key: Hashable, held: _Held) -> None:
+        old = self._held.get(key)
+        if old is not None:
+            self._held_in[old.job.queue] -= 1
+        self._held[key] = held
+        self._held_in[held.job.queue] = self._held_in.get(held.job.queue, 0) + 1
+        if held.until is not None:
+            heapq.heappush(self._backoffs, (held.until, next(self._seq), key))
+
+    def _unhold(self, key: Hashable) -> _Held | None:
+        held = self._held.pop(key, None)
+        if held is not None:
+            self._held_in[held.job.queue] -= 1
+        return held
 
     def _take(self, key: Hashable) -> QueuedJob | None:
         """Out of the ready structures (not of the held ones); keeps its recorded cause."""
@@ -335,13 +353,17 @@ class FairQueue:
             return
         if reason:
             self._causes[key] = reason
-        self._held[key] = _Held(job, epoch, None, reserve)
+        self._hold(key, _Held(job, epoch, None, reserve))
 
-    def wake_parked(self, epoch: int) -> int:
-        """Make every job parked before `epoch` ready again; how many."""
-        woken = [k for k, h in self._held.items() if h.epoch is not None and h.epoch < epoch]
+    def wake_parked(self, epoch: int, *, stay: Callable[[Hashable], bool] | None = None) -> int:
+        """Make every job parked before `epoch` ready again (but those `stay` keeps); how many."""
+        woken = [
+            k
+            for k, h in self._held.items()
+            if h.epoch is not None and h.epoch < epoch and (stay is None or not stay(k))
+        ]
         for key in woken:
-            self._insert(self._held.pop(key).job)
+            self._insert(self._unhold(key).job)  # type: ignore[union-attr]
         return len(woken)
 
     def backoff(self, key: Hashable, *, until: float, reason: str = "") -> None:
@@ -351,26 +373,29 @@ class FairQueue:
             return
         if reason:
             self._causes[key] = reason
-        self._held[key] = _Held(job, None, until, False)
+        self._hold(key, _Held(job, None, until, False))
 
     def release_due(self, now: float) -> float | None:
         """Make jobs whose backoff ended by `now` ready; when the next backoff ends (or None)."""
-        nxt = None
-        for key, h in list(self._held.items()):
-            if h.until is None:
-                continue
-            if h.until <= now:
-                self._insert(self._held.pop(key).job)
-            elif nxt is None or h.until < nxt:
-                nxt = h.until
-        return nxt
+        heap = self._backoffs
+        while heap:
+            until, _, key = heap[0]
+            h = self._held.get(key)
+            if h is None or h.until != until:  # released, removed or backing off anew since
+                heapq.heappop(heap)
+            elif until <= now:
+                heapq.heappop(heap)
+                self._insert(self._unhold(key).job)  # type: ignore[union-attr]
+            else:
+                return until
+        return None
 
     def start(self, key: Hashable, *, now: float, usage: Mapping[str, int] | None = None) -> None:
         """The job was admitted and placed: it leaves the queue and counts as running."""
         self._causes.pop(key, None)
         if key == self._head:
             self._head = None
-        held = self._held.pop(key, None)
+        held = self._unhold(key)
         job = held.job if held is not None else self._take(key)
         if job is None:
             if key in self._running:
@@ -385,12 +410,15 @@ class FairQueue:
         self._add_running(job, now=start, usage=usage)
 
     def _add_running(self, job: QueuedJob, *, now: float, usage: Mapping[str, int] | None) -> None:
+        if job.key in self._running:  # counted once, whatever the path that brought it here
+            self.finish(job.key)
         use = dict(usage if usage is not None else job.request)
         end = now + job.expected_duration if job.expected_duration is not None else None
         self._running[job.key] = _Running(job, use, now, end)
         q = self._queue(job.queue)
         q.running += 1
         add(q.usage, use)
+        add(self._used, use)
 
     def finish(self, key: Hashable) -> None:
         """A running job ended (or was stopped and is gone)."""
@@ -400,6 +428,7 @@ class FairQueue:
         q = self._queues[run.job.queue]
         q.running -= 1
         add(q.usage, run.usage, sign=-1)
+        add(self._used, run.usage, sign=-1)
 
     def requeue(self, key: Hashable) -> None:
         """A running job was stopped (preempted) and waits again, keeping its submission time."""
@@ -408,6 +437,15 @@ class FairQueue:
             return
         self.finish(key)
         self.add(run.job)
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """Per queue with jobs: (waiting: ready or held, running), from the running totals."""
+        held = self._held_in
+        out = {name: (q.pending + held.get(name, 0), q.running) for name, q in self._queues.items()}
+        for name, n in held.items():
+            if n and name not in out:
+                out[name] = (n, 0)
+        return {name: c for name, c in out.items() if c[0] or c[1]}
 
     def pending(self) -> list[QueuedJob]:
         """Jobs ready to be tried."""
@@ -434,10 +472,7 @@ class FairQueue:
 
     def free(self) -> Vector:
         """Capacity minus what running jobs use (in aggregate; nodes are the placer's concern)."""
-        out = dict(self._capacity)
-        for run in self._running.values():
-            add(out, run.usage, sign=-1)
-        return out
+        return add(dict(self._capacity), self._used, sign=-1)
 
     def queue_order(self, queue: str, now: float) -> list[QueuedJob]:
         """The pending jobs of one queue, in the order they are tried."""
