@@ -12,12 +12,13 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gpuyard.apis.meta import Resource
 from gpuyard.platform.api.auth import make_auth_middleware
 from gpuyard.platform.api.errors import ApiError, error_response
 from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
 from gpuyard.platform.context import Context
 
-__all__ = ["CTX", "READY", "make_app"]
+__all__ = ["CTX", "READY", "make_app", "stored"]
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +59,14 @@ async def error_middleware(request: web.Request, handler):  # type: ignore[no-un
     except Exception:
         log.exception("http.unhandled", path=request.path, method=request.method)
         return error_response(500, "internal error; see the server log")
+
+
+def stored(request: web.Request, kind: str, namespace: str, name: str, *, what: str) -> Resource:
+    """The stored object, or a 404 naming `what` (e.g. "queue team-a")."""
+    obj = request.app[CTX].store.get(kind, namespace, name)
+    if obj is None:
+        raise ApiError(404, f"{what} not found")
+    return obj
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from gpuyard.apis.jobs import KIND_INFO
-from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
@@ -52,10 +52,8 @@ async def list_nodes(request: web.Request) -> web.Response:
 
 @operation("Get a node", tags=["cluster"], errors=[404])
 async def get_node(request: web.Request) -> web.Response:
-    node = request.app[CTX].store.get("Node", "", request.match_info["name"])
-    if node is None:
-        raise ApiError(404, f"node {request.match_info['name']} not found")
-    return web.json_response(node.to_dict())
+    name = request.match_info["name"]
+    return web.json_response(stored(request, "Node", "", name, what=f"node {name}").to_dict())
 
 
 SUMMARY_SCHEMA: dict[str, Any] = {

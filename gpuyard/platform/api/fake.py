@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gpuyard.fakecluster import FakeCluster
-from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
@@ -29,9 +29,8 @@ def _fake(request: web.Request) -> FakeCluster:
     return backend
 
 
-def _node(fake: FakeCluster, name: str) -> str:
-    if fake.store.get("Node", "", name) is None:
-        raise ApiError(404, f"node {name} not found")
+def _node(request: web.Request, name: str) -> str:
+    stored(request, "Node", "", name, what=f"node {name}")
     return name
 
 
@@ -45,7 +44,7 @@ def _action(request: web.Request, allowed: tuple[str, ...]) -> str:
 @operation("Fail or recover a node (fake backend; action: fail | recover)", tags=["fake"], errors=[404])
 async def node_action(request: web.Request) -> web.Response:
     fake = _fake(request)
-    name = _node(fake, request.match_info["name"])
+    name = _node(request, request.match_info["name"])
     if _action(request, ("fail", "recover")) == "fail":
         failed = fake.fail_node(name)
         return web.json_response({"node": name, "ready": False, "podsFailed": failed})
@@ -75,7 +74,7 @@ def _gpu_index(fake: FakeCluster, node: str, raw: str) -> int:
 @operation("Fail or recover one GPU (fake backend)", tags=["fake"], errors=[404, 422])
 async def gpu_action(request: web.Request) -> web.Response:
     fake = _fake(request)
-    node = _node(fake, request.match_info["name"])
+    node = _node(request, request.match_info["name"])
     index = _gpu_index(fake, node, request.match_info["idx"])
     if _action(request, ("fail", "recover")) == "fail":
         failed = fake.fail_gpu(node, index)

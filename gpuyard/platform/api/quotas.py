@@ -42,7 +42,7 @@ from gpuyard.apis.quota import (
     validate_quotas,
 )
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
-from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
@@ -361,10 +361,7 @@ async def list_queues(request: web.Request) -> web.Response:
 async def get_queue(request: web.Request) -> web.Response:
     authorize(request, "read")
     name = request.match_info["name"]
-    obj = request.app[CTX].store.get("Queue", "", name)
-    if obj is None:
-        raise ApiError(404, f"queue {name} not found")
-    return web.json_response(obj.to_dict())
+    return web.json_response(stored(request, "Queue", "", name, what=f"queue {name}").to_dict())
 
 
 @operation(
@@ -395,8 +392,7 @@ async def delete_queue(request: web.Request) -> web.Response:
     authorize(request, "admin")
     name = request.match_info["name"]
     store = request.app[CTX].store
-    if store.get("Queue", "", name) is None:
-        raise ApiError(404, f"queue {name} not found")
+    stored(request, "Queue", "", name, what=f"queue {name}")
     store.delete("Queue", "", name)
     await _synced(request)
     return web.json_response({"deleted": {"kind": "Queue", "name": name}})
@@ -433,10 +429,9 @@ async def list_resource_quotas(request: web.Request) -> web.Response:
 async def get_resource_quota(request: web.Request) -> web.Response:
     ns, name = request.match_info["ns"], request.match_info["name"]
     authorize(request, "read", ns)
-    obj = request.app[CTX].store.get("ResourceQuota", ns, name)
-    if obj is None:
-        raise ApiError(404, f"resource quota {ns}/{name} not found")
-    return web.json_response(obj.to_dict())
+    return web.json_response(
+        stored(request, "ResourceQuota", ns, name, what=f"resource quota {ns}/{name}").to_dict()
+    )
 
 
 @operation(
@@ -468,8 +463,7 @@ async def delete_resource_quota(request: web.Request) -> web.Response:
     authorize(request, "admin")
     ns, name = request.match_info["ns"], request.match_info["name"]
     store = request.app[CTX].store
-    if store.get("ResourceQuota", ns, name) is None:
-        raise ApiError(404, f"resource quota {ns}/{name} not found")
+    stored(request, "ResourceQuota", ns, name, what=f"resource quota {ns}/{name}")
     store.delete("ResourceQuota", ns, name)
     await _synced(request)
     return web.json_response({"deleted": {"kind": "ResourceQuota", "namespace": ns, "name": name}})

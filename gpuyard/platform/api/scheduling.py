@@ -23,7 +23,7 @@ from aiohttp import web
 
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import operation
@@ -90,10 +90,9 @@ async def list_classes(request: web.Request) -> web.Response:
 @operation("Get one resource class", tags=["scheduling"], response=ResourceClass, errors=[404])
 async def get_class(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    obj = request.app[CTX].store.get("ResourceClass", "", name)
-    if obj is None:
-        raise ApiError(404, f"resource class {name} not found")
-    return web.json_response(obj.to_dict())
+    return web.json_response(
+        stored(request, "ResourceClass", "", name, what=f"resource class {name}").to_dict()
+    )
 
 
 @operation(
@@ -181,8 +180,7 @@ async def delete_class(request: web.Request) -> web.Response:
     authorize(request, "admin")
     name = request.match_info["name"]
     store = request.app[CTX].store
-    if store.get("ResourceClass", "", name) is None:
-        raise ApiError(404, f"resource class {name} not found")
+    stored(request, "ResourceClass", "", name, what=f"resource class {name}")
     store.delete("ResourceClass", "", name)
     return web.json_response({"deleted": {"kind": ResourceClass.KIND, "name": name}})
 
