@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from gpuyard.cli.common import fail
 from gpuyard.fakecluster import ScenarioError, load_scenario
 from gpuyard.platform.config import ConfigError, Settings, load_settings
 from gpuyard.platform.logs import configure_logging
@@ -24,11 +25,6 @@ __all__ = ["main"]
 
 DEMO_SCENARIO = "configs/clusters/demo.yaml"
 DEMO_JOBS = "configs/demo"
-
-
-def _fail(message: str, code: int = 2) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
 
 
 def resolve_path(path: str) -> Path:
@@ -93,7 +89,7 @@ def _run_server(settings: Settings, *, banner: str | None = None, jobs: list[Pat
     configure_logging(level=settings.logging.level, fmt=settings.logging.format)
     if not settings.server.tokens:
         if not _is_loopback(settings.server.host) and not settings.server.insecure:
-            _fail(
+            fail(
                 f"server.host: {settings.server.host} is not a loopback address and no API tokens are configured; "
                 "pass --insecure to serve without authentication"
             )
@@ -105,13 +101,13 @@ def _run_server(settings: Settings, *, banner: str | None = None, jobs: list[Pat
     try:
         asyncio.run(_serve(settings, banner=banner, jobs=jobs))
     except (ConfigError, ScenarioError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except ExceptionGroup as group:
         match, rest = group.split(OSError)
         if match is None or rest is not None:
             raise
         exc = match.exceptions[0]
-        _fail(
+        fail(
             f"cannot serve on {settings.server.host}:{settings.server.port}: {getattr(exc, 'strerror', None) or exc}",
             code=1,
         )
@@ -123,8 +119,7 @@ def _load(config: str | None, **sections: dict[str, Any]) -> Settings:
             config, **{k: v for k, v in sections.items() if any(x is not None for x in v.values())}
         )
     except ConfigError as exc:
-        _fail(str(exc))
-        raise  # unreachable
+        fail(str(exc))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -161,9 +156,9 @@ def _check_scenario(settings: Settings) -> None:
         try:
             load_scenario(resolve_path(settings.backend.cluster))
         except ScenarioError as exc:
-            _fail(str(exc))
+            fail(str(exc))
     else:
-        _fail("backend.kind: the kubernetes backend is not available in this build; allowed: fake")
+        fail("backend.kind: the kubernetes backend is not available in this build; allowed: fake")
 
 
 @main.command()
@@ -187,7 +182,7 @@ def demo(port: int, cluster: str, data_dir: str | None, jobs: str, no_jobs: bool
     _check_scenario(settings)
     jobs_dir = None if no_jobs else resolve_path(jobs)
     if jobs_dir is not None and not jobs_dir.is_dir():
-        _fail(f"--jobs: {jobs} is not a folder")
+        fail(f"--jobs: {jobs} is not a folder")
     files = sorted(jobs_dir.glob("*.yaml")) if jobs_dir is not None else []
     _run_server(
         settings, banner="gpuyard demo: open {url}/ (health: {url}/healthz) — Ctrl-C to stop", jobs=files
@@ -216,7 +211,7 @@ def token_hash(value: str | None) -> None:
 
     raw = value if value is not None else sys.stdin.readline().strip()
     if not raw:
-        _fail("no token given")
+        fail("no token given")
     click.echo(hash_token(raw))
 
 

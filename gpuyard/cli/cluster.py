@@ -12,50 +12,21 @@ client config file `~/.config/gpuyard/config.yaml`, see `gpuyard.cli.client`) an
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
 import yaml
 
 from gpuyard.cli.client import ApiClient, ClientError
+from gpuyard.cli.common import call, client_options, fail, mount
 from gpuyard.cli.output import age as _age
 from gpuyard.cli.output import emit as _emit
 from gpuyard.cli.output import table as _table
 
 __all__ = ["events", "get", "register", "top", "watch"]
 
-OUTPUTS = click.Choice(["table", "wide", "json", "yaml"])
 GPU = "nvidia.com/gpu"
 MODEL_LABEL = "gpuyard.io/gpu-model"
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
-def client_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option(
-        "--token", default=None, help="Bearer token (default $GPUYARD_TOKEN or the config file)."
-    )(fn)
-    fn = click.option(
-        "--server",
-        default=None,
-        metavar="URL",
-        help="gpuyard server (default $GPUYARD_SERVER, the config file, or http://127.0.0.1:8080).",
-    )(fn)
-    return click.option(
-        "-o", "--output", type=OUTPUTS, default="table", show_default=True, help="Output format."
-    )(fn)
-
-
-def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    try:
-        return fn(*args, **kwargs)
-    except ClientError as exc:
-        _fail(exc.message, exc.exit_code)
 
 
 def _split_ref(ref: str) -> tuple[str, str]:
@@ -63,7 +34,7 @@ def _split_ref(ref: str) -> tuple[str, str]:
     if not sep:
         return "default", ref
     if not ns or not name or "/" in name:
-        _fail(f"--job: {ref!r} is not NAMESPACE/NAME", 2)
+        fail(f"--job: {ref!r} is not NAMESPACE/NAME", 2)
     return ns, name
 
 
@@ -97,11 +68,11 @@ def get() -> None:
 def get_nodes(selector: str | None, output: str, server: str | None, token: str | None) -> None:
     """List nodes with their GPUs (model, allocated, free), CPU and memory."""
     client = ApiClient(server, token=token)
-    nodes = _call(client.nodes, selector=selector).get("items", [])
+    nodes = call(client.nodes, selector=selector).get("items", [])
     if output in ("json", "yaml"):
         _emit(nodes, output, lambda wide: None)
         return
-    usage = {u["name"]: u for u in _call(client.node_usage, selector=selector).get("items", [])}
+    usage = {u["name"]: u for u in call(client.node_usage, selector=selector).get("items", [])}
 
     def table(wide: bool) -> None:
         rows = []
@@ -144,7 +115,7 @@ def get_nodes(selector: str | None, output: str, server: str | None, token: str 
 @client_options
 def get_resourceclasses(output: str, server: str | None, token: str | None) -> None:
     """List resource classes (named GPU types: `resources.limits: {CLASS: n}` asks for n of them)."""
-    items = _call(ApiClient(server, token=token).resource_classes).get("items", [])
+    items = call(ApiClient(server, token=token).resource_classes).get("items", [])
 
     def table(wide: bool) -> None:
         rows = []
@@ -172,7 +143,7 @@ def top() -> None:
 @client_options
 def top_nodes(selector: str | None, output: str, server: str | None, token: str | None) -> None:
     """GPU, CPU and memory held by reservations on each node (and, wide, the job on each GPU)."""
-    items = _call(ApiClient(server, token=token).node_usage, selector=selector).get("items", [])
+    items = call(ApiClient(server, token=token).node_usage, selector=selector).get("items", [])
 
     def table(wide: bool) -> None:
         rows = []
@@ -221,7 +192,7 @@ def watch_jobs(
             else "EVENT      NAMESPACE/NAME   KIND   PHASE"
         )
     try:
-        for event, obj in _call(client.stream, "/api/v1/watch/jobs", query={"namespace": namespace}):
+        for event, obj in call(client.stream, "/api/v1/watch/jobs", query={"namespace": namespace}):
             meta = obj.get("metadata", {})
             status = obj.get("status", {}) or {}
             if output == "json":
@@ -238,7 +209,7 @@ def watch_jobs(
             if max_events is not None and seen >= max_events:
                 return
     except ClientError as exc:
-        _fail(exc.message, exc.exit_code)
+        fail(exc.message, exc.exit_code)
     except KeyboardInterrupt:  # pragma: no cover - interactive
         return
 
@@ -266,8 +237,8 @@ def events(
     """A job's events, oldest first; with --follow, then every new one (like `logs -f`)."""
     ns, name = _split_ref(job_ref)
     client = ApiClient(server, token=token)
-    job = _call(client.job, ns, name)
-    past = _call(client.job_events, ns, name).get("items", [])
+    job = call(client.job, ns, name)
+    past = call(client.job_events, ns, name).get("items", [])
     headers = ["TIME", "TYPE", "REASON", "COUNT", "MESSAGE"]
 
     def show(items: list[dict[str, Any]], *, header: bool) -> None:
@@ -289,7 +260,7 @@ def events(
     uid = job.get("metadata", {}).get("uid")
     shown = 0
     try:
-        for kind, e in _call(client.stream, "/api/v1/watch/events", query={"namespace": ns}):
+        for kind, e in call(client.stream, "/api/v1/watch/events", query={"namespace": ns}):
             if kind == "DELETED" or (e.get("involvedObject") or {}).get("uid") != uid:
                 continue
             show([e], header=False)
@@ -297,7 +268,7 @@ def events(
             if max_events is not None and shown >= max_events:
                 return
     except ClientError as exc:
-        _fail(exc.message, exc.exit_code)
+        fail(exc.message, exc.exit_code)
     except KeyboardInterrupt:  # pragma: no cover - interactive
         return
 
@@ -307,11 +278,4 @@ def events(
 
 def register(root: click.Group) -> None:
     """Add the cluster commands to the root group, merging into existing groups of the same name."""
-    root.add_command(events)
-    for group in (get, top, watch):
-        existing = root.commands.get(group.name or "")
-        if isinstance(existing, click.Group) and existing is not group:
-            for name, cmd in group.commands.items():
-                existing.add_command(cmd, name)
-        else:
-            root.add_command(group)
+    mount(root, commands=[events], groups=[get, top, watch])

@@ -11,55 +11,23 @@ subcommands to existing `get`/`describe`/`delete` groups when another module cre
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
-from gpuyard.cli.client import ApiClient, ClientError, default_server
+from gpuyard.cli.client import ApiClient
+from gpuyard.cli.common import call, client_options, fail, mount, read_yaml_files
 from gpuyard.cli.output import age, emit
 from gpuyard.cli.output import table as print_table
 
 __all__ = ["delete", "describe", "get", "register", "submit"]
-
-OUTPUTS = click.Choice(["table", "json", "yaml"])
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
-def server_options(fn):  # type: ignore[no-untyped-def]
-    fn = click.option(
-        "--token", envvar="GPUYARD_TOKEN", default=None, help="Bearer token (default $GPUYARD_TOKEN)."
-    )(fn)
-    fn = click.option(
-        "--server",
-        "server",
-        default=None,
-        metavar="URL",
-        help=f"gpuyard server (default $GPUYARD_SERVER or {default_server()}).",
-    )(fn)
-    return click.option(
-        "-o", "--output", type=OUTPUTS, default="table", show_default=True, help="Output format."
-    )(fn)
-
-
-def _call(fn, *args: Any, **kwargs: Any) -> Any:  # type: ignore[no-untyped-def]
-    try:
-        return fn(*args, **kwargs)
-    except ClientError as exc:
-        _fail(exc.message, exc.exit_code)
 
 
 def _split_ref(ref: str, namespace: str | None) -> tuple[str, str]:
     if "/" in ref:
         ns, _, name = ref.partition("/")
         if not ns or not name or "/" in name:
-            _fail(f"{ref!r} is not NAMESPACE/NAME", 2)
+            fail(f"{ref!r} is not NAMESPACE/NAME", 2)
         return ns, name
     return namespace or "default", ref
 
@@ -73,26 +41,16 @@ def _replicas(summary: dict[str, Any]) -> str:
 
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
-@server_options
+@client_options
 def submit(files: tuple[str, ...], output: str, server: str | None, token: str | None) -> None:
     """Submit job files (KubeDL or Kubeflow YAML/JSON, multi-document); all or nothing."""
     texts = []
-    for f in files:
-        try:
-            text = sys.stdin.read() if f == "-" else Path(f).read_text()
-        except OSError as exc:
-            _fail(f"{f}: cannot read: {exc.strerror or exc}", 2)
-        try:
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-            _fail(f"{f}{where}: not valid YAML or JSON: {getattr(exc, 'problem', None) or exc}", 2)
+    for f, text, docs in read_yaml_files(files):
         if not docs:
-            _fail(f"{f}: no job documents in the file", 2)
+            fail(f"{f}: no job documents in the file")
         texts.append(text)
     body = "\n---\n".join(texts)  # one request: every document of every file, all or nothing
-    result = _call(ApiClient(server, token=token).submit, body)
+    result = call(ApiClient(server, token=token).submit, body)
     items = result.get("items", [])
 
     def table(_wide: bool = False) -> None:
@@ -116,7 +74,7 @@ def get() -> None:
 @click.option("-n", "--namespace", default=None, help="Only this namespace (default: all you may see).")
 @click.option("--phase", default=None, help="Only jobs in this phase (Queuing, Running, Succeeded, ...).")
 @click.option("--queue", default=None, help="Only jobs of this queue.")
-@server_options
+@client_options
 def get_jobs(
     namespace: str | None,
     phase: str | None,
@@ -126,7 +84,7 @@ def get_jobs(
     token: str | None,
 ) -> None:
     """List jobs of every kind."""
-    result = _call(ApiClient(server, token=token).jobs, namespace=namespace, phase=phase, queue=queue)
+    result = call(ApiClient(server, token=token).jobs, namespace=namespace, phase=phase, queue=queue)
     items = result.get("items", [])
 
     def table(_wide: bool = False) -> None:
@@ -153,11 +111,11 @@ def get_jobs(
 @get.command("pods")
 @click.option("--job", "job_ref", required=True, metavar="NS/NAME", help="The job whose pods to list.")
 @click.option("-n", "--namespace", default=None, help="Namespace when --job gives only a name.")
-@server_options
+@client_options
 def get_pods(job_ref: str, namespace: str | None, output: str, server: str | None, token: str | None) -> None:
     """List the pods of a job, with node, host port and GPUs."""
     ns, name = _split_ref(job_ref, namespace)
-    result = _call(ApiClient(server, token=token).job_pods, ns, name)
+    result = call(ApiClient(server, token=token).job_pods, ns, name)
     items = result.get("items", [])
 
     def table(_wide: bool = False) -> None:
@@ -192,14 +150,14 @@ def describe() -> None:
 @describe.command("job")
 @click.argument("ref", metavar="NS/NAME")
 @click.option("-n", "--namespace", default=None, help="Namespace when REF is only a name.")
-@server_options
+@client_options
 def describe_job(ref: str, namespace: str | None, output: str, server: str | None, token: str | None) -> None:
     """Show a job: spec summary, conditions, replica statuses, pods and events."""
     ns, name = _split_ref(ref, namespace)
     client = ApiClient(server, token=token)
-    job = _call(client.job, ns, name)
-    pods = _call(client.job_pods, ns, name).get("items", [])
-    events = _call(client.job_events, ns, name).get("items", [])
+    job = call(client.job, ns, name)
+    pods = call(client.job_pods, ns, name).get("items", [])
+    events = call(client.job_events, ns, name).get("items", [])
 
     def table(_wide: bool = False) -> None:
         s = job.get("summary", {})
@@ -274,11 +232,11 @@ def delete() -> None:
 @delete.command("job")
 @click.argument("ref", metavar="NS/NAME")
 @click.option("-n", "--namespace", default=None, help="Namespace when REF is only a name.")
-@server_options
+@client_options
 def delete_job(ref: str, namespace: str | None, output: str, server: str | None, token: str | None) -> None:
     """Delete a job; its pods, services and reservations go with it."""
     ns, name = _split_ref(ref, namespace)
-    result = _call(ApiClient(server, token=token).delete_job, ns, name)
+    result = call(ApiClient(server, token=token).delete_job, ns, name)
     deleted = result.get("deleted", {})
     emit(
         result,
@@ -292,11 +250,4 @@ def delete_job(ref: str, namespace: str | None, output: str, server: str | None,
 
 def register(root: click.Group) -> None:
     """Add the job commands to the root group, merging into existing get/describe/delete groups."""
-    root.add_command(submit)
-    for group in (get, describe, delete):
-        existing = root.commands.get(group.name or "")
-        if isinstance(existing, click.Group) and existing is not group:
-            for name, cmd in group.commands.items():
-                existing.add_command(cmd, name)
-        else:
-            root.add_command(group)
+    mount(root, commands=[submit], groups=[get, describe, delete])

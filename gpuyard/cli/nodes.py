@@ -15,7 +15,7 @@ import click
 
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.cli.client import ApiClient
-from gpuyard.cli.jobs import _call, server_options
+from gpuyard.cli.common import call, client_options, mount
 from gpuyard.cli.output import emit
 from gpuyard.devices.render import draw, format_topo_matrix
 
@@ -60,10 +60,10 @@ def describe() -> None:
 
 @describe.command("node")
 @click.argument("name")
-@server_options
+@client_options
 def describe_node(name: str, output: str, server: str | None, token: str | None) -> None:
     """Show a node's GPUs, NVLinks, PCIe switches and NICs, and the job holding each device."""
-    data = _call(
+    data = call(
         ApiClient(server, token=token).request, "GET", f"/api/v1/nodes/{quote(name, safe='')}/topology"
     )
     emit(data, output, lambda _wide: click.echo(render_node(data)))
@@ -71,8 +71,4 @@ def describe_node(name: str, output: str, server: str | None, token: str | None)
 
 def register(root: click.Group) -> None:
     """Add `describe node` to the root group, merging into an existing `describe` group."""
-    existing = root.commands.get("describe")
-    if isinstance(existing, click.Group) and existing is not describe:
-        existing.add_command(describe_node, "node")
-    else:
-        root.add_command(describe)
+    mount(root, groups=[describe])

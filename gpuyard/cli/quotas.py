@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from gpuyard.cli.client import ApiClient, ClientError
-from gpuyard.cli.cluster import _fail, client_options
+from gpuyard.cli.common import call, client_options, fail, mount, read_yaml_files
 from gpuyard.cli.output import emit as _emit
 from gpuyard.cli.output import table as _print_table
 
@@ -38,19 +35,12 @@ ROOT_QUOTA = "koordinator-root-quota"
 _DOC_RE = re.compile(r"documents\[(\d+)\]\.?")
 
 
-def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    try:
-        return fn(*args, **kwargs)
-    except ClientError as exc:
-        _fail(exc.message, exc.exit_code)
-
-
 def _list_all(client: ApiClient, path: str) -> list[dict[str, Any]]:
     """Every item of a paged list, following `metadata.continue`."""
     items: list[dict[str, Any]] = []
     token: str | None = None
     while True:
-        page = _call(client.request, "GET", path, query={"continue": token, "limit": "5000"}) or {}
+        page = call(client.request, "GET", path, query={"continue": token, "limit": "5000"}) or {}
         items += page.get("items", [])
         token = (page.get("metadata") or {}).get("continue")
         if not token:
@@ -68,17 +58,7 @@ def _read_documents(files: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, 
     """All documents of all files, and for each its (file, index in that file)."""
     docs: list[Any] = []
     origin: list[tuple[str, int]] = []
-    for name in files:
-        try:
-            text = sys.stdin.read() if name == "-" else Path(name).read_text()
-        except OSError as exc:
-            _fail(f"{name}: cannot read: {exc.strerror or exc}", 2)
-        try:
-            found = [d for d in yaml.safe_load_all(text) if d is not None]
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-            _fail(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}", 2)
+    for name, _, found in read_yaml_files(files):
         if len(found) == 1 and isinstance(found[0], dict) and found[0].get("kind") == "List":
             found = list(found[0].get("items") or [])
         if len(found) == 1 and isinstance(found[0], list):  # a JSON array
@@ -104,7 +84,7 @@ def apply(files: tuple[str, ...], output: str, server: str | None, token: str | 
     """Create or replace quotas, resource quotas, queues and resource classes, all or nothing."""
     docs, origin = _read_documents(files)
     if not docs:
-        _fail(f"no documents in {', '.join(files)}", 2)
+        fail(f"no documents in {', '.join(files)}", 2)
     client = ApiClient(server, token=token)
     try:
         result = client.request(
@@ -122,7 +102,7 @@ def apply(files: tuple[str, ...], output: str, server: str | None, token: str | 
             f, j = origin[i]
             return f"{f}: documents[{j}]: "
 
-        _fail(_DOC_RE.sub(where, exc.message), exc.exit_code)
+        fail(_DOC_RE.sub(where, exc.message), exc.exit_code)
     applied = (result or {}).get("applied", [])
     if output in ("json", "yaml"):
         _emit(applied, output, lambda wide: None)
@@ -257,10 +237,10 @@ def describe() -> None:
 def describe_queue(name: str, output: str, server: str | None, token: str | None) -> None:
     """Show a queue: settings, status, and its waiting jobs in order with why each waits."""
     client = ApiClient(server, token=token)
-    queue = _call(client.request, "GET", f"/api/v1/queues/{name}")
+    queue = call(client.request, "GET", f"/api/v1/queues/{name}")
     jobs = [
         j
-        for j in _call(client.request, "GET", "/api/v1/jobs", query={"queue": name}).get("items", [])
+        for j in call(client.request, "GET", "/api/v1/jobs", query={"queue": name}).get("items", [])
         if j.get("summary", {}).get("phase") in ("Queuing", "Created", "Restarting")
     ]
 
@@ -301,11 +281,4 @@ def describe_queue(name: str, output: str, server: str | None, token: str | None
 def register(root: click.Group) -> None:
     """Add `apply`, `get quotas|queues` and `describe queue` to the root group, merging into
     existing `get` / `describe` groups."""
-    root.add_command(apply)
-    for group in (get, describe):
-        existing = root.commands.get(group.name or "")
-        if isinstance(existing, click.Group) and existing is not group:
-            for name, cmd in group.commands.items():
-                existing.add_command(cmd, name)
-        else:
-            root.add_command(group)
+    mount(root, commands=[apply], groups=[get, describe])

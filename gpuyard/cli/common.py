@@ -1,0 +1,84 @@
+"""What every client command shares: one-line errors with exit codes, the `--server` /
+`--token` / `-o` options, reading YAML files, and mounting sub-commands into the root group.
+
+Exit codes: 2 for bad input (a 4xx answer, an unreadable or malformed file), 1 for server or
+network errors (`ClientError.exit_code` carries which).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import yaml
+
+from gpuyard.cli.client import ClientError
+
+__all__ = ["OUTPUTS", "call", "client_options", "fail", "mount", "read_yaml_files"]
+
+OUTPUTS = click.Choice(["table", "wide", "json", "yaml"])
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(...)`, turning a client error into its one line and exit code."""
+    try:
+        return fn(*args, **kwargs)
+    except ClientError as exc:
+        fail(exc.message, exc.exit_code)
+
+
+def client_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option(
+        "--token", default=None, help="Bearer token (default $GPUYARD_TOKEN or the config file)."
+    )(fn)
+    fn = click.option(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="gpuyard server (default $GPUYARD_SERVER, the config file, or http://127.0.0.1:8080).",
+    )(fn)
+    return click.option(
+        "-o", "--output", type=OUTPUTS, default="table", show_default=True, help="Output format."
+    )(fn)
+
+
+def read_yaml_files(files: Iterable[str]) -> list[tuple[str, str, list[Any]]]:
+    """(file, text, documents) per file (`-` is stdin); an unreadable or malformed file fails
+    with its name and the line and column of the problem."""
+    out = []
+    for name in files:
+        try:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text()
+        except OSError as exc:
+            fail(f"{name}: cannot read: {exc.strerror or exc}")
+        try:
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+            fail(f"{name}{where}: not valid YAML or JSON: {getattr(exc, 'problem', None) or exc}")
+        out.append((name, text, docs))
+    return out
+
+
+def mount(
+    root: click.Group, *, commands: Iterable[click.Command] = (), groups: Iterable[click.Group] = ()
+) -> None:
+    """Add commands to the root group; a group whose name is taken is merged into the existing one."""
+    for command in commands:
+        root.add_command(command)
+    for group in groups:
+        existing = root.commands.get(group.name or "")
+        if isinstance(existing, click.Group) and existing is not group:
+            for name, cmd in group.commands.items():
+                existing.add_command(cmd, name)
+        else:
+            root.add_command(group)
