@@ -224,17 +224,7 @@ class JobReconciler:
                 preempted.append(rep.name)
         if preempted:
             message = f"{job.kind} {job.metadata.name} is restarting because {len(preempted)} replica(s) lost their placement: {', '.join(preempted)}."
-            self._set(
-                job,
-                status,
-                acts,
-                "Restarting",
-                self._reason(job, "Restarting"),
-                message,
-                now,
-                warning=True,
-                force_event=True,
-            )
+            self._restarting(job, status, acts, message, now)
         acts.delete_pods.extend(obs.extra_pods)
         to_create = self._plan_creates(job, plugin, status, obs, live, held, pod_group)
         self._progress(job, status, obs, live, held, pod_group, bool(restarts or preempted), acts, now)
@@ -303,6 +293,12 @@ class JobReconciler:
             message = (
                 f"{name} is restarting because {exited_ok} replica(s) exited and restartPolicy is Always."
             )
+        self._restarting(job, status, acts, message, now)
+
+    def _restarting(
+        self, job: TrainingJob, status: JobStatus, acts: Actions, message: str, now: datetime
+    ) -> None:
+        """Enter Restarting with a Warning event every time (each restart is news)."""
         self._set(
             job,
             status,
