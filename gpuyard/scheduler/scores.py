@@ -170,17 +170,18 @@ class GPUShareScore:
         s = state.snapshot
         rows = np.arange(s.n)[nodes]
         best_fit = _gpu_used_after(state, shape, nodes, take)
-        usable = s.gpu_usable(shape.gpu_class)
+        usable = s.gpu_usable(shape.gpu_class)[rows]
+        # the packing view of the candidate nodes only: FGD's cost follows the candidates, not the cluster
         cluster = ClusterState(
-            node_names=[name or "" for name in s.names] + [""] * (s.n - len(s.names)),
+            node_names=[s.names[r] if r < len(s.names) and s.names[r] else "" for r in rows],
             model_names=s.model_names,
-            cpu_free=np.maximum(s.cpu_free, 0),
-            mem_free=np.maximum(s.mem_free, 0),
-            gpu_free=np.clip(np.where(usable, s.gpu_free_milli, 0), 0, GPU_MILLI),
-            gpu_count=s.gpu_count,
-            gpu_model=s.gpu_model,
-            cpu_capacity=s.cpu_alloc,
-            mem_capacity=s.mem_alloc,
+            cpu_free=np.maximum(s.cpu_free[rows], 0),
+            mem_free=np.maximum(s.mem_free[rows], 0),
+            gpu_free=np.clip(np.where(usable, s.gpu_free_milli[rows], 0), 0, GPU_MILLI),
+            gpu_count=s.gpu_count[rows],
+            gpu_model=s.gpu_model[rows],
+            cpu_capacity=s.cpu_alloc[rows],
+            mem_capacity=s.mem_alloc[rows],
         )
         pod = PodRequest(
             name="share",
@@ -195,10 +196,10 @@ class GPUShareScore:
         ]
         model = FragmentationModel(TypicalPods.from_workload([*workload, pod], coverage=1.0))
         model.sync(cluster)
-        ok = fits(cluster, pod)[rows]
+        ok = fits(cluster, pod)
         fgd = np.zeros(len(rows), dtype=np.float64)
         if ok.any():
-            score, _, _ = fgd_scores(model, cluster, pod=pod, nodes=rows[ok])
+            score, _, _ = fgd_scores(model, cluster, pod=pod, nodes=np.flatnonzero(ok))
             fgd[ok] = score
         return fgd + best_fit  # FGD scores are whole numbers 0..100; best-fit (0..1) breaks ties
 
