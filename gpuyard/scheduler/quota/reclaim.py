@@ -2,8 +2,11 @@
 
 When a quota has pending demand within its guarantee (`used + need <= min`, and within its
 runtime along its path) but the cluster has no room, the room is held by quotas that borrowed
-it: their `used` is above their (recomputed) runtime. :func:`plan_reclaim` picks whole running
-jobs (gangs) to stop so that the owner's job fits:
+it: their `used` is above their (recomputed) runtime. The room may also be missing higher up:
+an ancestor of the owner whose subtree borrowed past the ancestor's runtime (a sibling over its
+share) while the cluster still has free GPUs; then only jobs inside that ancestor's subtree give
+the room back. :func:`plan_reclaim` picks whole running jobs (gangs) to stop so that the owner's
+job fits in the cluster and in every quota on its path:
 
 * only jobs of quotas above their runtime, in a resource the owner lacks (a quota shared with
   the owner's path, such as the root, does not count: taking from a sibling under the same
@@ -64,10 +67,6 @@ class ReclaimPlan:
         return [v.job.key for v in self.victims]
 
 
-def _covers(freed: Mapping[str, int], shortfall: Mapping[str, int]) -> bool:
-    return all(freed.get(r, 0) >= a for r, a in shortfall.items() if a > 0)
-
-
 def _entitlement(
     tree: QuotaTree, owner: str, wanted: Mapping[str, int], *, within_min_only: bool
 ) -> str | None:
@@ -113,12 +112,26 @@ def plan_reclaim(
     if free is None:
         total, root_used = tree.total, tree.used(ROOT_QUOTA)
         free = {r: total.get(r, 0) - root_used.get(r, 0) for r in wanted}
-    shortfall = {r: a - free.get(r, 0) for r, a in wanted.items() if a > free.get(r, 0)}
-    plan = ReclaimPlan(owner, wanted, shortfall)
-    if not shortfall:
+    # What must be freed, per scope: the cluster (None) lacks free room; an ancestor of the
+    # owner lacks runtime (its used + need > runtime: a sibling subtree borrowed past its own
+    # runtime), and only jobs inside that ancestor's subtree give it back.
+    scopes: dict[str | None, Vector] = {}
+    cluster = {r: a - free.get(r, 0) for r, a in wanted.items() if a > free.get(r, 0)}
+    if cluster:
+        scopes[None] = cluster
+    shared = tree.path(owner)
+    for ancestor in shared[1:]:
+        if ancestor == ROOT_QUOTA:
+            continue
+        used, limit = tree.used(ancestor), tree.runtime(ancestor)
+        lack = {r: used.get(r, 0) + a - limit.get(r, 0) for r, a in wanted.items()}
+        lack = {r: a for r, a in lack.items() if a > 0}
+        if lack:
+            scopes[ancestor] = lack
+    plan = ReclaimPlan(owner, wanted, _merge(scopes.values()))
+    if not scopes:
         return plan
 
-    shared = set(tree.path(owner))
     used_now: dict[str, Vector] = {}
     runtime: dict[str, Vector] = {}
 
@@ -128,23 +141,50 @@ def plan_reclaim(
             runtime[quota] = tree.runtime(quota)
         return used_now[quota].get(res, 0) - runtime[quota].get(res, 0)
 
+    freed: dict[str | None, Vector] = {scope: {} for scope in scopes}
+
+    def lacking(job_path: list[str]) -> set[str]:
+        """The resources still short in some scope this job's release would help."""
+        out: set[str] = set()
+        for scope, short in scopes.items():
+            if scope is None or scope in job_path:
+                got = freed[scope]
+                out.update(r for r, a in short.items() if got.get(r, 0) < a)
+        return out
+
+    def covered(without: RunningJob | None = None) -> bool:
+        for scope, short in scopes.items():
+            got = freed[scope]
+            minus = (
+                without.usage
+                if without is not None and (scope is None or scope in tree.path(without.quota))
+                else {}
+            )
+            if any(got.get(r, 0) - minus.get(r, 0) < a for r, a in short.items()):
+                return False
+        return True
+
+    wanted_res = set(plan.shortfall)
     candidates = sorted(
-        (j for j in running if j.preemptible and any(j.usage.get(r, 0) > 0 for r in shortfall)),
+        (
+            j
+            for j in running
+            if j.preemptible and j.quota in tree and any(j.usage.get(r, 0) > 0 for r in wanted_res)
+        ),
         key=lambda j: (j.priority, -j.start_time, str(j.key)),
     )
     chosen: list[Victim] = []
-    freed: Vector = {}
     for job in candidates:
-        if _covers(freed, shortfall):
+        if covered():
             break
-        if job.quota not in tree:
-            continue
+        path = tree.path(job.quota)
+        short = lacking(path)
         why = None
-        for quota in tree.path(job.quota):
+        for quota in path:
             if quota in shared:
                 continue
-            for res in sorted(shortfall):
-                if job.usage.get(res, 0) > 0 and shortfall[res] > freed.get(res, 0) and over(quota, res) > 0:
+            for res in sorted(short):
+                if job.usage.get(res, 0) > 0 and over(quota, res) > 0:
                     why = (
                         f"quota {quota} uses {format_amount(res, used_now[quota][res])} {res} > runtime "
                         f"{format_amount(res, runtime[quota].get(res, 0))} (borrowed); {owner} needs it back"
@@ -155,28 +195,53 @@ def plan_reclaim(
         if why is None:
             continue
         chosen.append(Victim(job, why))
-        for res, amount in job.usage.items():
-            freed[res] = freed.get(res, 0) + amount
-        for quota in tree.path(job.quota):
-            if quota in used_now:
-                u = used_now[quota]
-                for res, amount in job.usage.items():
-                    u[res] = u.get(res, 0) - amount
-    if not _covers(freed, shortfall):
+        _release(job, path, freed, used_now)
+    if not covered():
         missing = ", ".join(
-            f"{format_amount(r, a - freed.get(r, 0))} {r}"
-            for r, a in sorted(shortfall.items())
-            if freed.get(r, 0) < a
+            f"{format_amount(r, a - freed[scope].get(r, 0))} {r}" + (f" in {scope}" if scope else "")
+            for scope, short in scopes.items()
+            for r, a in sorted(short.items())
+            if freed[scope].get(r, 0) < a
         )
-        plan.victims, plan.freed, plan.feasible = chosen, freed, False
+        plan.victims, plan.freed, plan.feasible = chosen, freed.get(None) or _merge(freed.values()), False
         plan.reason = f"borrowed capacity that can be reclaimed falls short by {missing}"
         return plan
     # spare victims the plan does not need, highest priority (then oldest) first
     for victim in sorted(chosen, key=lambda v: (-v.job.priority, v.job.start_time, str(v.job.key))):
-        rest = {r: freed.get(r, 0) - victim.job.usage.get(r, 0) for r in shortfall}
-        if _covers(rest, shortfall):
+        if covered(without=victim.job):
             chosen.remove(victim)
-            for res, amount in victim.job.usage.items():
-                freed[res] = freed.get(res, 0) - amount
-    plan.victims, plan.freed = chosen, freed
+            path = tree.path(victim.job.quota)
+            for scope, got in freed.items():
+                if scope is None or scope in path:
+                    for res, amount in victim.job.usage.items():
+                        got[res] = got.get(res, 0) - amount
+    total_freed: Vector = {}
+    for victim in chosen:
+        for res, amount in victim.job.usage.items():
+            total_freed[res] = total_freed.get(res, 0) + amount
+    plan.victims, plan.freed = chosen, total_freed
     return plan
+
+
+def _merge(vectors: Iterable[Mapping[str, int]]) -> Vector:
+    """Per resource, the largest amount among `vectors`."""
+    out: Vector = {}
+    for vec in vectors:
+        for res, amount in vec.items():
+            out[res] = max(out.get(res, 0), amount)
+    return out
+
+
+def _release(
+    job: RunningJob, path: list[str], freed: dict[str | None, Vector], used_now: dict[str, Vector]
+) -> None:
+    """Book `job`'s usage as freed in every scope it lies in, and off its quotas' used."""
+    for scope, got in freed.items():
+        if scope is None or scope in path:
+            for res, amount in job.usage.items():
+                got[res] = got.get(res, 0) + amount
+    for quota in path:
+        if quota in used_now:
+            u = used_now[quota]
+            for res, amount in job.usage.items():
+                u[res] = u.get(res, 0) - amount

@@ -126,3 +126,51 @@ def test_owner_must_be_entitled() -> None:
     tree, _ = setup([])
     plan = plan_reclaim(tree, owner="nobody", need={G: 1}, running=[])
     assert not plan.feasible and plan.reason == "quota nobody: not an attached leaf quota"
+
+
+def test_an_ancestor_over_its_runtime_is_repaired_even_when_the_cluster_has_room() -> None:
+    # 5 GPUs, one free. org's runtime is 4 (other's pending GPU takes the fifth), but its child b
+    # borrowed 3: a's GPU within its min would put org at 5 > 4, so admission refuses it until
+    # a job of b (inside org) goes; a job of `other` would not help org.
+    tree = QuotaTree(
+        [
+            QuotaSpec("org", min={G: 2}, is_parent=True),
+            QuotaSpec("a", parent="org", min={G: 2}),
+            QuotaSpec("b", parent="org", min={G: 0}),
+            QuotaSpec("other", min={G: 0}),
+        ],
+        total={G: 5},
+    )
+    book = QuotaBook(tree)
+    running = [job("b1", "b", 3, start=1), job("a1", "a", 1, start=2)]
+    for j in running:
+        book.track(j.key, quota=j.quota, usage=j.usage, admitted=True)
+    book.track("other1", quota="other", usage={G: 1})
+    book.track("a2", quota="a", usage={G: 1})
+    assert tree.runtime("org")[G] == 4 and book.admit("a2") is not None
+    plan = plan_reclaim(tree, owner="a", need={G: 1}, running=running)
+    assert plan.feasible, plan.reason
+    assert plan.keys == ["b1"] and plan.shortfall == {G: 1}
+    book.release("b1")
+    assert book.admit("a2") is None
+
+
+def test_an_ancestor_shortfall_names_the_quota_when_it_cannot_be_met() -> None:
+    tree = QuotaTree(
+        [
+            QuotaSpec("org", min={G: 2}, is_parent=True),
+            QuotaSpec("a", parent="org", min={G: 2}),
+            QuotaSpec("b", parent="org", min={G: 0}),
+            QuotaSpec("other", min={G: 0}),
+        ],
+        total={G: 5},
+    )
+    book = QuotaBook(tree)
+    running = [job("b1", "b", 3, preemptible=False), job("a1", "a", 1)]
+    for j in running:
+        book.track(j.key, quota=j.quota, usage=j.usage, preemptible=j.preemptible, admitted=True)
+    book.track("other1", quota="other", usage={G: 1})
+    book.track("a2", quota="a", usage={G: 1})
+    plan = plan_reclaim(tree, owner="a", need={G: 1}, running=running)
+    assert not plan.feasible
+    assert plan.reason == "borrowed capacity that can be reclaimed falls short by 1 nvidia.com/gpu in org"
