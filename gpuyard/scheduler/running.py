@@ -20,33 +20,35 @@ Each `schedule_one` is synchronous: between taking a job and recording its place
 else runs, so two decisions never race for the same GPUs. The loop yields to the event loop
 every few jobs. Metrics (`gpuyard_scheduler_cycle_seconds{result}`, attempts, pods placed,
 PodGroups waiting) go to the context's registry.
+
+What the loop does with a decision — commit a placement, park or back off a job and write why
+(PodGroup status, events), the quota parking by shape — is in `recording` (mixed in as
+:class:`~gpuyard.scheduler.recording.Recorder`); the metrics are in `metrics` (re-exported here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpuyard.apis.resourceclasses import RequestError
-from gpuyard.apis.scheduling import PodGroup, pod_name
+from gpuyard.apis.scheduling import PodGroup
 from gpuyard.platform.context import Context
 from gpuyard.platform.store import Gone
 from gpuyard.scheduler.admitting import Admission
-from gpuyard.scheduler.assuming import AssumeFailed, assume, record_event, write_status
 from gpuyard.scheduler.framework import CycleState, Profile
 from gpuyard.scheduler.gangs import GangRequest, ShapeCache, build_gang
+from gpuyard.scheduler.metrics import SchedulerMetrics
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.placing import place
 from gpuyard.scheduler.profiles import profile_from_settings
 from gpuyard.scheduler.quota import FairQueue
 from gpuyard.scheduler.reclaiming import Reclaimer
+from gpuyard.scheduler.recording import Key, QuotaParking, Recorder, is_complete
 from gpuyard.scheduler.snapshot import Snapshot
 
 __all__ = ["SchedulerLoop", "SchedulerMetrics"]
@@ -63,61 +65,10 @@ WATCHED = (
     "ResourceQuota",
     "Queue",
 )
-_STATUS_EVERY = 10.0  # seconds: a waiting job's position-only message changes are written this often
 _YIELD_EVERY = 32
-_BACKOFF_BASE = 0.5
-_BACKOFF_MAX = 60.0
-
-Key = tuple[str, str]
 
 
-_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
-_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, SchedulerMetrics] = weakref.WeakKeyDictionary()
-
-
-class SchedulerMetrics:
-    """Cycle time by result, attempts, pods placed, PodGroups waiting — on an injected registry.
-
-    One set per registry: components built twice on one registry share it.
-    """
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.cycle = Histogram(
-            "gpuyard_scheduler_cycle_seconds",
-            "Time to decide and assume one gang.",
-            ["result"],
-            buckets=_BUCKETS,
-            registry=registry,
-        )
-        self.attempts = Counter(
-            "gpuyard_scheduler_attempts", "Scheduling attempts by result.", ["result"], registry=registry
-        )
-        self.placed = Counter("gpuyard_scheduler_placed_pods", "Pods given a reservation.", registry=registry)
-        self.pending = Gauge(
-            "gpuyard_scheduler_pending_podgroups",
-            "PodGroups waiting in the scheduling queue.",
-            registry=registry,
-        )
-        self._children: dict[str, tuple[Any, Any]] = {}
-
-    @classmethod
-    def for_registry(cls, registry: CollectorRegistry) -> SchedulerMetrics:
-        metrics = _BY_REGISTRY.get(registry)
-        if metrics is None:
-            metrics = _BY_REGISTRY[registry] = cls(registry)
-        return metrics
-
-    def observe_cycle(self, seconds: float, result: str, *, pods: int = 0) -> None:
-        children = self._children.get(result)
-        if children is None:
-            children = self._children[result] = (self.cycle.labels(result), self.attempts.labels(result))
-        children[0].observe(seconds)
-        children[1].inc()
-        if pods:
-            self.placed.inc(pods)
-
-
-class SchedulerLoop:
+class SchedulerLoop(Recorder):
     """The scheduler component (`name`, `async run()`); see the module docstring."""
 
     name = "scheduler"
@@ -162,8 +113,7 @@ class SchedulerLoop:
         self._partial: dict[Key, int] = {}  # running jobs with pods still to place -> epoch last tried
         self._positions: dict[Key, int] = {}  # this cycle: a candidate's position in its queue
         self._last_cause: dict[Key, tuple[str, str, float]] = {}  # reason, cause, when written
-        self._quota_parked: dict[Key, tuple] = {}  # parked by quota alone since last tried -> shape
-        self._by_shape: dict[tuple, set[Key]] = {}  # the same, per shape
+        self.parking = QuotaParking()  # jobs parked by quota alone
 
     @property
     def queue(self) -> FairQueue:
@@ -211,7 +161,7 @@ class SchedulerLoop:
         )
         self._no_fit.clear()
         self._partial.clear()
-        self._drop_quota_parking()
+        self.parking.clear()
         for d in self._dirty.values():
             d.clear()
         for pg in store.list("PodGroup"):
@@ -261,7 +211,7 @@ class SchedulerLoop:
             key: Key = job.key  # type: ignore[assignment]
             self._positions[key] = seen.get(job.queue, 0)
             seen[job.queue] = self._positions[key] + 1
-            self._unpark_quota(key)
+            self.parking.unpark(key)
             try:
                 shape = adm.shape(key)
                 known = verdicts.get(shape) if shape is not None else None
@@ -311,16 +261,6 @@ class SchedulerLoop:
                 self._partial[key] = epoch
                 self.schedule_one(key)
 
-    def _quota_blocked(self, key: Key, reason: str, *, shape: tuple | None = None) -> None:
-        pg = self.store.get("PodGroup", *key)
-        self.queue.park(key, epoch=self._epoch(), reason=reason, reserve=False)
-        self._park_quota(key, shape)
-        if pg is None:
-            return
-        code = "ResourceQuotaExceeded" if reason.startswith("ResourceQuota") else "QuotaExceeded"
-        self._attempts[key] = self._attempts.get(key, pg.status.attempts) + 1  # type: ignore[attr-defined]
-        self._waiting(pg, code, reason, held=0)  # type: ignore[arg-type]
-
     def _maybe_reclaim(self, key: Key, now: float, *, owed: bool | None = None) -> bool:
         """Reclaim for `key` if it is owed; whether jobs were preempted."""
         victims = self.reclaimer.consider(
@@ -335,43 +275,6 @@ class SchedulerLoop:
         if victims:
             self._wake.set()
         return bool(victims)
-
-    def _waiting(self, pg: PodGroup, code: str, cause: str, *, held: int) -> None:
-        """Why a queued job waits: its position and queue share, then the first blocking cause.
-
-        The FailedScheduling event follows the cause; a message that differs only in position is
-        rewritten at most every `_STATUS_EVERY` seconds.
-        """
-        key = (pg.metadata.namespace, pg.metadata.name)
-        now = self.clock.now()
-        last = self._last_cause.get(key)
-        same = last is not None and last[0] == code and last[1] == cause
-        if same and now - last[2] < _STATUS_EVERY:  # type: ignore[index]
-            return
-        job = self.queue.get(key)
-        qname = job.queue if job is not None else (pg.spec.queue or pg.metadata.namespace)
-        share = self.queue.share(qname)
-        pos = self._positions.get(key)
-        where = f"#{pos + 1} in queue {qname}" if pos is not None else f"queue {qname}"
-        self._last_cause[key] = (code, cause, now)
-        self._status(
-            key,
-            phase="Placed" if held else "Pending",
-            reason=code,
-            message=f"{where} (share {share:.2f}): {cause}" if self.admission.tenancy else cause,
-            placed=held,
-        )
-        if same or not self.events:
-            return
-        record_event(
-            self.store,
-            podgroup=pg,
-            reason="FailedScheduling",
-            message=cause,
-            type_="Warning",
-            now=self.clock.utcnow(),
-        )
-        log.info("job.unschedulable", job=f"{key[0]}/{key[1]}", reason=code, message=cause)
 
     async def _wait(self) -> None:
         """Until something changed, or the next backoff or reclaim delay ends."""
@@ -412,10 +315,10 @@ class SchedulerLoop:
                 keys, dirty[kind] = dirty[kind], set()
                 if adm.changed(kind, keys):  # not just the echo of a status write
                     apply()
-                    self._drop_quota_parking()
+                    self.parking.clear()
         if dirty["ResourceClass"]:
             dirty["ResourceClass"].clear()
-            self._drop_quota_parking()
+            self.parking.clear()
             classes = store.list("ResourceClass")
             if snap.set_classes(classes):  # type: ignore[arg-type]
                 self._shapes.clear()
@@ -465,38 +368,7 @@ class SchedulerLoop:
         epoch = self._epoch()
         if epoch != self._seen_epoch:
             self._seen_epoch = epoch
-            self.queue.wake_parked(epoch, stay=self._quota_stays())
-
-    def _quota_stays(self) -> Callable[[Key], bool] | None:
-        """For `wake_parked`: jobs parked by quota alone stay parked while quota still blocks
-        their shape and reclaim cannot help it (not owed). One check per shape, so a change
-        elsewhere does not send every waiting job through a cycle again."""
-        adm = self.admission
-        for keys in list(self._by_shape.values()):
-            rep = next(iter(keys))
-            if adm.check(rep) is None or adm.owed(rep):
-                for key in list(keys):
-                    self._unpark_quota(key)
-        return self._quota_parked.__contains__ if self._quota_parked else None
-
-    def _park_quota(self, key: Key, shape: tuple | None) -> None:
-        self._unpark_quota(key)
-        if shape is not None:
-            self._quota_parked[key] = shape
-            self._by_shape.setdefault(shape, set()).add(key)
-
-    def _unpark_quota(self, key: Key) -> None:
-        shape = self._quota_parked.pop(key, None)
-        if shape is not None:
-            keys = self._by_shape[shape]
-            keys.discard(key)
-            if not keys:
-                del self._by_shape[shape]
-
-    def _drop_quota_parking(self) -> None:
-        """Quota configuration changed: shapes may mean other quotas; wake by epoch as usual."""
-        self._quota_parked.clear()
-        self._by_shape.clear()
+            self.queue.wake_parked(epoch, stay=self.parking.stays(self.admission))
 
     def _forget(self, key: Key) -> None:
         self.admission.forget(key)
@@ -510,7 +382,7 @@ class SchedulerLoop:
             self._last_cause,
         ):
             table.pop(key, None)  # type: ignore[attr-defined]
-        self._unpark_quota(key)
+        self.parking.unpark(key)
         self._track_refs(key, frozenset())
 
     def _track_refs(self, key: Key, refs: frozenset[Key]) -> None:
@@ -548,7 +420,7 @@ class SchedulerLoop:
         placed = len(held)
         if placed:  # admitted and (at least partly) running
             adm.ensure_running(pg, now=self.clock.now())
-            if placed >= pg.spec.total_replicas() and _complete(pg, held):
+            if placed >= pg.spec.total_replicas() and is_complete(pg, held):
                 self._partial.pop(key, None)
                 if status.phase != "Placed" and pg.spec.total_replicas() > 0:
                     self._status(
@@ -630,129 +502,6 @@ class SchedulerLoop:
         )
         return outcome
 
-    def _commit(
-        self, state: CycleState, members: list[PodGroup], placement: Placement
-    ) -> Placement | Unschedulable:
-        profile = self.profile
-        for plugin in profile.permits:
-            why = plugin.permit(state, placement)
-            if why:
-                result = Unschedulable(reason="NotPermitted", message=why)
-                self._not_placed(members, result)
-                return result
-        reserved = []
-        for plugin in profile.reserves:
-            why = plugin.reserve(state, placement)
-            if why:
-                for done in reversed(reserved):
-                    done.unreserve(state, placement)
-                result = Unschedulable(reason="NotReserved", message=why)
-                self._not_placed(members, result)
-                return result
-            reserved.append(plugin)
-        owners = {m.key[1:]: m.metadata.uid for m in members}
-        try:
-            assume(self.store, self.snapshot, placement, owners=owners)
-        except AssumeFailed as exc:
-            for done in reversed(reserved):
-                done.unreserve(state, placement)
-            self._backoff(members, str(exc))
-            return Unschedulable(reason="AssumeFailed", message=str(exc))
-        self.placed_pods += len(placement.pods)
-        self.placed_jobs += 1
-        now = self.clock.utcnow()
-        summary = placement.summary()
-        by_member: dict[Key, int] = {}
-        for pp in placement.pods:
-            k = (pp.pod.namespace, pp.pod.group)
-            by_member[k] = by_member.get(k, 0) + 1
-        for m in members:
-            key = m.key[1:]
-            self._failures.pop(key, None)
-            held_pods = self.snapshot.placed_pods(key)
-            held = len(held_pods)
-            self.admission.start(key, now=self.clock.now())
-            self._unpark_quota(key)
-            self._last_cause.pop(key, None)
-            if _complete(m, held_pods):
-                self._partial.pop(key, None)
-            else:
-                self._partial[key] = self._epoch()
-            self._status(key, phase="Placed", reason="Placed", message=summary, placed=held)
-            if self.events and by_member.get(key):
-                record_event(
-                    self.store,
-                    podgroup=m,
-                    reason="Scheduled",
-                    message=f"{summary}: {', '.join(placement.nodes[:8])}{' ...' if len(placement.nodes) > 8 else ''}",
-                    now=now,
-                )
-        log.info(
-            "job.placed",
-            job=f"{state.gang.key[0]}/{state.gang.key[1]}",
-            pods=len(placement.pods),
-            nodes=len(placement.nodes),
-            deferred=len(placement.deferred),
-        )
-        return placement
-
-    def _not_placed(self, members: list[PodGroup], result: Unschedulable) -> None:
-        epoch = self._epoch()
-        message = result.full_message()
-        fits = self.admission.has_quotas and result.reason == "Unschedulable"
-        cause = f"fits quota, waiting for room: {message}" if fits else message
-        for m in members:
-            key = m.key[1:]
-            self.queue.park(key, epoch=epoch, reason=cause)
-            self._unpark_quota(key)
-            if key in self._partial:
-                self._partial[key] = epoch
-            held = len(self.snapshot.placed_pods(key))
-            self._attempts[key] = self._attempts.get(key, m.status.attempts) + 1
-            self._waiting(m, result.reason, cause, held=held)
-
-    def _backoff(self, members: list[PodGroup], message: str) -> None:
-        for m in members:
-            key = m.key[1:]
-            n = self._failures.get(key, 0)
-            self._failures[key] = n + 1
-            delay = min(_BACKOFF_MAX, _BACKOFF_BASE * 2**n)
-            self.queue.backoff(key, until=self.clock.now() + delay, reason=message)
-            held = len(self.snapshot.placed_pods(key))
-            self._status(
-                key,
-                phase="Placed" if held else "Pending",
-                reason="AssumeFailed",
-                message=f"{message}; retrying in {delay:g}s",
-                placed=held,
-            )
-            log.warning("job.assume_failed", job=f"{key[0]}/{key[1]}", error=message, retry_in=delay)
-        self._wake.set()
-
-    def _retry_later(self, key: Key) -> None:
-        n = self._failures.get(key, 0)
-        self._failures[key] = n + 1
-        pg = self.store.get("PodGroup", *key)
-        if pg is not None:
-            delay = min(_BACKOFF_MAX, _BACKOFF_BASE * 2**n)
-            self.queue.backoff(key, until=self.clock.now() + delay)
-
-    def _status(self, key: Key, *, phase: str, reason: str, message: str, placed: int | None = None) -> None:
-        if placed is None:
-            placed = len(self.snapshot.placed_pods(key))
-        stored = write_status(
-            self.store,
-            key,
-            phase=phase,
-            reason=reason,
-            message=message,
-            placed=placed,
-            attempts=self._attempts.get(key, 0),
-            now=self.clock.utcnow(),
-        )
-        if stored is not None:
-            self._own_writes[key] = stored.metadata.resource_version
-
     # --- gang groups -------------------------------------------------------------------------
 
     def _gang_members(self, pg: PodGroup) -> tuple[list[PodGroup], list[str]]:
@@ -792,12 +541,6 @@ class SchedulerLoop:
             "nodes": self.snapshot.node_count,
             "reservations": self.snapshot.reservation_count,
         }
-
-
-def _complete(pg: PodGroup, held: dict[str, str]) -> bool:
-    """Every replica of every role holds a reservation."""
-    name = pg.metadata.name
-    return all(pod_name(name, r.name, i) in held for r in pg.spec.roles for i in range(r.replicas))
 
 
 def _ref_key(ref: str, namespace: str) -> Key:

@@ -36,6 +36,7 @@ ROUTE_MODULES: list[str] = [
     "gpuyard.platform.api.dashboard",
     "gpuyard.platform.api.nodes",
     "gpuyard.platform.api.quotas",
+    "gpuyard.platform.api.applying",
 ]
 
 

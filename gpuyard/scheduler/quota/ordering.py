@@ -25,6 +25,11 @@ aside: *parked* until the cluster changes (`park`/`wake_parked`), or *backing of
 jobs lazily — a k-way merge over priority buckets and a heap of queues — and takes feedback
 (`placed` / `blocked`) about each, so a cycle that starts 10 of 15,000 jobs looks at little
 more than those.
+
+The pieces: `queues` holds the data (QueuedJob, QueueConfig, Aging, Explanation, one tenant
+queue's order), this module the :class:`FairQueue` book-keeping (pending, held, running, shares,
+shadow times, explanations), `candidates` one cycle's walk (:class:`Candidates`). Every name this
+module exported before is still importable from here.
 """
 
 from __future__ import annotations
@@ -32,13 +37,21 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
 
-from gpuyard.apis.quota import ANNOTATION_EXPECTED_DURATION, Queue, parse_duration
-from gpuyard.apis.scheduling import PodGroup
-from gpuyard.scheduler.quota.resources import Vector, add, dominant_share, fits, podgroup_usage
+from gpuyard.scheduler.quota.candidates import Candidates
+from gpuyard.scheduler.quota.queues import (
+    Aging,
+    Explanation,
+    QueueConfig,
+    QueuedJob,
+    TenantQueue,
+    pending_order,
+    queue_configs,
+    queued_job,
+)
+from gpuyard.scheduler.quota.resources import Vector, add, dominant_share, fits
 
 __all__ = [
     "Aging",
@@ -50,109 +63,6 @@ __all__ = [
     "queue_configs",
     "queued_job",
 ]
-
-Strategy = Literal["StrictFIFO", "BestEffortFIFO"]
-
-
-@dataclass(slots=True)
-class QueuedJob:
-    """A job waiting to start, as the queue sees it (built once from its PodGroup)."""
-
-    key: Hashable
-    queue: str
-    priority: int = 0
-    submit_time: float = 0.0
-    request: Mapping[str, int] = field(default_factory=dict)
-    """The whole gang's demand in quota units."""
-    expected_duration: float | None = None
-    """Seconds, from `gpuyard.io/expected-duration`; None: unknown."""
-
-
-@dataclass(frozen=True, slots=True)
-class Aging:
-    interval: float = 600.0
-    step: int = 1
-    max_boost: int = 100
-    reserve_after: float | None = None
-
-    def boost(self, waited: float) -> int:
-        if self.step <= 0 or waited <= 0:
-            return 0
-        return min(self.max_boost, self.step * int(waited // self.interval))
-
-
-NO_AGING = Aging(step=0)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueConfig:
-    name: str
-    weight: float = 1.0
-    strategy: Strategy = "BestEffortFIFO"
-    max_running_jobs: int | None = None
-    aging: Aging | None = None
-    """None: the FairQueue's default aging."""
-
-
-def queue_configs(queues: Iterable[Queue]) -> list[QueueConfig]:
-    """QueueConfigs from Queue objects (the edge: pydantic in, plain data out)."""
-    out = []
-    for q in queues:
-        a = q.spec.aging
-        aging = None if a is None else Aging(a.interval_seconds, a.step, a.max_boost, a.reserve_after_seconds)
-        out.append(
-            QueueConfig(
-                q.metadata.name, q.spec.weight, q.spec.queueing_strategy, q.spec.max_running_jobs, aging
-            )
-        )
-    return out
-
-
-def queued_job(pg: PodGroup, *, submit_time: float | None = None) -> QueuedJob:
-    """A PodGroup as the queue sees it: queue (spec.queue, else namespace), priority, submit
-    time (status.queuedAt, else creation), whole-gang request, expected duration (annotation
-    `gpuyard.io/expected-duration`, ignored when unreadable)."""
-    meta = pg.metadata
-    if submit_time is None:
-        stamp = pg.status.queued_at or meta.creation_timestamp
-        submit_time = stamp.timestamp() if stamp is not None else 0.0
-    duration = None
-    raw = meta.annotations.get(ANNOTATION_EXPECTED_DURATION)
-    if raw:
-        try:
-            duration = parse_duration(raw)
-        except ValueError:
-            duration = None
-    return QueuedJob(
-        key=(meta.namespace, meta.name),
-        queue=pg.spec.queue or meta.namespace or "default",
-        priority=pg.spec.priority,
-        submit_time=submit_time,
-        request=podgroup_usage(pg),
-        expected_duration=duration,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Explanation:
-    """Where a pending job stands: jobs ahead of it, its queue's share, what holds it back."""
-
-    key: Hashable
-    queue: str
-    position: int
-    """Jobs ahead of it overall if nothing started (queues in share order)."""
-    queue_position: int
-    """Jobs ahead of it in its own queue."""
-    effective_priority: int
-    queue_share: float
-    cause: str | None
-
-    def describe(self) -> str:
-        text = (
-            f"#{self.position + 1} overall, #{self.queue_position + 1} in queue {self.queue} "
-            f"(share {self.queue_share:.2f}, effective priority {self.effective_priority})"
-        )
-        return f"{text}: {self.cause}" if self.cause else text
 
 
 @dataclass(slots=True)
@@ -173,23 +83,6 @@ class _Running:
     end: float | None
 
 
-class _Q:
-    """One tenant queue: pending jobs per base priority (sorted by submit time), running totals."""
-
-    __slots__ = ("buckets", "config", "pending", "running", "usage")
-
-    def __init__(self, config: QueueConfig) -> None:
-        self.config = config
-        self.buckets: dict[int, list[tuple[float, int, Hashable]]] = {}
-        self.pending = 0
-        self.running = 0
-        self.usage: Vector = {}
-
-    def full(self) -> bool:
-        cap = self.config.max_running_jobs
-        return cap is not None and self.running >= cap
-
-
 class FairQueue:
     """Pending and running jobs of every tenant queue, and the order to try them in."""
 
@@ -204,7 +97,7 @@ class FairQueue:
         self._capacity: Vector = dict(capacity or {})
         self._default_aging = aging
         self.backfill = backfill
-        self._queues: dict[str, _Q] = {}
+        self._queues: dict[str, TenantQueue] = {}
         self._configs: dict[str, QueueConfig] = {}
         self._pending: dict[Hashable, tuple[QueuedJob, tuple[float, int, Hashable]]] = {}
         self._running: dict[Hashable, _Running] = {}
@@ -249,10 +142,10 @@ class FairQueue:
         if q is not None:
             q.config = QueueConfig(name)
 
-    def _queue(self, name: str) -> _Q:
+    def _queue(self, name: str) -> TenantQueue:
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = _Q(self._configs.get(name) or QueueConfig(name))
+            q = self._queues[name] = TenantQueue(self._configs.get(name) or QueueConfig(name))
         return q
 
     def aging_of(self, queue: str) -> Aging:
@@ -479,7 +372,7 @@ class FairQueue:
         q = self._queues.get(queue)
         if q is None:
             return []
-        return [self._pending[k][0] for k in _merge(q, self.aging_of(queue), now, self._pending)]
+        return [self._pending[k][0] for k in pending_order(q, self.aging_of(queue), now, self._pending)]
 
     def order(self, now: float) -> list[QueuedJob]:
         """Every pending job in the order a cycle would try them if none started."""
@@ -576,152 +469,3 @@ class FairQueue:
         return Explanation(
             key, job.queue, ahead + pos, pos, self.effective_priority(job, now), self.share(job.queue), cause
         )
-
-
-def _merge(q: _Q, aging: Aging, now: float, pending: Mapping[Hashable, object]) -> Iterator[Hashable]:
-    """One queue's pending keys by (effective priority desc, submit time, arrival).
-
-    Within a priority bucket effective priority never rises along submission order (older jobs
-    have aged at least as much), so a k-way merge over the buckets' heads is exact. Buckets are
-    copied once, so the queue may change while this runs (keys no longer pending are skipped).
-    """
-    heap = []
-    for prio, bucket in q.buckets.items():
-        if bucket:
-            snapshot = list(bucket)
-            t, seq, _ = snapshot[0]
-            heap.append((-(prio + aging.boost(now - t)), t, seq, prio, 0, snapshot))
-    heapq.heapify(heap)
-    while heap:
-        _, _, _, prio, i, snapshot = heap[0]
-        key = snapshot[i][2]
-        if i + 1 < len(snapshot):
-            t, seq, _ = snapshot[i + 1]
-            heapq.heapreplace(heap, (-(prio + aging.boost(now - t)), t, seq, prio, i + 1, snapshot))
-        else:
-            heapq.heappop(heap)
-        if key in pending:
-            yield key
-
-
-class Candidates:
-    """One cycle's walk through the queues (see the module docstring).
-
-    Iterate it; after each job, call `placed(job)` if it started (it leaves the queue) or
-    `blocked(job, reason)` if it could not. A job given no feedback before the next one is
-    asked for counts as skipped (no reservation). `reserve=False` in `blocked` says waiting for
-    room would not help (quota, a request no node can hold), so the job is not protected.
-    """
-
-    def __init__(self, fq: FairQueue, now: float, free: Vector) -> None:
-        self._fq = fq
-        self.now = now
-        self.free = free
-        self._heap = [(fq.share(name), name) for name, q in fq._queues.items() if q.pending]
-        heapq.heapify(self._heap)
-        self._iters: dict[str, Iterator[Hashable]] = {}
-        self._current: tuple[QueuedJob, str] | None = None
-        self.head: QueuedJob | None = None
-        self.shadow_time: float | None = None
-        self.extra: Vector | None = None
-        self._strict_head = False
-        if fq.backfill:
-            parked = fq.parked_head(now)
-            if parked is not None:
-                self._protect(parked)
-
-    def __iter__(self) -> Candidates:
-        return self
-
-    def __next__(self) -> QueuedJob:
-        if self._current is not None:
-            self.blocked(self._current[0], "", reserve=False)
-        fq = self._fq
-        while self._heap:
-            _, name = heapq.heappop(self._heap)
-            q = fq._queues[name]
-            if q.full():
-                continue
-            it = self._iters.get(name)
-            if it is None:
-                it = self._iters[name] = _merge(q, fq.aging_of(name), self.now, fq._pending)
-            key = next(it, None)
-            if key is None:
-                continue
-            job = fq._pending[key][0]
-            tag = self._backfill_check(job)
-            if tag is None:
-                if q.config.strategy != "StrictFIFO":  # a StrictFIFO queue stops at its head
-                    heapq.heappush(self._heap, (fq.share(name), name))
-                continue
-            self._current = (job, tag)
-            return job
-        raise StopIteration
-
-    def _backfill_check(self, job: QueuedJob) -> str | None:
-        """How `job` may start with a protected head ahead ("free", "ends", "extra"), or None."""
-        head = self.head
-        if head is None or not self._fq.backfill:
-            return "free"
-        need = {r for r, a in head.request.items() if a > 0}
-        if not any(job.request.get(r, 0) > 0 for r in need):
-            return "free"
-        if self.shadow_time is None:
-            if self._strict_head:
-                self._fq.note(
-                    job.key,
-                    f"head {head.key} has waited too long; nothing that competes with it starts first",
-                )
-                return None
-            return "free"
-        if job.expected_duration is not None and self.now + job.expected_duration <= self.shadow_time:
-            return "ends"
-        if self.extra is not None and fits(job.request, self.extra):
-            return "extra"
-        self._fq.note(
-            job.key,
-            f"would delay head {head.key}, expected to start in {max(0.0, self.shadow_time - self.now):.0f}s",
-        )
-        return None
-
-    def _protect(self, head: QueuedJob) -> None:
-        """Make `head` the job backfill must not delay: its shadow time and extra capacity."""
-        self.head = head
-        self._fq._head = head.key
-        found = self._fq.shadow(head, self.now, self.free)
-        if found is not None:
-            self.shadow_time, self.extra = found
-        aging = self._fq.aging_of(head.queue)
-        self._strict_head = (
-            aging.reserve_after is not None and self.now - head.submit_time >= aging.reserve_after
-        )
-
-    def _take_current(self, job: QueuedJob) -> str | None:
-        if self._current is not None and self._current[0].key == job.key:
-            tag = self._current[1]
-            self._current = None
-            return tag
-        return None
-
-    def placed(self, job: QueuedJob, *, usage: Mapping[str, int] | None = None) -> None:
-        """The job started: it leaves the queue and its queue's share grows."""
-        tag = self._take_current(job)
-        use = usage if usage is not None else job.request
-        self._fq.start(job.key, now=self.now, usage=use)
-        add(self.free, use, sign=-1)
-        if tag == "extra" and self.extra is not None:
-            add(self.extra, use, sign=-1)
-        if tag is not None:
-            heapq.heappush(self._heap, (self._fq.share(job.queue), job.queue))
-
-    def blocked(self, job: QueuedJob, reason: str, *, reserve: bool = True) -> None:
-        """The job could not start now; the first such job (with `reserve`) becomes the head."""
-        tag = self._take_current(job)
-        if reason:
-            self._fq.note(job.key, reason)
-        if reserve and self.head is None and self._fq.backfill:
-            self._protect(job)
-        q = self._fq._queues.get(job.queue)
-        if tag is None or (q is not None and q.config.strategy == "StrictFIFO"):
-            return  # a StrictFIFO queue stops here for this cycle: not pushed back
-        heapq.heappush(self._heap, (self._fq.share(job.queue), job.queue))

@@ -1,0 +1,211 @@
+"""`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues and ResourceClasses.
+
+The body is a multi-document YAML (or a JSON list): every document is validated first by
+:func:`apply_documents` (the quotas as one tree: the tree in force with all of the file's quotas
+in it), then all are stored in one synchronous block — ResourceClasses, Queues, ResourceQuotas,
+then ElasticQuotas — or none. A problem is a 422 whose `details` name the object and the field
+`documents[I].<field>`. Needs the admin role. Decoding and storing are shared with the quota
+routes (`manifests`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from aiohttp import web
+
+from gpuyard.apis.meta import Resource
+from gpuyard.apis.quota import ElasticQuota, QuotaValidationError, parse_quota_document, validate_quotas
+from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
+from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.auth import authorize
+from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas, synced
+from gpuyard.platform.api.openapi import operation
+from gpuyard.platform.store import Store
+
+__all__ = ["apply_documents", "setup"]
+
+APPLY_KINDS = ("ElasticQuota", "Queue", "ResourceClass", "ResourceQuota")
+APPLY_RESULT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "applied": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "kind": {"type": "string"},
+                    "namespace": {"type": "string"},
+                    "name": {"type": "string"},
+                    "action": {"type": "string", "enum": ["created", "configured", "unchanged"]},
+                },
+            },
+        }
+    },
+}
+APPLY_BODY_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "description": "Multi-document YAML (or a JSON list) of "
+    + ", ".join(APPLY_KINDS)
+    + " objects; all are validated, then all stored or none.",
+}
+
+
+def _doc_name(doc: Any) -> str:
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    return str(meta.get("name") or "<unnamed>") if isinstance(meta, dict) else "<unnamed>"
+
+
+def _structural_quota(doc: dict[str, Any]) -> ElasticQuota | None:
+    """The quota a document describes, without checking the tree (None if it does not parse)."""
+    try:
+        data = {k: v for k, v in doc.items() if k != "status"}
+        obj = ElasticQuota.model_validate(data)
+    except ValueError:
+        return None
+    if not obj.metadata.namespace:
+        obj.metadata.namespace = "default"
+    return obj
+
+
+def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], list[dict[str, str]]]:
+    """Validate a policy file's documents against the store: (objects to store, problems).
+
+    ElasticQuotas are checked as one tree: each against the tree in force with every other quota
+    of the file in it, then the whole result against the tree in force. Problem fields are
+    `documents[I].<field>`.
+    """
+    docs = list(docs)
+    problems: list[dict[str, str]] = []
+    current = stored_quotas(store)
+    # the tree after the apply, built from the quotas of the file that at least parse
+    staged: dict[str, ElasticQuota] = {q.metadata.name: q for q in current}
+    seen: set[tuple[str, str, str]] = set()
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") == "ElasticQuota":
+            q = _structural_quota(doc)
+            if q is not None:
+                old = staged.get(q.metadata.name)
+                meta = doc.get("metadata")
+                if old is not None and isinstance(meta, dict) and not meta.get("namespace"):
+                    q.metadata.namespace = old.metadata.namespace
+                staged[q.metadata.name] = q
+    out: list[Resource] = []
+    for i, doc in enumerate(docs):
+        prefix = f"documents[{i}]."
+        name = _doc_name(doc)
+        if not isinstance(doc, dict):
+            problems.append(
+                {"object": f"documents[{i}]", "field": f"documents[{i}]", "reason": "expected a mapping"}
+            )
+            continue
+        kind = doc.get("kind")
+        if kind not in APPLY_KINDS:
+            problems.append(
+                {
+                    "object": f"{kind}/{name}",
+                    "field": f"{prefix}kind",
+                    "reason": f"unknown kind {kind!r}; allowed: {', '.join(APPLY_KINDS)}",
+                }
+            )
+            continue
+        meta = doc.get("metadata")
+        ns = str(meta.get("namespace") or "") if kind == "ResourceQuota" and isinstance(meta, dict) else ""
+        key = (kind, ns, name)
+        if key in seen:
+            problems.append(
+                {
+                    "object": f"{kind}/{name}",
+                    "field": f"{prefix}metadata.name",
+                    "reason": f"{kind} {name} appears more than once in the file",
+                }
+            )
+            continue
+        seen.add(key)
+        if kind == "ResourceClass":
+            data = dict(doc)
+            data.setdefault("apiVersion", ResourceClass.API_VERSION)
+            if not name or name == "<unnamed>":
+                problems.append(
+                    {
+                        "object": "ResourceClass/<unnamed>",
+                        "field": f"{prefix}metadata.name",
+                        "reason": "required",
+                    }
+                )
+                continue
+            found = validate_resource_class(data)
+            if found:
+                problems += [
+                    {"object": f"ResourceClass/{name}", "field": f"{prefix}{p.field}", "reason": p.reason}
+                    for p in found
+                ]
+                continue
+            out.append(ResourceClass.model_validate(data))
+            continue
+        data = dict(doc)
+        others: list[ElasticQuota] = []
+        if kind == "ElasticQuota":
+            others = [q for n, q in staged.items() if n != name]
+            old = next((q for q in current if q.metadata.name == name), None)
+            meta = data.get("metadata")
+            if old is not None and isinstance(meta, dict) and not meta.get("namespace"):
+                data["metadata"] = {**meta, "namespace": old.metadata.namespace}
+        try:
+            out.append(parse_quota_document(data, current_quotas=others))
+        except QuotaValidationError as exc:
+            problems += rejected_fields(str(kind), name, exc, prefix=prefix)
+    if not problems:
+        before = set(validate_quotas(current))
+        index = {o.metadata.name: i for i, o in enumerate(out) if isinstance(o, ElasticQuota)}
+        for obj_name, field, reason in validate_quotas(staged.values()):
+            if (obj_name, field, reason) not in before:
+                where = f"documents[{index[obj_name]}]." if obj_name in index else ""
+                problems.append(
+                    {"object": f"ElasticQuota/{obj_name}", "field": f"{where}{field}", "reason": reason}
+                )
+    return out, problems
+
+
+_ORDER = {"ResourceClass": 0, "Queue": 1, "ResourceQuota": 2, "ElasticQuota": 3}
+
+
+@operation(
+    "Apply a policy file: ElasticQuotas, ResourceQuotas, Queues and ResourceClasses, all or nothing",
+    tags=["quotas"],
+    body=APPLY_BODY_SCHEMA,
+    body_content_types=("application/yaml", "application/json"),
+    response=APPLY_RESULT_SCHEMA,
+    errors=[400, 401, 403, 422],
+)
+async def apply(request: web.Request) -> web.Response:
+    authorize(request, "admin")
+    store = request.app[CTX].store
+    docs = decode_body(await request.read())
+    if not docs:
+        raise ApiError(
+            422, "nothing to apply", details=[{"field": "documents", "reason": "the body has no documents"}]
+        )
+    objects, problems = apply_documents(store, docs)
+    if problems:
+        raise ApiError(422, f"{len(problems)} problem(s); nothing was applied", details=problems)
+    applied = []
+    # one synchronous block: the scheduler sees the whole file at once or not at all
+    for obj in sorted(objects, key=lambda o: _ORDER[o.kind]):
+        stored, action = put_object(store, obj)
+        applied.append(
+            {
+                "kind": stored.kind,
+                "namespace": stored.metadata.namespace,
+                "name": stored.metadata.name,
+                "action": action,
+            }
+        )
+    await synced(request)
+    return web.json_response({"applied": applied})
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post("/api/v1/apply", apply)

@@ -1,0 +1,231 @@
+"""Bodies of the policy-object endpoints (ElasticQuota, ResourceQuota, Queue, ResourceClass).
+
+Shared by the quota routes (`quotas`) and `apply` (`applying`):
+
+* reading: :func:`decode_body` (multi-document YAML, a JSON list or a `List`; 400 when
+  malformed), :func:`one_document`, :func:`prepare_document` (kind/apiVersion defaulted,
+  metadata.name/namespace checked against the URL; 422 naming the field), :func:`rejected_fields`
+  (a validation error as 422 `details`);
+* storing: :func:`put_object` creates an object or replaces the stored one's spec, labels and
+  annotations, keeping the status the scheduler wrote (conditional on a resourceVersion: 409
+  when stale), :func:`synced` waits for the journal; :func:`find_quota` finds an ElasticQuota by
+  its cluster-wide name in whichever namespace it lives;
+* listing: :func:`list_response` (one page), :func:`list_schema` and :data:`PAGING` for the
+  OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from gpuyard.apis.meta import Resource
+from gpuyard.apis.quota import API_ELASTIC_QUOTA, API_QUEUE, ElasticQuota, QuotaValidationError
+from gpuyard.apis.resourceclasses import ResourceClass
+from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.openapi import Param
+from gpuyard.platform.api.paging import list_body, paginate
+from gpuyard.platform.store import Conflict, Store
+
+__all__ = [
+    "PAGING",
+    "decode_body",
+    "find_quota",
+    "list_response",
+    "list_schema",
+    "one_document",
+    "prepare_document",
+    "put_object",
+    "rejected_fields",
+    "stored_quotas",
+    "synced",
+]
+
+_API_VERSIONS = {
+    "ElasticQuota": API_ELASTIC_QUOTA,
+    "Queue": API_QUEUE,
+    "ResourceQuota": "v1",
+    "ResourceClass": ResourceClass.API_VERSION,
+}
+
+
+def list_schema(ref: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": f"#/components/schemas/{ref}"}},
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "continue": {"type": "string", "nullable": True},
+                    "resourceVersion": {"type": "string"},
+                },
+            },
+        },
+    }
+
+
+PAGING = [
+    Param("limit", description="Page size (1..5000, default 500).", type="integer"),
+    Param("continue", description="Token from the previous page."),
+]
+
+
+# --- bodies -------------------------------------------------------------------------------------
+
+
+def decode_body(raw: bytes) -> list[Any]:
+    """Documents of a YAML or JSON body (multi-document YAML, a JSON list, or a `List`)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "the body is not UTF-8 text; send YAML or JSON") from None
+    try:
+        if text.lstrip().startswith(("{", "[")):
+            data = json.loads(text)
+            docs = data if isinstance(data, list) else [data]
+        else:
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise ApiError(400, f"malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if len(docs) == 1 and isinstance(docs[0], dict) and docs[0].get("kind") == "List":
+        items = docs[0].get("items")
+        docs = items if isinstance(items, list) else []
+    return docs
+
+
+def one_document(raw: bytes, kind: str) -> dict[str, Any]:
+    docs = decode_body(raw)
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise ApiError(400, f"the body must be one {kind} object (a mapping)")
+    return docs[0]
+
+
+def prepare_document(
+    doc: dict[str, Any], *, kind: str, name: str, namespace: str | None = None
+) -> dict[str, Any]:
+    """The body with kind/apiVersion defaulted and metadata.name/namespace checked against the URL."""
+    found = doc.get("kind", kind)
+    if found != kind:
+        raise ApiError(
+            422,
+            f"the body is not a {kind}",
+            details=[
+                {"object": f"{kind}/{name}", "field": "kind", "reason": f"must be {kind}, got {found!r}"}
+            ],
+        )
+    data = dict(doc)
+    data["kind"] = kind
+    data.setdefault("apiVersion", _API_VERSIONS[kind])
+    meta = data.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise ApiError(
+            422,
+            f"invalid {kind} {name}",
+            details=[{"object": f"{kind}/{name}", "field": "metadata", "reason": "must be a mapping"}],
+        )
+    meta = dict(meta)
+    for key, want in (("name", name), ("namespace", namespace)):
+        if want is not None and meta.get(key) not in (None, "", want):
+            raise ApiError(
+                422,
+                f"invalid {kind} {name}: nothing was stored",
+                details=[
+                    {
+                        "object": f"{kind}/{name}",
+                        "field": f"metadata.{key}",
+                        "reason": f"{meta[key]!r} differs from the URL's {want!r}",
+                    }
+                ],
+            )
+        if want is not None:
+            meta[key] = want
+    data["metadata"] = meta
+    return data
+
+
+def rejected_fields(
+    kind: str, name: str, exc: QuotaValidationError, *, prefix: str = ""
+) -> list[dict[str, str]]:
+    return [
+        {"object": f"{kind}/{name}", "field": f"{prefix}{d['field']}", "reason": d["reason"]}
+        for d in exc.details
+    ]
+
+
+# --- storing ------------------------------------------------------------------------------------
+
+
+def _same(old: Resource, new: Resource) -> bool:
+    return (
+        getattr(old, "spec", None) == getattr(new, "spec", None)
+        and old.metadata.labels == new.metadata.labels
+        and old.metadata.annotations == new.metadata.annotations
+    )
+
+
+def _existing(store: Store, obj: Resource) -> Resource | None:
+    if isinstance(obj, ElasticQuota):
+        return find_quota(store, obj.metadata.name)
+    ns = obj.metadata.namespace if obj.NAMESPACED else ""
+    return store.get(obj.kind, ns, obj.metadata.name)
+
+
+def put_object(store: Store, obj: Resource, *, conditional: bool = False) -> tuple[Resource, str]:
+    """Create `obj`, or replace the stored one's spec, labels and annotations (keeping its status)."""
+    existing = _existing(store, obj)
+    if existing is None:
+        return store.create(obj), "created"
+    if not conditional and _same(existing, obj):
+        return existing, "unchanged"
+    fresh = existing.model_copy(
+        update={
+            "spec": obj.spec,  # type: ignore[attr-defined]
+            "metadata": existing.metadata.model_copy(
+                update={
+                    "labels": dict(obj.metadata.labels),
+                    "annotations": dict(obj.metadata.annotations),
+                    "resource_version": obj.metadata.resource_version
+                    if conditional
+                    else existing.metadata.resource_version,
+                }
+            ),
+        }
+    )
+    try:
+        return store.update(fresh, check_version=conditional), "configured"
+    except Conflict as exc:
+        raise ApiError(409, str(exc)) from None
+
+
+async def synced(request: web.Request) -> None:
+    journal = getattr(request.app[CTX], "journal", None)
+    if journal is not None:
+        await journal.sync()
+
+
+def find_quota(store: Store, name: str) -> ElasticQuota | None:
+    for q in store.list("ElasticQuota"):
+        if q.metadata.name == name:
+            return q  # type: ignore[return-value]
+    return None
+
+
+def stored_quotas(store: Store) -> list[ElasticQuota]:
+    return store.list("ElasticQuota")  # type: ignore[return-value]
+
+
+def list_response(request: web.Request, items: list[Resource]) -> web.Response:
+    page, token = paginate(request, items)
+    store = request.app[CTX].store
+    return web.json_response(
+        list_body([o.to_dict() for o in page], next_token=token, resource_version=store.resource_version)
+    )

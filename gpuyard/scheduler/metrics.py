@@ -1,0 +1,62 @@
+"""Scheduler metrics: cycle time by result, attempts, pods placed, PodGroups waiting.
+
+`gpuyard_scheduler_cycle_seconds{result}` (a histogram of the time to decide and assume one
+gang), `gpuyard_scheduler_attempts{result}`, `gpuyard_scheduler_placed_pods` and
+`gpuyard_scheduler_pending_podgroups`, on the context's injected registry; the scheduling loop
+(`running`) observes them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["SchedulerMetrics"]
+
+
+_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
+_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, SchedulerMetrics] = weakref.WeakKeyDictionary()
+
+
+class SchedulerMetrics:
+    """Cycle time by result, attempts, pods placed, PodGroups waiting — on an injected registry.
+
+    One set per registry: components built twice on one registry share it.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.cycle = Histogram(
+            "gpuyard_scheduler_cycle_seconds",
+            "Time to decide and assume one gang.",
+            ["result"],
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+        self.attempts = Counter(
+            "gpuyard_scheduler_attempts", "Scheduling attempts by result.", ["result"], registry=registry
+        )
+        self.placed = Counter("gpuyard_scheduler_placed_pods", "Pods given a reservation.", registry=registry)
+        self.pending = Gauge(
+            "gpuyard_scheduler_pending_podgroups",
+            "PodGroups waiting in the scheduling queue.",
+            registry=registry,
+        )
+        self._children: dict[str, tuple[Any, Any]] = {}
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry) -> SchedulerMetrics:
+        metrics = _BY_REGISTRY.get(registry)
+        if metrics is None:
+            metrics = _BY_REGISTRY[registry] = cls(registry)
+        return metrics
+
+    def observe_cycle(self, seconds: float, result: str, *, pods: int = 0) -> None:
+        children = self._children.get(result)
+        if children is None:
+            children = self._children[result] = (self.cycle.labels(result), self.attempts.labels(result))
+        children[0].observe(seconds)
+        children[1].inc()
+        if pods:
+            self.placed.inc(pods)
