@@ -25,7 +25,7 @@ from gpuyard.scheduler.framework import CycleState
 from gpuyard.scheduler.gangs import PodShape, RolePart
 from gpuyard.scheduler.outcomes import FilterCount, Unschedulable
 
-__all__ = ["breakdown", "capacity", "explain", "static_key"]
+__all__ = ["breakdown", "capacity", "explain", "static_key", "static_mask"]
 
 _STATIC_CACHE_SIZE = 512
 
@@ -35,7 +35,8 @@ def static_key(shape: PodShape) -> tuple:
     return (shape.constraints, shape.gpu_class, shape.gpus, shape.shared)
 
 
-def _static_mask(state: CycleState, shape: PodShape) -> np.ndarray:
+def static_mask(state: CycleState, shape: PodShape) -> np.ndarray:
+    """bool[N]: live nodes every static filter (selectors, affinity, taints, GPU class) accepts; cached."""
     profile = state.profile
     snap = state.snapshot
     cache = profile.cache
@@ -65,7 +66,7 @@ def capacity(state: CycleState, shape: PodShape) -> np.ndarray:
     When every filter answered with a mask (they may, for `state.want == 1`), the answer is that
     bool[N] mask: "can take one".
     """
-    mask = _static_mask(state, shape)
+    mask = static_mask(state, shape)
     cap: np.ndarray | None = None
     for f in state.profile.filters:
         if getattr(f, "static", False):

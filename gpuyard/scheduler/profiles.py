@@ -29,6 +29,7 @@ import numpy as np
 
 from gpuyard.scheduler import choosing as _choosing  # noqa: F401  (registers the GPU choosers)
 from gpuyard.scheduler import filters as _filters  # noqa: F401  (registers the filters)
+from gpuyard.scheduler import packing_score as _packing  # noqa: F401  (registers the packing plugins)
 from gpuyard.scheduler import scores as _scores  # noqa: F401  (registers the scores)
 from gpuyard.scheduler import topology as _topology  # noqa: F401  (registers the topology plugins)
 from gpuyard.scheduler.filters import DEFAULT_FILTERS
@@ -49,17 +50,15 @@ register_profile(
     "default",
     ProfileSpec(
         scores={
-            "gpu-binpack": 10,
-            "gpu-share": 30,
-            "exact-fit": 5,
-            "cpu-spread": 10,
+            "packing": 50,
+            "cpu-spread": 1,
             "gpu-type": 5,
             "failover": 100,
             "topology": 20,
             "topology-frag": 2,
         },
         fill="auto",
-        chooser="topology",
+        chooser="packing-gpus",
         description="binpack GPU pods, exact fit for multi-GPU pods, spread CPU-only pods; "
         "NVLink-aware GPU choice",
     ),
@@ -137,6 +136,9 @@ def build_profile(
     )
     for hook in spec.hooks:
         profile.add_hook(_make(HOOKS, "job-level plugin", hook, args))
+    link = getattr(profile.chooser, "link", None)
+    if link is not None:  # a chooser that follows a score plugin's decisions (packing)
+        link([plugin for plugin, _ in scores])
     return profile
 
 

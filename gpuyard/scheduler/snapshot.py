@@ -208,6 +208,9 @@ class Snapshot:
         self.gpu_healthy_count = np.zeros(n, dtype=np.int32)
         self.gpu_healthy_inv = np.zeros(n, dtype=np.float64)  # 1 / healthy GPUs (0 without): binpack scores
         self.gpu_model = np.full(n, -1, dtype=np.int16)
+        self.gpu_kinds = np.zeros(
+            (n, g + 1), dtype=np.int32
+        )  # GPU pods per kind: [0] shares, [k] k whole GPUs
         self.block = np.full(n, -1, dtype=np.int32)
         self.spine = np.full(n, -1, dtype=np.int32)
         self.table_id = np.full(n, -1, dtype=np.int32)
@@ -224,7 +227,7 @@ class Snapshot:
             new = getattr(self, k)
             if arr.ndim == 1:
                 new[:old_n] = arr
-            elif k.startswith("ext"):
+            elif k.startswith("ext") or k == "gpu_kinds":
                 new[:old_n, : arr.shape[1]] = arr
             else:
                 new[:old_n, :old_g] = arr
@@ -405,6 +408,7 @@ class Snapshot:
         self.ports_used[row] = {}
         self.ports_used_count[row] = 0
         self.nics_used[row] = {}
+        self.gpu_kinds[row, :] = 0
         name = self.names[row]
         for key in self._by_node.get(name, ()):  # type: ignore[arg-type]
             entry = self._entries[key]
@@ -529,6 +533,7 @@ class Snapshot:
             self.ext_free[row, col] -= amount
         if alloc.gpus:
             self._gpus_take(row, alloc.gpus, alloc.gpu_milli, alloc.gpu_mem)
+            self.gpu_kinds[row, _kind(alloc, self.g)] += 1
         if alloc.nics:
             held = self.nics_used[row]
             for nic in alloc.nics:
@@ -556,6 +561,7 @@ class Snapshot:
             self.ext_free[row, self._ext_index[name]] += amount
         if alloc.gpus:
             self._gpus_take(row, alloc.gpus, -alloc.gpu_milli, -alloc.gpu_mem)
+            self.gpu_kinds[row, _kind(alloc, self.g)] -= 1
         if alloc.nics:
             held = self.nics_used[row]
             for nic in alloc.nics:
@@ -793,7 +799,13 @@ class Snapshot:
             gpu_model=self.gpu_model[rows],
             cpu_capacity=np.maximum(self.cpu_alloc[rows], self.cpu_free[rows]),
             mem_capacity=np.maximum(self.mem_alloc[rows], self.mem_free[rows]),
+            gpu_pods=self.gpu_kinds[rows],
         )
+
+
+def _kind(alloc: Alloc, width: int) -> int:
+    """The column of `gpu_kinds` an allocation counts in: 0 for a share, else its GPU count."""
+    return 0 if alloc.gpu_milli < GPU_MILLI else min(len(alloc.gpus), width)
 
 
 def _with_policy(topology: NodeTopology, policy: str | None) -> NodeTopology:
@@ -839,6 +851,7 @@ _ARRAYS = (
     "gpu_healthy_count",
     "gpu_healthy_inv",
     "gpu_model",
+    "gpu_kinds",
     "block",
     "spine",
     "table_id",

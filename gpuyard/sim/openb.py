@@ -445,7 +445,12 @@ def write_plot(results: Iterable[Result], path: str | Path, *, published: bool =
     for ax in axes:
         for i, (policy, curves) in enumerate(by_policy.items()):
             color = f"C{i}"
-            ax.plot(x, np.nanmean(np.vstack(curves), axis=0), color=color, label=f"{policy} (gpuyard)")
+            stack = np.vstack(curves)
+            seen = (~np.isnan(stack)).sum(axis=0)
+            mean = np.where(
+                seen > 0, np.nansum(stack, axis=0) / np.maximum(seen, 1), np.nan
+            )  # NaN where no run has data
+            ax.plot(x, mean, color=color, label=f"{policy} (gpuyard)")
             if policy in paper:
                 ax.plot(
                     x, paper[policy], color=color, linestyle="--", linewidth=1, label=f"{policy} (published)"

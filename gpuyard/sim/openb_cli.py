@@ -23,11 +23,15 @@ from typing import Literal
 
 import click
 
+from gpuyard.scheduler.framework import PROFILES
 from gpuyard.scheduler.packing import POLICIES
+from gpuyard.sim.framework_placer import framework_placer
 from gpuyard.sim.openb import (
     SUMMARY_POINTS,
+    PlacerFactory,
     Result,
     is_default_trace,
+    packing_placer,
     run_many,
     summarize,
     write_alloc_csv,
@@ -36,7 +40,10 @@ from gpuyard.sim.openb import (
 )
 from gpuyard.sim.traces import NodeTrace, PodTrace, TraceError, load_openb_nodes, load_openb_pods
 
-__all__ = ["openb", "parse_policies", "parse_seeds"]
+__all__ = ["ENGINES", "openb", "parse_policies", "parse_seeds"]
+
+ENGINES: dict[str, PlacerFactory] = {"scheduler": framework_placer, "packing": packing_placer}
+"""--engine name -> how each pod is placed."""
 
 _RANGE = re.compile(r"^\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?$")
 
@@ -116,6 +123,21 @@ def _fail(ctx: click.Context, message: str) -> None:
     show_default=True,
     help="Tie-break order: the paper simulator's seeded node renaming, or the trace's node names.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(list(ENGINES)),
+    default="scheduler",
+    show_default=True,
+    help="scheduler: every pod through the live scheduler (Snapshot, filters, place(), the 'packing' "
+    "profile); packing: the packing policies on flat arrays only (faster, same placements).",
+)
+@click.option(
+    "--profile",
+    default="packing",
+    show_default=True,
+    help="Scheduler profile for --engine scheduler: 'packing' (the policy alone, as the paper runs it) "
+    "or a live profile such as 'default' (the policy with failover, topology and GPU-type scores).",
+)
 @click.pass_context
 def openb(
     ctx: click.Context,
@@ -126,6 +148,8 @@ def openb(
     load: float,
     out_dir: Path,
     node_order: str,
+    engine: str,
+    profile: str,
 ) -> None:
     """Replay the Alibaba openb trace to saturation and compare GPU-packing policies (FGD paper, Fig. 7)."""
     try:
@@ -151,10 +175,25 @@ def openb(
         _fail(ctx, f"{nodes_path}: the cluster has no GPUs")
         return
 
+    placer_factory = ENGINES[engine]
+    if engine == "scheduler":
+        if profile not in PROFILES:
+            _fail(
+                ctx, f"--profile: unknown scheduler profile {profile!r}; known: {', '.join(sorted(PROFILES))}"
+            )
+            return
+        placer_factory = partial(framework_placer, profile=profile)
     published = is_default_trace(nodes, pods)
     total = len(policies) * len(seeds)
     results = _run_with_progress(
-        nodes, pods, policies=policies, seeds=seeds, load=load, node_order=node_order, total=total
+        nodes,
+        pods,
+        policies=policies,
+        seeds=seeds,
+        load=load,
+        node_order=node_order,
+        total=total,
+        placer_factory=placer_factory,
     )
 
     workload = pods_path.stem
@@ -169,6 +208,8 @@ def openb(
             "load": load,
             "seeds": seeds,
             "node_order": node_order,
+            "engine": engine,
+            "profile": profile if engine == "scheduler" else None,
         },
     )
     png_path = write_plot(results, out_dir / "openb_alloc.png", published=published)
@@ -190,10 +231,20 @@ def _run_with_progress(
     load: float,
     node_order: Literal["simulator", "trace"],
     total: int,
+    placer_factory: PlacerFactory,
 ) -> list[Result]:
     from rich.console import Console
 
-    run = partial(run_many, nodes, pods, policies=policies, seeds=seeds, load=load, node_order=node_order)
+    run = partial(
+        run_many,
+        nodes,
+        pods,
+        policies=policies,
+        seeds=seeds,
+        load=load,
+        node_order=node_order,
+        placer_factory=placer_factory,
+    )
     console = Console(stderr=True)
     if not console.is_terminal:
         return run()

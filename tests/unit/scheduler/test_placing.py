@@ -190,8 +190,13 @@ def test_first_fit_and_seeded_random_profiles():
 def test_weights_from_config_change_the_decision():
     s = snap([make_node(n, gpus=8) for n in "ab"])
     used(s, "x", "a", 4)
-    assert nodes_of(place_one(s, podgroup("j", role(gpus=1)))) == {"j-worker-0": "a"}
-    spread = place_one(s, podgroup("j", role(gpus=1)), weights={"gpu-binpack": 0, "least-allocated": 10})
+    assert nodes_of(place_one(s, podgroup("j", role(gpus=1)), profile="binpack")) == {"j-worker-0": "a"}
+    spread = place_one(
+        s,
+        podgroup("j", role(gpus=1)),
+        profile="binpack",
+        weights={"most-allocated": 0, "least-allocated": 10},
+    )
     assert nodes_of(spread) == {"j-worker-0": "b"}
     with pytest.raises(ValueError, match="unknown score plugin 'nope'"):
         build_profile(weights={"nope": 1})
@@ -317,13 +322,27 @@ def test_gpu_shares_stack_on_one_gpu_best_fit():
     gang = GangRequest(
         ("default", "j"), (("default", "j"),), [RolePart("default", "j", "Worker", shape, pods, 3)]
     )
-    result = place(s, gang, build_profile())
+    result = place(s, gang, build_profile("binpack"))
     assert isinstance(result, Placement)
     assert [p.gpus for p in result.pods] == [(0,), (0,), (0,)] and all(
         p.gpu_milli == 300 for p in result.pods
     )
     assume_into(s, result)
     assert s.gpu_free_milli[0, :2].tolist() == [100, 1000] and s.gpu_whole_free[0] == 1
+
+
+def test_default_profile_stacks_shares_until_a_fragment_would_be_stranded():
+    # FGD (the default's packing policy) against a workload of 300m shares: a third share on GPU 0
+    # would leave 100m that no such share can use, so it opens GPU 1 instead
+    s = snap([make_node("a", gpus=2)])
+    shape = PodShape(cpu_milli=100, gpus=1, gpu_milli=300)
+    pods = tuple(PodSlot("default", "j", "Worker", i, f"j-worker-{i}") for i in range(3))
+    gang = GangRequest(
+        ("default", "j"), (("default", "j"),), [RolePart("default", "j", "Worker", shape, pods, 3)]
+    )
+    result = place(s, gang, build_profile())
+    assert isinstance(result, Placement)
+    assert [p.gpus for p in result.pods] == [(0,), (0,), (1,)]
 
 
 # --- explanations and hooks -------------------------------------------------------------------

@@ -99,3 +99,33 @@ def test_missing_node_file_is_reported(tmp_path):
     result = invoke("--nodes", str(tmp_path / "none.csv"), "--pods", str(PODS))
     assert result.exit_code == 2
     assert "none.csv: cannot read" in result.stderr
+
+
+def test_both_engines_give_the_same_figures_and_the_profile_is_recorded(tmp_path):
+    figures = {}
+    for engine in ("scheduler", "packing"):
+        out = tmp_path / engine
+        result = invoke(
+            "--nodes", str(NODES), "--pods", str(PODS), "--policy", "fgd,best-fit", "--seeds", "1-2",
+            "--engine", engine, "--out", str(out),
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        summary = json.loads((out / "summary.json").read_text())
+        figures[engine] = {p: summary["policies"][p]["alloc_pct_mean"] for p in ("fgd", "best-fit")}
+        assert summary["engine"] == engine
+    assert figures["scheduler"] == figures["packing"]
+    out = tmp_path / "live"
+    result = invoke(
+        "--nodes", str(NODES), "--pods", str(PODS), "--policy", "gpuyard", "--seeds", "1",
+        "--profile", "default", "--out", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "summary.json").read_text())["profile"] == "default"
+
+
+def test_an_unknown_profile_is_named_with_exit_code_2(tmp_path):
+    result = invoke(
+        "--nodes", str(NODES), "--pods", str(PODS), "--profile", "fastest", "--out", str(tmp_path)
+    )
+    assert result.exit_code == 2
+    assert "--profile: unknown scheduler profile 'fastest'; known:" in result.output

@@ -1,0 +1,264 @@
+"""The packing policies as scheduler plugins: the `packing` score, the `packing` GPU chooser, the
+`packing` profile.
+
+`gpuyard.scheduler.packing` holds the GPU-sharing packing policies (FGD, best-fit, ..., and
+gpuyard's own) over flat `ClusterState` arrays. This module runs them inside the scheduling
+framework, on the live :class:`~gpuyard.scheduler.snapshot.Snapshot`, so the trace simulator and
+`gpuyard serve` place pods with one and the same code:
+
+* :class:`PackingScore` (score plugin ``packing``, args ``policy`` (default ``gpuyard``),
+  ``coverage``, ``seed``) keeps a `ClusterState` *mirror* of the snapshot, row for row, refreshes
+  its free arrays from the snapshot before each scoring (a few vectorised copies; FGD's
+  per-node fragmentation cache then recomputes only the rows that changed), and returns the
+  policy's score for the candidate rows. The policy learns its typical pods from
+  :meth:`PackingScore.prepare` (the simulator passes the trace's workload) or, when nothing was
+  prepared, from the pods now holding GPUs plus the pod being placed (the live platform).
+* :class:`PackingChooser` (chooser ``packing-gpus``): a GPU share goes on the GPU the policy picks (FGD:
+  the GPU whose use fragments the node least); whole GPUs come from the `topology` chooser, which
+  keeps NVLink-aware choices (for fragmentation only the number of idle GPUs on a node counts).
+* the ``packing`` profile: ``packing`` as the only score, pack fill, the ``packing-gpus`` chooser,
+  and the default filters but ``gpu-node-reserve`` (how much CPU to leave next to idle GPUs is
+  the policy's business: gpuyard's policy weighs exactly that).
+  Select the policy with ``scheduler.plugin_args: {packing: {policy: fgd}}``.
+
+Ties go to the lowest snapshot row (the framework's argmax), which the simulator orders by node
+name, as the paper's simulator breaks ties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from gpuyard.scheduler.choosing import share_choice
+from gpuyard.scheduler.filtering import static_mask
+from gpuyard.scheduler.filters import DEFAULT_FILTERS
+from gpuyard.scheduler.framework import (
+    CycleState,
+    GPUChoice,
+    ProfileSpec,
+    register_chooser,
+    register_profile,
+    register_score,
+)
+from gpuyard.scheduler.gangs import GPU_MILLI, PodShape
+from gpuyard.scheduler.packing import POLICIES, ClusterState, PackingPolicy, PodRequest, get_policy
+from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.scheduler.topology import TopologyChooser
+
+__all__ = ["PackingChooser", "PackingScore", "mirror_of"]
+
+
+def mirror_of(snapshot: Snapshot) -> ClusterState:
+    """A `ClusterState` with one row per snapshot row (dead rows: no GPUs, no capacity)."""
+    n, g = snapshot.n, snapshot.g
+    names = [name or "" for name in snapshot.names] + [""] * (n - len(snapshot.names))
+    alive = snapshot.alive
+    return ClusterState(
+        node_names=names,
+        model_names=snapshot.model_names,
+        cpu_free=np.zeros(n, dtype=np.int64),
+        mem_free=np.zeros(n, dtype=np.int64),
+        gpu_free=np.zeros((n, g), dtype=np.int32),
+        gpu_count=np.where(alive, snapshot.gpu_count, 0),
+        gpu_model=np.where(alive, snapshot.gpu_model, -1),
+        cpu_capacity=np.where(alive, snapshot.cpu_alloc, 0),
+        mem_capacity=np.where(alive, snapshot.mem_alloc, 0),
+        gpu_pods=np.zeros((n, g + 1), dtype=np.int32),
+    )
+
+
+class PackingScore:
+    """A packing policy's score over the snapshot (see the module docstring)."""
+
+    name = "packing"
+
+    def __init__(
+        self, *, policy: str = "gpuyard", coverage: float = 0.95, seed: int = 0, gpu_only: bool = False
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"packing: unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+        if not 0 < coverage <= 1:
+            raise ValueError(f"packing: coverage must be within (0, 1], got {coverage}")
+        self.policy_name = policy
+        self.policy: PackingPolicy = get_policy(policy, seed=seed)
+        self.coverage = coverage
+        self.gpu_only = gpu_only
+        self.prepared = False
+        self._learned: tuple | None = None
+        self._mirror: ClusterState | None = None
+        self._stamp: tuple | None = None
+        self._models: dict[tuple, tuple[int, ...] | None] = {}
+
+    def prepare(self, workload: Iterable[PodRequest]) -> None:
+        """Fix the workload the policy measures fragmentation against (model indices refer to the
+        snapshot's `model_names`)."""
+        self.policy.prepare(workload)
+        self.prepared = True
+
+    # --- the mirror ------------------------------------------------------------------------------
+
+    def mirror(self, snapshot: Snapshot) -> ClusterState:
+        """The snapshot's free capacity as the policy's `ClusterState` (refreshed in place)."""
+        stamp = (id(snapshot), snapshot.static_version, snapshot.n, snapshot.g, len(snapshot.model_names))
+        if self._mirror is None or self._stamp != stamp:
+            self._mirror, self._stamp, self._models = mirror_of(snapshot), stamp, {}
+        m = self._mirror
+        np.maximum(snapshot.cpu_free, 0, out=m.cpu_free)
+        np.maximum(snapshot.mem_free, 0, out=m.mem_free)
+        np.copyto(
+            m.gpu_free, np.clip(np.where(snapshot.gpu_healthy, snapshot.gpu_free_milli, 0), 0, GPU_MILLI)
+        )
+        np.copyto(m.gpu_pods, snapshot.gpu_kinds)
+        return m
+
+    def request(self, state: CycleState, shape: PodShape) -> PodRequest:
+        """The pod as the policy sees it; GPU models it may use when its constraints narrow them."""
+        return PodRequest(
+            name="pod",
+            cpu_milli=shape.cpu_milli,
+            memory_mib=shape.mem_mib,
+            num_gpu=shape.gpus,
+            gpu_milli=shape.gpu_milli if shape.gpus else 0,
+            allowed_models=self._allowed_models(state, shape) if shape.gpus else None,
+        )
+
+    def _allowed_models(self, state: CycleState, shape: PodShape) -> tuple[int, ...] | None:
+        key = (shape.constraints, shape.gpu_class)
+        if key not in self._models:
+            snap = state.snapshot
+            with_gpus = snap.alive & (snap.gpu_count > 0) & (snap.gpu_model >= 0)
+            every = set(np.unique(snap.gpu_model[with_gpus]).tolist())
+            allowed = set(np.unique(snap.gpu_model[with_gpus & static_mask(state, shape)]).tolist())
+            self._models[key] = tuple(sorted(allowed)) if allowed != every else None
+        return self._models[key]
+
+    def _learn(self, snapshot: Snapshot, pod: PodRequest) -> None:
+        """Without a prepared workload: the pods now holding GPUs plus this one."""
+        key = (snapshot.version, pod.shape)
+        if self._learned == key:
+            return
+        workload = [
+            PodRequest(name="w", cpu_milli=cpu, memory_mib=0, num_gpu=n, gpu_milli=milli)
+            for cpu, n, milli in snapshot.workload_shapes()
+        ]
+        self.policy.prepare([*workload, pod])
+        self._learned = key
+
+    # --- the plugin ------------------------------------------------------------------------------
+
+    def score(
+        self, state: CycleState, shape: PodShape, nodes: np.ndarray | slice, take: np.ndarray
+    ) -> np.ndarray | None:
+        if self.gpu_only and not shape.gpus:
+            return None
+        snap = state.snapshot
+        mirror = self.mirror(snap)
+        pod = self.request(state, shape)
+        if not self.prepared:
+            self._learn(snap, pod)
+        rows = np.arange(snap.n)[nodes]
+        ok = take > 0
+        out = np.full(len(rows), -np.inf)
+        if ok.any():
+            out[ok] = self.policy.score(mirror, pod, rows[ok])
+        return out
+
+    @staticmethod
+    def normalize(raw: np.ndarray, *, valid: np.ndarray | None = None) -> np.ndarray:
+        """Dense rank of the candidates' scores, scaled to 0..100 (equal scores, equal ranks).
+
+        The policy's scores are lexicographic keys whose spread says nothing: a rank keeps the
+        order and lets a weighted plugin (failover, topology) count the same against any step.
+        """
+        out = np.zeros(len(raw), dtype=np.float64)
+        ok = np.isfinite(raw) if valid is None else (valid & np.isfinite(raw))
+        if not ok.any():
+            return out
+        levels, rank = np.unique(raw[ok], return_inverse=True)
+        if len(levels) > 1:
+            out[ok] = rank * (100.0 / (len(levels) - 1))
+        return out
+
+    def choose_share(self, snapshot: Snapshot, row: int, shape: PodShape) -> int | None:
+        """The policy's GPU on `row` for a share of `shape` (None: the policy has no opinion)."""
+        mirror = self.mirror(snapshot)
+        pod = PodRequest(
+            name="pod",
+            cpu_milli=shape.cpu_milli,
+            memory_mib=shape.mem_mib,
+            num_gpu=1,
+            gpu_milli=shape.gpu_milli,
+        )
+        if not (mirror.gpu_free[row] >= pod.gpu_milli).any():
+            return None
+        if not self.prepared:
+            self._learn(snapshot, pod)
+        return int(self.policy.choose_gpus(mirror, row, pod)[0])
+
+
+class PackingChooser:
+    """Shares on the policy's GPU, whole GPUs by topology (see the module docstring)."""
+
+    name = "packing-gpus"
+
+    def __init__(self) -> None:
+        self.topology = TopologyChooser()
+        self.score: PackingScore | None = None
+        self.refusals = self.topology.refusals
+
+    def link(self, scores: Iterable[object]) -> None:
+        """Called by `build_profile` with the profile's score plugins: find the packing score."""
+        self.score = next((s for s in scores if isinstance(s, PackingScore)), None)
+
+    def reset(self) -> None:
+        self.topology.reset()
+
+    def choose(
+        self, snapshot: Snapshot, row: int, shape: PodShape, *, within: int | None = None
+    ) -> GPUChoice | None:
+        if not shape.shared or self.score is None:
+            return self.topology.choose(snapshot, row, shape, within=within)
+        gpu = self.score.choose_share(snapshot, row, shape)
+        if gpu is not None and snapshot.share_fits(row, shape)[gpu]:
+            return GPUChoice((gpu,))
+        return share_choice(snapshot, row, shape)  # the policy's GPU is not of the class, or short of memory
+
+
+def _score_factory(name: str, *, gpu_only: bool) -> Any:
+    def make(args: Mapping[str, Any]) -> PackingScore:
+        unknown = sorted(set(args) - {"policy", "coverage", "seed"})
+        if unknown:
+            raise ValueError(f"score plugin {name!r} takes policy, coverage and seed; got {unknown}")
+        return PackingScore(
+            policy=str(args.get("policy", "gpuyard")),
+            coverage=float(args.get("coverage", 0.95)),
+            seed=int(args.get("seed", 0)),
+            gpu_only=gpu_only,
+        )
+
+    return make
+
+
+def _chooser(args: Mapping[str, Any]) -> PackingChooser:
+    if args:
+        raise ValueError(f"GPU chooser 'packing-gpus' takes no arguments, got {sorted(args)}")
+    return PackingChooser()
+
+
+register_score(PackingScore.name, _score_factory(PackingScore.name, gpu_only=False), replace=True)
+register_score("packing-gpu", _score_factory("packing-gpu", gpu_only=True), replace=True)
+register_chooser(PackingChooser.name, _chooser, replace=True)
+register_profile(
+    "packing",
+    ProfileSpec(
+        scores={"packing": 1},
+        filters=tuple(f for f in DEFAULT_FILTERS if f != "gpu-node-reserve"),  # the policy weighs CPU
+        fill="pack",
+        chooser="packing-gpus",
+        description="a GPU packing policy (plugin_args packing.policy: fgd, best-fit, ..., gpuyard)",
+    ),
+    replace=True,
+)
