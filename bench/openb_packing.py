@@ -11,6 +11,11 @@ run of one policy within 10 s.
     .venv/bin/python bench/openb_packing.py                       # fgd,best-fit,gpuyard,random x 42-51
     .venv/bin/python bench/openb_packing.py --policies all --seeds 42-44
     .venv/bin/python bench/openb_packing.py --small               # CI size: fgd,gpuyard x seed 42
+    .venv/bin/python bench/openb_packing.py --profile default --policies gpuyard   # the live default
+
+Every pod goes through the live scheduler (`--engine scheduler`, the default: Snapshot, filters,
+`place()`, the ``packing`` profile); ``--engine packing`` runs the flat packing engine, which
+places every pod the same way, faster.
 
 Trace paths default to ``../shared/data/openb/`` next to the repository root (``--nodes``,
 ``--pods`` override them).
@@ -24,13 +29,15 @@ import os
 import platform
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpuyard.sim.framework_placer import framework_placer  # noqa: E402
 from gpuyard.sim.openb import PUBLISHED_MEANS, is_default_trace, run_openb  # noqa: E402
-from gpuyard.sim.openb_cli import parse_policies, parse_seeds  # noqa: E402
+from gpuyard.sim.openb_cli import ENGINES, parse_policies, parse_seeds  # noqa: E402
 from gpuyard.sim.traces import load_openb_nodes, load_openb_pods  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "openb"
@@ -45,7 +52,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="42-51", help="numbers and ranges, e.g. 42-51")
     ap.add_argument("--load", type=float, default=1.3)
     ap.add_argument("--small", action="store_true", help="CI size: fgd,gpuyard on seed 42")
+    ap.add_argument(
+        "--engine",
+        choices=sorted(ENGINES),
+        default="scheduler",
+        help="scheduler: every pod through the live scheduler (default); packing: the flat engine",
+    )
+    ap.add_argument("--profile", default="packing", help="scheduler profile for --engine scheduler")
     args = ap.parse_args(argv)
+    placer = ENGINES[args.engine]
+    if args.engine == "scheduler":
+        placer = partial(framework_placer, profile=args.profile)
     if args.small:
         args.policies, args.seeds = "fgd,gpuyard", "42"
     try:
@@ -65,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         "cluster": {"nodes": len(nodes), "gpus": int(nodes.gpus.sum()), "trace_pods": len(pods)},
         "load": args.load,
         "seeds": seeds,
+        "engine": args.engine,
+        "profile": args.profile if args.engine == "scheduler" else None,
         "load_trace_s": round(load_s, 3),
         "machine": {
             "python": platform.python_version(),
@@ -74,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         "policies": {},
     }
     for policy in policies:
-        runs = [run_openb(nodes, pods, policy=policy, seed=s, load=args.load) for s in seeds]
+        runs = [
+            run_openb(nodes, pods, policy=policy, seed=s, load=args.load, placer_factory=placer)
+            for s in seeds
+        ]
         entry: dict = {
             f"alloc_{p}_mean": round(sum(r.alloc_at(p) for r in runs) / len(runs), 2) for p in POINTS
         }

@@ -429,7 +429,7 @@ class Store:
             fut = self._new
             if fut is None:
                 fut = self._new = asyncio.get_running_loop().create_future()
-            await fut
+            await asyncio.shield(fut)  # one watcher cancelled must not cancel the others' shared wait
 
     def close(self) -> None:
         """End every watch (after it has delivered what was written)."""

@@ -50,6 +50,8 @@ from gpuyard.scheduler.topology import TopologyChooser
 
 __all__ = ["PackingChooser", "PackingScore", "mirror_of"]
 
+_SCORE_CACHE_SIZE = 64  # pod shapes whose per-node scores are kept
+
 
 def mirror_of(snapshot: Snapshot) -> ClusterState:
     """A `ClusterState` with one row per snapshot row (dead rows: no GPUs, no capacity)."""
@@ -91,28 +93,59 @@ class PackingScore:
         self._mirror: ClusterState | None = None
         self._stamp: tuple | None = None
         self._models: dict[tuple, tuple[int, ...] | None] = {}
+        self._seen = np.zeros(0, dtype=np.int64)
+        self._scores: dict[tuple, tuple[int, np.ndarray, np.ndarray]] = {}
+        self._generation = 0  # bumped when the policy learns a workload: cached scores are void
 
     def prepare(self, workload: Iterable[PodRequest]) -> None:
         """Fix the workload the policy measures fragmentation against (model indices refer to the
         snapshot's `model_names`)."""
         self.policy.prepare(workload)
         self.prepared = True
+        self._generation += 1
 
     # --- the mirror ------------------------------------------------------------------------------
 
     def mirror(self, snapshot: Snapshot) -> ClusterState:
-        """The snapshot's free capacity as the policy's `ClusterState` (refreshed in place)."""
+        """The snapshot's free capacity as the policy's `ClusterState`: the rows whose
+        `row_version` moved since the last call are copied again, the others are kept."""
         stamp = (id(snapshot), snapshot.static_version, snapshot.n, snapshot.g, len(snapshot.model_names))
         if self._mirror is None or self._stamp != stamp:
             self._mirror, self._stamp, self._models = mirror_of(snapshot), stamp, {}
+            self._seen = np.full(snapshot.n, -1, dtype=np.int64)
+            self._scores.clear()
         m = self._mirror
-        np.maximum(snapshot.cpu_free, 0, out=m.cpu_free)
-        np.maximum(snapshot.mem_free, 0, out=m.mem_free)
-        np.copyto(
-            m.gpu_free, np.clip(np.where(snapshot.gpu_healthy, snapshot.gpu_free_milli, 0), 0, GPU_MILLI)
-        )
-        np.copyto(m.gpu_pods, snapshot.gpu_kinds)
+        dirty = np.flatnonzero(snapshot.row_version != self._seen)
+        if len(dirty):
+            m.cpu_free[dirty] = np.maximum(snapshot.cpu_free[dirty], 0)
+            m.mem_free[dirty] = np.maximum(snapshot.mem_free[dirty], 0)
+            free = np.where(snapshot.gpu_healthy[dirty], snapshot.gpu_free_milli[dirty], 0)
+            m.gpu_free[dirty] = np.clip(free, 0, GPU_MILLI)
+            m.gpu_pods[dirty] = snapshot.gpu_kinds[dirty]
+            self._seen[dirty] = snapshot.row_version[dirty]
         return m
+
+    def _cached_scores(self, snapshot: Snapshot, mirror: ClusterState, pod: PodRequest) -> np.ndarray:
+        """float[N]: the policy's score of every row for `pod` (-inf where it does not fit),
+        recomputed only for rows that changed since this shape was last scored (`per_node`)."""
+        key = (pod.shape, pod.memory_mib)
+        entry = self._scores.pop(key, None)
+        if entry is None or entry[0] != self._generation:
+            scores = np.full(snapshot.n, -np.inf)
+            seen = np.full(snapshot.n, -1, dtype=np.int64)
+        else:
+            _, scores, seen = entry
+        dirty = np.flatnonzero(snapshot.row_version != seen)
+        if len(dirty):
+            ok = dirty[_fits_rows(mirror, pod, dirty)]
+            scores[dirty] = -np.inf
+            if len(ok):
+                scores[ok] = self.policy.score(mirror, pod, ok)
+            seen[dirty] = snapshot.row_version[dirty]
+        self._scores[key] = (self._generation, scores, seen)  # most recent last
+        if len(self._scores) > _SCORE_CACHE_SIZE:
+            del self._scores[next(iter(self._scores))]
+        return scores
 
     def request(self, state: CycleState, shape: PodShape) -> PodRequest:
         """The pod as the policy sees it; GPU models it may use when its constraints narrow them."""
@@ -131,21 +164,44 @@ class PackingScore:
             snap = state.snapshot
             with_gpus = snap.alive & (snap.gpu_count > 0) & (snap.gpu_model >= 0)
             every = set(np.unique(snap.gpu_model[with_gpus]).tolist())
-            allowed = set(np.unique(snap.gpu_model[with_gpus & static_mask(state, shape)]).tolist())
+            # the nodes the pod's constraints allow for one GPU: the static filters also weigh
+            # the GPU count, which says nothing about models
+            one = PodShape(
+                gpus=1, gpu_milli=GPU_MILLI, gpu_class=shape.gpu_class, constraints=shape.constraints
+            )
+            allowed = set(np.unique(snap.gpu_model[with_gpus & static_mask(state, one)]).tolist())
             self._models[key] = tuple(sorted(allowed)) if allowed != every else None
         return self._models[key]
 
     def _learn(self, snapshot: Snapshot, pod: PodRequest) -> None:
-        """Without a prepared workload: the pods now holding GPUs plus this one."""
-        key = (snapshot.version, pod.shape)
-        if self._learned == key:
+        """Without a prepared workload: the pods now holding GPUs plus this one.
+
+        Learning resets FGD's per-node cache, so it is redone only when it matters: the pod's
+        shape is new to the model, or the number of GPU pods or of distinct shapes moved by more
+        than a quarter since the last time (the proportions FGD weighs change slowly).
+        """
+        if self._learned is not None and self._learned[0] == snapshot.version:
             return
-        workload = [
-            PodRequest(name="w", cpu_milli=cpu, memory_mib=0, num_gpu=n, gpu_milli=milli)
-            for cpu, n, milli in snapshot.workload_shapes()
-        ]
-        self.policy.prepare([*workload, pod])
-        self._learned = key
+        counts = snapshot.workload_counts()
+        total, kinds = sum(counts.values()), len(counts)
+        last = self._learned
+        key = (pod.cpu_milli, pod.num_gpu, pod.gpu_milli)
+        if (
+            last is not None
+            and key in last[3]
+            and abs(total - last[1]) * 4 <= last[1]
+            and abs(kinds - last[2]) * 4 <= last[2]
+        ):
+            self._learned = (snapshot.version, *last[1:])
+            return
+        workload = [pod]
+        for (cpu, n, milli), count in counts.items():
+            workload.extend(
+                [PodRequest(name="w", cpu_milli=cpu, memory_mib=0, num_gpu=n, gpu_milli=milli)] * count
+            )
+        self.policy.prepare(workload)
+        self._generation += 1
+        self._learned = (snapshot.version, total, kinds, {*counts, key})
 
     # --- the plugin ------------------------------------------------------------------------------
 
@@ -159,11 +215,20 @@ class PackingScore:
         pod = self.request(state, shape)
         if not self.prepared:
             self._learn(snap, pod)
-        rows = np.arange(snap.n)[nodes]
         ok = take > 0
-        out = np.full(len(rows), -np.inf)
-        if ok.any():
-            out[ok] = self.policy.score(mirror, pod, rows[ok])
+        if self.policy.per_node:
+            out = np.where(ok, self._cached_scores(snap, mirror, pod)[nodes], -np.inf)
+        else:
+            rows = np.arange(snap.n)[nodes]
+            out = np.full(len(rows), -np.inf)
+            fit = ok.copy()
+            fit[ok] = _fits_rows(mirror, pod, rows[ok])
+            if fit.any():
+                out[fit] = self.policy.score(mirror, pod, rows[fit])
+        lost = ok & np.isneginf(out)  # a candidate of the filters that the policy's view refuses
+        if lost.any():
+            finite = out[ok & ~lost]
+            out[lost] = (finite.min() if len(finite) else 0.0) - 1.0  # last, but still a candidate
         return out
 
     @staticmethod
@@ -225,6 +290,21 @@ class PackingChooser:
         if gpu is not None and snapshot.share_fits(row, shape)[gpu]:
             return GPUChoice((gpu,))
         return share_choice(snapshot, row, shape)  # the policy's GPU is not of the class, or short of memory
+
+
+def _fits_rows(state: ClusterState, pod: PodRequest, rows: np.ndarray) -> np.ndarray:
+    """bool[len(rows)]: `fits` for those rows only (CPU, memory, GPU count or share, model)."""
+    ok = (state.cpu_free[rows] >= pod.cpu_milli) & (state.mem_free[rows] >= pod.memory_mib)
+    if pod.num_gpu == 0:
+        return ok
+    free = state.gpu_free[rows]
+    if pod.shared:
+        ok &= (free >= pod.gpu_milli).any(axis=1)
+    else:
+        ok &= (free == GPU_MILLI).sum(axis=1) >= pod.num_gpu
+    if pod.allowed_models is not None:
+        ok &= np.isin(state.gpu_model[rows], pod.allowed_models)
+    return ok
 
 
 def _score_factory(name: str, *, gpu_only: bool) -> Any:

@@ -220,9 +220,9 @@ def _pack(
             return
         caps[i] = 0  # the GPU chooser refused this node: go on with the others
     while remaining > 0:
-        fit_all = caps >= remaining
-        if fit_all.any():
-            i = int(np.argmax(np.where(fit_all, total, -np.inf)))
+        fit_all = np.flatnonzero(caps >= remaining)
+        if len(fit_all):
+            i = int(fit_all[np.argmax(total[fit_all])])  # among the nodes that take all (even at -inf)
         else:
             if not block_chosen:
                 block_chosen = True

@@ -191,8 +191,9 @@ class GPUShareScore:
             gpu_milli=shape.gpu_milli,
         )
         workload = [
-            PodRequest(name="w", cpu_milli=cpu, memory_mib=0, num_gpu=n, gpu_milli=milli)
-            for cpu, n, milli in s.workload_shapes()
+            req
+            for (cpu, n, milli), count in s.workload_counts().items()
+            for req in [PodRequest(name="w", cpu_milli=cpu, memory_mib=0, num_gpu=n, gpu_milli=milli)] * count
         ]
         model = FragmentationModel(TypicalPods.from_workload([*workload, pod], coverage=1.0))
         model.sync(cluster)

@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -173,7 +174,7 @@ class Snapshot:
         self._class_masks: dict[str, ClassMask] = {}
         self._selector_masks: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._taint_masks: OrderedDict[tuple, np.ndarray] = OrderedDict()
-        self._workload: tuple[int, list[tuple[int, int, int]]] | None = None
+        self._shape_counts: dict[tuple[int, int, int], int] = {}  # GPU reservations per (cpu, GPUs, milli)
         self.epoch = 0
         """Bumped whenever capacity may have grown (node added or changed, reservation removed,
         classes changed): jobs that did not fit are worth another try."""
@@ -208,9 +209,9 @@ class Snapshot:
         self.gpu_healthy_count = np.zeros(n, dtype=np.int32)
         self.gpu_healthy_inv = np.zeros(n, dtype=np.float64)  # 1 / healthy GPUs (0 without): binpack scores
         self.gpu_model = np.full(n, -1, dtype=np.int16)
-        self.gpu_kinds = np.zeros(
-            (n, g + 1), dtype=np.int32
-        )  # GPU pods per kind: [0] shares, [k] k whole GPUs
+        # GPU pods per kind: column 0 shares, column k pods of k whole GPUs
+        self.gpu_kinds = np.zeros((n, g + 1), dtype=np.int32)
+        self.row_version = np.zeros(n, dtype=np.int64)  # bumped whenever a row's free capacity changes
         self.block = np.full(n, -1, dtype=np.int32)
         self.spine = np.full(n, -1, dtype=np.int32)
         self.table_id = np.full(n, -1, dtype=np.int32)
@@ -409,6 +410,7 @@ class Snapshot:
         self.ports_used_count[row] = 0
         self.nics_used[row] = {}
         self.gpu_kinds[row, :] = 0
+        self.row_version[row] += 1
         name = self.names[row]
         for key in self._by_node.get(name, ()):  # type: ignore[arg-type]
             entry = self._entries[key]
@@ -453,6 +455,7 @@ class Snapshot:
         self.names[row] = None
         self.alive[row] = False
         self.ready[row] = False
+        self.row_version[row] += 1
         for key in self._by_node.get(name, ()):
             self._entries[key].alloc.row = -1
         self._free_rows.append(row)
@@ -476,6 +479,7 @@ class Snapshot:
             self.remove_reservation(key)
         entry = _Entry(key, (res.metadata.namespace, res.spec.pod_group), rv, _alloc_of(res))
         self._entries[key] = entry
+        self._count_shape(entry.alloc, 1)
         self._by_node.setdefault(entry.alloc.node, set()).add(key)
         self._by_group.setdefault(entry.group, {})[res.metadata.name] = entry
         row = self.index.get(entry.alloc.node)
@@ -488,6 +492,7 @@ class Snapshot:
         entry = self._entries.pop(key, None)
         if entry is None:
             return None
+        self._count_shape(entry.alloc, -1)
         if entry.alloc.row >= 0:
             self.unapply(entry.alloc)
         keys = self._by_node.get(entry.alloc.node)
@@ -523,6 +528,7 @@ class Snapshot:
     def apply(self, alloc: Alloc, *, row: int, advance_cursor: bool = True) -> None:
         """Take `alloc` from `row`'s free capacity (may go negative for a stale ledger; never checks)."""
         alloc.row = row
+        self.row_version[row] += 1
         self.cpu_free[row] -= alloc.cpu
         self.mem_free[row] -= alloc.mem
         self.pods_free[row] -= 1
@@ -554,6 +560,7 @@ class Snapshot:
         if row < 0:
             return
         alloc.row = -1
+        self.row_version[row] += 1
         self.cpu_free[row] += alloc.cpu
         self.mem_free[row] += alloc.mem
         self.pods_free[row] += 1
@@ -737,19 +744,24 @@ class Snapshot:
             return ((self.gpu_free_milli == GPU_MILLI) & usable).sum(axis=1)
         return np.where(usable, np.maximum(self.gpu_free_milli, 0) // gpu_milli, 0).sum(axis=1)
 
+    def _count_shape(self, alloc: Alloc, delta: int) -> None:
+        if not alloc.gpus or not 0 < alloc.gpu_milli <= GPU_MILLI:
+            return
+        key = (alloc.cpu, len(alloc.gpus), alloc.gpu_milli)
+        count = self._shape_counts.get(key, 0) + delta
+        if count > 0:
+            self._shape_counts[key] = count
+        else:
+            self._shape_counts.pop(key, None)
+
+    def workload_counts(self) -> Mapping[tuple[int, int, int], int]:
+        """(cpu milli, GPUs, milli per GPU) -> how many GPU reservations have that shape: the live
+        workload FGD measures fragmentation against (kept current on every reservation change)."""
+        return MappingProxyType(self._shape_counts)
+
     def workload_shapes(self) -> list[tuple[int, int, int]]:
-        """(cpu milli, GPUs, milli per GPU) of every GPU reservation: the live workload FGD
-        measures fragmentation against (cached until the reservations change)."""
-        cached = self._workload
-        if cached is not None and cached[0] == self.version:
-            return cached[1]
-        shapes = [
-            (e.alloc.cpu, len(e.alloc.gpus), e.alloc.gpu_milli)
-            for e in self._entries.values()
-            if e.alloc.gpus and 0 < e.alloc.gpu_milli <= GPU_MILLI
-        ]
-        self._workload = (self.version, shapes)
-        return shapes
+        """The shape of every GPU reservation (`workload_counts`, expanded)."""
+        return [shape for shape, count in self._shape_counts.items() for _ in range(count)]
 
     def share_memory(self, row: int, shape: PodShape) -> np.ndarray:
         """int64[G]: MiB a share of `shape` needs on each GPU of `row` (0 where the GPU's memory is unknown)."""
@@ -852,6 +864,7 @@ _ARRAYS = (
     "gpu_healthy_inv",
     "gpu_model",
     "gpu_kinds",
+    "row_version",
     "block",
     "spine",
     "table_id",

@@ -120,14 +120,26 @@ class FragmentationModel:
         self._M1, self._G1 = M1, G1
 
     # ------------------------------------------------------------------ cache
-    def sync(self, state: ClusterState, *, rows: np.ndarray | None = None) -> None:
+    def sync(
+        self, state: ClusterState, *, rows: np.ndarray | None = None, among: np.ndarray | None = None
+    ) -> None:
         """Refresh the cached rows of nodes whose free capacity changed since the last call.
 
         With ``rows`` the caller vouches that only those nodes may have changed, which skips the
-        comparison of every node's arrays (the simulator knows which node it just filled).
+        comparison of every node's arrays (the simulator knows which node it just filled). With
+        ``among`` only those nodes are compared and refreshed (a caller that reads no others).
         """
         if self._prepare(state):
-            rows = None  # a fresh cache: every row must be computed
+            rows = among = None  # a fresh cache: every row must be computed
+        if rows is None and among is not None:
+            among = np.asarray(among, dtype=np.int64)
+            dirty = (state.cpu_free[among] != self._cpu[among]) | (
+                state.gpu_model[among] != self._model[among]
+            )
+            dirty |= (state.gpu_free[among] != self._gpu[among]).any(axis=1)
+            if not dirty.any():
+                return
+            rows = among[dirty]
         if rows is None:
             dirty = (state.cpu_free != self._cpu) | (state.gpu_model != self._model)
             gpu, cached = state.gpu_free, self._gpu
@@ -218,8 +230,8 @@ class FragmentationModel:
         needs the representatives). Other pods get one entry per node with GPU 0 as a placeholder
         (whole-GPU pods take the first fully free GPUs, CPU-only pods take none).
         """
-        self.sync(state)
         nodes = np.asarray(nodes, dtype=np.int64)
+        self.sync(state, among=nodes)
         cpu2 = state.cpu_free[nodes] - pod.cpu_milli
         model = state.gpu_model[nodes]
         if not pod.shared:

@@ -99,6 +99,10 @@ class PackingPolicy:
     """Base of every packing policy. Subclasses set ``name`` and implement `score`."""
 
     name: ClassVar[str] = ""
+    per_node: ClassVar[bool] = True
+    """A node's score depends on that node (and the prepared workload) only, so a caller may keep
+    scores of nodes that did not change; False for scores drawn at random or normalised over the
+    candidates."""
 
     def prepare(self, workload: Iterable[PodRequest]) -> None:
         """Learn what the policy needs from the workload's pods (default: nothing)."""
@@ -142,6 +146,7 @@ class RandomPolicy(PackingPolicy):
     """A uniformly random feasible node (seeded, so a run is reproducible)."""
 
     name = "random"
+    per_node = False
 
     def __init__(self, *, seed: int = 0) -> None:
         self.rng = np.random.default_rng(seed)
@@ -226,6 +231,7 @@ class BestFitPolicy(PackingPolicy):
     """Least remaining resources after placement: ``100 * (1 - mean of leftover CPU and GPU)``, normalised."""
 
     name = "best-fit"
+    per_node = False
 
     def score(self, state: ClusterState, pod: PodRequest, candidates: np.ndarray) -> np.ndarray:
         cpu_left = (state.cpu_free[candidates] - pod.cpu_milli) / MAX_SPEC_CPU

@@ -122,6 +122,27 @@ async def test_watch_delivers_every_change_in_order():
     assert seen == [("ADDED", "a", 2), ("MODIFIED", "a", 3), ("DELETED", "a", 4), ("ADDED", "b", 5)]
 
 
+async def test_cancelling_one_watcher_leaves_the_others_watching():
+    store = new_store()
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for ev in store.watch("Pod", since=0):
+            seen.append(ev.object.metadata.name)
+
+    quitter = asyncio.create_task(follow())
+    stayer = asyncio.create_task(follow())
+    await asyncio.sleep(0)  # both wait on the store's next write
+    quitter.cancel()
+    await asyncio.sleep(0)
+    store.create(make_pod("a"))
+    await asyncio.sleep(0)
+    assert quitter.cancelled() and not stayer.done()
+    store.close()
+    await stayer
+    assert seen == ["a"]
+
+
 async def test_watch_from_a_version_replays_then_follows():
     store = new_store()
     for i in range(5):
