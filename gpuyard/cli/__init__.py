@@ -228,10 +228,12 @@ def _mount() -> None:
     from gpuyard.cli.quotas import register as register_quotas
     from gpuyard.cli.validate import validate_command
     from gpuyard.sim.openb_cli import openb
+    from gpuyard.sim.replay_cli import replay
 
     main.add_command(devices)
     main.add_command(validate_command)
     simulate.add_command(openb)
+    simulate.add_command(replay)
     register_jobs(main)
     register_cluster(main)
     register_nodes(main)

@@ -334,9 +334,11 @@ class JobReconciler:
             return self.store.create(
                 build_pod_group(job, plugin, cluster_domain=domain, preferred_nodes=acts.moves)
             )
+        generation = str(job.metadata.generation)
+        if pg.metadata.annotations.get(ANNOTATION_JOB_GENERATION) == generation and not acts.moves:
+            return pg  # nothing to change: no copy (a waiting job is looked at often)
         copy = pg.clone()
         changed = False
-        generation = str(job.metadata.generation)
         if copy.metadata.annotations.get(ANNOTATION_JOB_GENERATION) != generation:
             copy.spec = pod_group_spec(
                 job, plugin, cluster_domain=domain, preferred_nodes=copy.spec.preferred_nodes

@@ -39,6 +39,7 @@ __all__ = [
     "TraceError",
     "load_openb_nodes",
     "load_openb_pods",
+    "read_csv",
     "tune_workload",
 ]
 
@@ -133,7 +134,9 @@ class PodTrace:
         return out
 
 
-def _read(path: str | Path, required: Sequence[str]) -> tuple[list[str], list[tuple[int, list[str]]]]:
+def read_csv(path: str | Path, required: Sequence[str]) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """The header and the (line number, fields) of every data row; `TraceError` names the file and
+    line when it cannot be read or a `required` column is missing."""
     path = Path(path)
     try:
         with path.open(newline="", encoding="utf-8") as f:
@@ -185,7 +188,7 @@ def _ints(
 
 def load_openb_nodes(path: str | Path) -> NodeTrace:
     """Read an openb node list (``sn, cpu_milli, memory_mib, gpu, model``)."""
-    header, rows = _read(path, NODE_COLUMNS)
+    header, rows = read_csv(path, NODE_COLUMNS)
     c = {name: header.index(name) for name in NODE_COLUMNS}
     if not rows:
         raise TraceError("no nodes", path=path, line=2)
@@ -219,7 +222,7 @@ def load_openb_nodes(path: str | Path) -> NodeTrace:
 
 def load_openb_pods(path: str | Path, *, models: Iterable[str] | None = None) -> PodTrace:
     """Read an openb pod list; with ``models``, every model named in ``gpu_spec`` must be one of them."""
-    header, rows = _read(path, POD_COLUMNS)
+    header, rows = read_csv(path, POD_COLUMNS)
     c = {name: header.index(name) for name in POD_COLUMNS}
     num_gpu = _ints(path, rows, col=c["num_gpu"], name="num_gpu")
     gpu_milli = _ints(path, rows, col=c["gpu_milli"], name="gpu_milli")
