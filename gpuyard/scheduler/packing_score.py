@@ -76,6 +76,7 @@ class PackingScore:
     """A packing policy's score over the snapshot (see the module docstring)."""
 
     name = "packing"
+    normalize_keeps_order = True  # a lone opinion is used as is (see `placing.score_candidates`)
 
     def __init__(
         self, *, policy: str = "gpuyard", coverage: float = 0.95, seed: int = 0, gpu_only: bool = False

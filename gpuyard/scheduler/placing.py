@@ -137,7 +137,9 @@ def score_candidates(
         raw = plugin.score(state, shape, nodes, take)
         if raw is not None:
             opinions.append((plugin, weight, raw))
-    if len(opinions) == 1 and not hasattr(opinions[0][0], "normalize"):
+    if len(opinions) == 1 and (
+        not hasattr(opinions[0][0], "normalize") or getattr(opinions[0][0], "normalize_keeps_order", False)
+    ):
         return np.asarray(opinions[0][2], dtype=np.float64)  # one opinion: its order is the answer
     total = np.zeros(len(take), dtype=np.float64)
     for plugin, weight, raw in opinions:
