@@ -5,22 +5,59 @@ are snake_case; JSON/YAML use the Kubernetes camelCase names (`resourceVersion`,
 both spellings are accepted on input.
 
 Objects returned by the store are shared: never mutate them in place. Make a copy
-(`obj.model_copy(deep=True)`), change it, and write it back with `store.update`.
+(`obj.clone()`, or `deep_copy(model)` for a part), change it, and write it back with `store.update`.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any, ClassVar, Self
+import copy
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from enum import Enum
+from typing import Any, ClassVar, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-__all__ = ["K8sModel", "ObjectMeta", "OwnerReference", "Resource", "utcnow"]
+__all__ = ["K8sModel", "ObjectMeta", "OwnerReference", "Resource", "deep_copy", "utcnow"]
+
+_T = TypeVar("_T")
+_ATOMIC = (str, int, float, bool, bytes, Decimal, datetime, date, time, timedelta, Enum, type(None))
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def deep_copy(value: _T) -> _T:
+    """A deep copy of a pydantic model (or list/dict/tuple of them) without re-validation.
+
+    `model_copy(deep=True)` goes through `copy.deepcopy`, whose generic machinery dominates the
+    operator's reconcile; this walks the model's fields directly: immutable values are shared,
+    models, lists, dicts, tuples and sets are copied, anything else falls back to `deepcopy`.
+    """
+    if isinstance(value, _ATOMIC):
+        return value
+    if isinstance(value, BaseModel):
+        cls = value.__class__
+        new = cls.__new__(cls)
+        setattr_ = object.__setattr__
+        setattr_(new, "__dict__", {k: deep_copy(v) for k, v in value.__dict__.items()})
+        setattr_(new, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+        extra = value.__pydantic_extra__
+        setattr_(new, "__pydantic_extra__", deep_copy(extra) if extra is not None else None)
+        private = value.__pydantic_private__
+        setattr_(new, "__pydantic_private__", deep_copy(private) if private is not None else None)
+        return new  # type: ignore[return-value]
+    if isinstance(value, list):
+        return [deep_copy(v) for v in value]  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {k: deep_copy(v) for k, v in value.items()}  # type: ignore[return-value]
+    if isinstance(value, tuple):
+        return tuple(deep_copy(v) for v in value)  # type: ignore[return-value]
+    if isinstance(value, set):
+        return {deep_copy(v) for v in value}  # type: ignore[return-value]
+    return copy.deepcopy(value)
 
 
 class K8sModel(BaseModel):
@@ -113,4 +150,4 @@ class Resource(K8sModel):
 
     def clone(self) -> Self:
         """A deep copy that is safe to change and write back."""
-        return self.model_copy(deep=True)
+        return deep_copy(self)

@@ -29,7 +29,7 @@ from gpuyard.apis.core import (
     ServiceSpec,
 )
 from gpuyard.apis.jobs import ANNOTATION_GIT_SYNC, TrainingJob
-from gpuyard.apis.meta import ObjectMeta, OwnerReference
+from gpuyard.apis.meta import ObjectMeta, OwnerReference, deep_copy
 from gpuyard.apis.scheduling import (
     ANNOTATION_DEVICES,
     LABEL_GROUP_NAME,
@@ -201,7 +201,7 @@ def render_template(
     cluster_domain: str = "",
 ) -> Wiring:
     """The replica's pod template, wired: labels, code sync, host network, framework env."""
-    template = job.replica_specs[role].template.model_copy(deep=True)
+    template = deep_copy(job.replica_specs[role].template)
     meta = template.metadata
     labels = dict(meta.get("labels") or {})
     labels.update(pod_labels(job, role, index, plugin))

@@ -28,6 +28,7 @@ import structlog
 
 from gpuyard.apis.core import Pod, Service
 from gpuyard.apis.jobs import KIND_INFO, JobStatus, PodRestart, ReplicaStatus, TrainingJob, find_job
+from gpuyard.apis.meta import deep_copy
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup, Reservation
 from gpuyard.controllers.gangs import ANNOTATION_JOB_GENERATION, build_pod_group, pod_group_spec
 from gpuyard.controllers.judging import Replica, judge, reason_of, uncounted
@@ -159,7 +160,7 @@ class JobReconciler:
         now = self.clock.utcnow()
         plugin = plugin_for(job.kind)
         obs = self._observe(job)
-        status = job.status.model_copy(deep=True)
+        status = deep_copy(job.status)
         acts = Actions()
         for pod in obs.stale_pods:
             await self._delete_pod(pod)
