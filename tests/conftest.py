@@ -1,11 +1,22 @@
-"""Shared test fixtures: every async test must leave no task running."""
+"""Shared test fixtures: every async test must leave no task running.
+
+Property tests (hypothesis) draw new examples on every run, so a developer's `make test` keeps
+exploring. CI sets `HYPOTHESIS_PROFILE=ci`: the same examples on every run (derandomised), so a
+red CI means the change broke something, not that this run happened to draw a rare case; a rare
+case found locally becomes a plain regression test (as in tests/unit/quota/test_reclaim.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 import pytest_asyncio
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest_asyncio.fixture(autouse=True)
