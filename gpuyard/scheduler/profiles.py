@@ -49,13 +49,13 @@ __all__ = ["build_profile", "profile_from_settings"]
 register_profile(
     "default",
     ProfileSpec(
-        scores={
+        scores={  # failover > topology > packing > GPU-type preference > tie-breaks
+            "failover": 400,
+            "topology": 200,
             "packing": 50,
-            "cpu-spread": 1,
-            "gpu-type": 5,
-            "failover": 100,
-            "topology": 20,
+            "gpu-type": 20,
             "topology-frag": 2,
+            "cpu-spread": 1,
         },
         fill="auto",
         chooser="packing-gpus",
