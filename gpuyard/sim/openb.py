@@ -15,9 +15,11 @@ Method (what the FGD paper's simulator does, see docs/simulation.md):
    to k (half to even), rounded to 2 decimals; where no pod rounds to k, the pods within k +- 1.
 
 The placement step sits behind `Placer` (``place(pod) -> (node, gpus) | None``, which also
-commits the placement in the placer's own view of the cluster). The default `PackingPlacer` calls
-`gpuyard.scheduler.packing` directly; another placer (for example one that goes through the live
-scheduler framework) is plugged in with ``run_openb(..., placer_factory=...)``. Whatever the placer,
+commits the placement in the placer's own view of the cluster), plugged in with
+``run_openb(..., placer_factory=...)``: `PackingPlacer` (the default of this function) calls
+`gpuyard.scheduler.packing` on flat arrays; `gpuyard.sim.framework_placer.FrameworkPlacer` (what
+`gpuyard simulate openb` uses unless told ``--engine packing``) sends every pod through the live
+scheduler — Snapshot, filters, `place()`, the packing plugins — and places each one the same way. Whatever the placer,
 the run mirrors every placement into its own ledger `ClusterState`, which raises if a placer ever
 over-commits a node or mixes whole and shared use of one GPU.
 """
