@@ -16,6 +16,10 @@ PodGroup) and moves the world one step towards the job's spec:
 Status (conditions, replica statuses, restart records) is written *before* pods or reservations
 are deleted, so a crash or a conflicting write never loses or double-counts a restart: each
 restart is recorded with the uid of the failed pod it replaces. All timing uses the clock.
+
+The status side of a pass (`_set`, `_progress`, replica statuses, the status write, events) is
+in `reporting.py` (:class:`ReportingMixin`); creating services and pods through the backend,
+un-assuming on a refused create and the delete helpers are in `applying.py` (:class:`ApplyingMixin`).
 """
 
 from __future__ import annotations
@@ -27,22 +31,20 @@ from datetime import datetime
 import structlog
 
 from gpuyard.apis.core import Pod, Service
-from gpuyard.apis.jobs import KIND_INFO, JobStatus, PodRestart, ReplicaStatus, TrainingJob, find_job
+from gpuyard.apis.jobs import KIND_INFO, JobStatus, PodRestart, TrainingJob, find_job
 from gpuyard.apis.meta import deep_copy
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup, Reservation
+from gpuyard.controllers.applying import ApplyingMixin
 from gpuyard.controllers.gangs import ANNOTATION_JOB_GENERATION, build_pod_group, pod_group_spec
-from gpuyard.controllers.judging import Replica, judge, reason_of, uncounted
-from gpuyard.controllers.materializing import build_pod, build_service
+from gpuyard.controllers.judging import Replica, judge, uncounted
 from gpuyard.controllers.metrics import job_metrics
-from gpuyard.controllers.ordering import can_start, dependencies_of
+from gpuyard.controllers.reporting import ReportingMixin
 from gpuyard.controllers.restarting import Ending, needs_new_placement
-from gpuyard.controllers.statuses import record_event, set_condition
 from gpuyard.controllers.workloads.base import WorkloadPlugin, replica_name
 from gpuyard.controllers.workloads.registry import plugin_for
-from gpuyard.platform.backend import BackendError, ClusterBackend
+from gpuyard.platform.backend import ClusterBackend
 from gpuyard.platform.bus import ObjectKey, Requeue, Watch
 from gpuyard.platform.context import Context
-from gpuyard.platform.store import NotFound
 
 __all__ = ["ANNOTATION_UNHEALTHY_GPUS", "JobReconciler"]
 
@@ -87,7 +89,7 @@ class Actions:
     events: list[tuple[str, str, bool]] = field(default_factory=list)  # reason, message, warning
 
 
-class JobReconciler:
+class JobReconciler(ReportingMixin, ApplyingMixin):
     """Reconciles every training job kind through its workload plugin."""
 
     name = "job-operator"
@@ -354,267 +356,6 @@ class JobReconciler:
             changed = True
         return self.store.update(copy) if changed else pg
 
-    # --- creating pods -------------------------------------------------------------------------
-
-    def _plan_creates(
-        self,
-        job: TrainingJob,
-        plugin: WorkloadPlugin,
-        status: JobStatus,
-        obs: Observed,
-        live: dict[str, Pod],
-        held: dict[str, Reservation],
-        pod_group: PodGroup,
-    ) -> list[Replica]:
-        wanted = [r for r in obs.replicas if r.name in held and r.name not in live]
-        if not wanted:
-            return []
-        started = status.start_time is not None or bool(live)
-        if not started and len(held) < max(1, pod_group.spec.minimum()):
-            return []  # the whole gang (its minimum) is placed before any pod starts
-        deps = dependencies_of(job, plugin)
-        replicas = {r: s.count for r, s in job.replica_specs.items()}
-        phases: dict[str, dict[int, str]] = {}
-        for rep in obs.replicas:
-            pod = live.get(rep.name)
-            if pod is not None:
-                phases.setdefault(rep.role, {})[rep.index] = pod.status.phase
-        return [r for r in wanted if can_start(r.role, deps=deps, replicas=replicas, phases=phases)]
-
-    async def _materialize(
-        self,
-        job: TrainingJob,
-        plugin: WorkloadPlugin,
-        obs: Observed,
-        held: dict[str, Reservation],
-        to_create: list[Replica],
-        acts: Actions,
-        now: datetime,
-    ) -> Requeue | None:
-        # services first: a pod's Service (and its targetPort) is in place before the pod runs
-        ports = {name: self._host_port(res) for name, res in held.items()} if job.host_network else {}
-        for rep in obs.replicas:
-            res = held.get(rep.name)
-            if res is None:
-                continue
-            desired = build_service(job, rep.role, rep.index, plugin=plugin, host_port=ports.get(rep.name))
-            current = obs.services.get(rep.name)
-            if (
-                current is None
-                or current.spec != desired.spec
-                or current.metadata.labels != desired.metadata.labels
-            ):
-                await self.backend.apply_service(desired)
-        key = (job.metadata.namespace, job.metadata.name)
-        domain = self.settings.cluster_domain
-        for rep in to_create:
-            res = held[rep.name]
-            pod = build_pod(
-                job,
-                rep.role,
-                rep.index,
-                plugin=plugin,
-                reservation=res,
-                host_port=ports.get(rep.name),
-                cluster_domain=domain,
-                peers=held,
-            )
-            try:
-                await self.backend.create_pod(pod)
-            except BackendError as exc:
-                return self._unassume(job, obs, held, str(exc), acts)
-            acts.events.append(("SuccessfulCreatePod", f"Created pod: {rep.name}", False))
-        if to_create:
-            self._create_failures.pop(key, None)
-        return None
-
-    def _host_port(self, res: Reservation) -> int:
-        """The reservation's host port; if the scheduler assigned none, the lowest free one on its node."""
-        if res.spec.host_ports:
-            return res.spec.host_ports[0]
-        lo, hi = self.settings.host_port_range
-        used: set[int] = set()
-        for other in self.store.list("Reservation"):
-            if other.spec.node == res.spec.node:  # type: ignore[attr-defined]
-                used.update(other.spec.host_ports)  # type: ignore[attr-defined]
-        port = next((p for p in range(lo, hi + 1) if p not in used), lo)
-        current = self.store.get("Reservation", res.metadata.namespace, res.metadata.name)
-        if current is not None:
-            copy = current.clone()
-            copy.spec.host_ports = [port]  # type: ignore[attr-defined]
-            self.store.update(copy)
-        log.warning(
-            "job.host_port_assigned",
-            reservation=f"{res.metadata.namespace}/{res.metadata.name}",
-            node=res.spec.node,
-            port=port,
-        )
-        return port
-
-    def _unassume(
-        self, job: TrainingJob, obs: Observed, held: dict[str, Reservation], error: str, acts: Actions
-    ) -> Requeue:
-        """A refused pod create: give back the reservations that have no pod and queue again."""
-        ns, name = job.metadata.namespace, job.metadata.name
-        with_pods = {
-            p.metadata.name for p in self.store.list("Pod", namespace=ns, selector={LABEL_JOB_NAME: name})
-        }
-        released = []
-        for rname, res in held.items():
-            if rname not in with_pods:
-                self._delete_reservation(res)
-                released.append(rname)
-
-        def pending(pg: PodGroup) -> None:
-            pg.status.phase = "Pending"
-            pg.status.reason = "PodCreationFailed"
-            pg.status.message = error
-
-        try:
-            self.store.mutate("PodGroup", ns, name, pending)
-        except NotFound:
-            pass
-        acts.events.append(
-            (
-                "FailedCreatePod",
-                f"Error creating: {error}; released {len(released)} reservation(s) and queued again",
-                True,
-            )
-        )
-        key = (ns, name)
-        failures = self._create_failures.get(key, 0)
-        self._create_failures[key] = failures + 1
-        log.warning("job.create_failed", job=f"{ns}/{name}", error=error, released=len(released))
-        return Requeue(after=min(30.0, 0.5 * 2**failures))
-
-    # --- status ----------------------------------------------------------------------------------
-
-    def _progress(
-        self,
-        job: TrainingJob,
-        status: JobStatus,
-        obs: Observed,
-        live: dict[str, Pod],
-        held: dict[str, Reservation],
-        pod_group: PodGroup,
-        restarting: bool,
-        acts: Actions,
-        now: datetime,
-    ) -> None:
-        if live and status.start_time is None:
-            status.start_time = now
-        if restarting:
-            return
-        name = f"{job.kind} {job.metadata.name}"
-        running = any(p.status.phase == "Running" for p in live.values())
-        all_up = all(
-            (p := live.get(r.name)) is not None and p.status.phase in ("Running", "Succeeded")
-            for r in obs.replicas
-        )
-        if running or all_up:
-            self.metrics.pods_running(
-                job.kind, job.metadata.uid, created=job.metadata.creation_timestamp, now=now, all_pods=all_up
-            )
-        if status.phase == "Restarting":
-            if all_up:
-                self._set(
-                    job, status, acts, "Running", self._reason(job, "Running"), f"{name} is running.", now
-                )
-        elif running:
-            self._set(job, status, acts, "Running", self._reason(job, "Running"), f"{name} is running.", now)
-        elif not live and status.phase in ("", "Created", "Queuing"):
-            why = pod_group.status.message or pod_group.status.reason
-            message = f"{name} is queuing" + (f": {why}" if why else ".")
-            self._set(
-                job,
-                status,
-                acts,
-                "Queuing",
-                self._reason(job, "Queuing"),
-                message,
-                now,
-                event=status.phase != "Queuing",
-            )
-
-    def _replica_statuses(
-        self, job: TrainingJob, status: JobStatus, obs: Observed, *, live: dict[str, Pod] | None = None
-    ) -> None:
-        out: dict[str, ReplicaStatus] = {role: ReplicaStatus() for role in job.roles()}
-        for rep in obs.replicas:
-            rs = out[rep.role]
-            record = status.pod_restarts.get(rep.name)
-            rs.restarts += record.count if record is not None else 0
-            pod = rep.pod if live is None else live.get(rep.name)
-            if pod is None:
-                continue
-            phase = pod.status.phase
-            if phase == "Running":
-                rs.active += 1
-            elif phase == "Succeeded":
-                rs.succeeded += 1
-            elif phase == "Failed":
-                rs.failed += 1
-        status.replica_statuses = out
-
-    def _set(
-        self,
-        job: TrainingJob,
-        status: JobStatus,
-        acts: Actions,
-        type_: str,
-        reason: str,
-        message: str,
-        now: datetime,
-        *,
-        true: bool = True,
-        warning: bool = False,
-        event: bool = True,
-        force_event: bool = False,
-    ) -> None:
-        before = status.phase
-        changed = set_condition(status, type_, reason=reason, message=message, now=now, true=true)
-        if (changed and event) or force_event:
-            acts.events.append((reason, message, warning))
-        if changed and type_ == "Created":
-            self.metrics.created(job.kind)
-        if status.phase != before:
-            self.metrics.transition(
-                (job.metadata.namespace, job.metadata.name), job.kind, was=before, phase=status.phase
-            )
-            log.info(
-                "job.transition",
-                job=f"{job.metadata.namespace}/{job.metadata.name}",
-                kind=job.kind,
-                phase=status.phase,
-                was=before or "-",
-                reason=reason,
-            )
-
-    @staticmethod
-    def _reason(job: TrainingJob, what: str) -> str:
-        return reason_of(job, what)
-
-    def _write_status(self, job: TrainingJob, status: JobStatus, now: datetime) -> None:
-        self.metrics.track((job.metadata.namespace, job.metadata.name), job.kind, status.phase)
-        if status.model_dump(exclude={"last_reconcile_time"}) == job.status.model_dump(
-            exclude={"last_reconcile_time"}
-        ):
-            return
-        status.last_reconcile_time = now
-        self.store.update(job.model_copy(update={"status": status}))
-
-    def _emit(self, job: TrainingJob, acts: Actions, now: datetime) -> None:
-        for reason, message, warning in acts.events:
-            record_event(self.store, job, reason=reason, message=message, now=now, warning=warning)
-        acts.events.clear()
-
-    def _deadline_requeue(self, job: TrainingJob, status: JobStatus, now: datetime) -> Requeue | None:
-        deadline = job.run_policy.active_deadline_seconds
-        if deadline is None or status.start_time is None:
-            return None
-        remaining = status.start_time.timestamp() + deadline - now.timestamp()
-        return Requeue(after=max(0.0, remaining) + 0.001)
-
     # --- suspension, completion, deletion ------------------------------------------------------
 
     async def _suspend(
@@ -702,15 +443,3 @@ class JobReconciler:
         self._delete_quietly("PodGroup", ns, name)
         for ev in self.store.list("Event", namespace=ns, selector=selector):
             self._delete_quietly("Event", ns, ev.metadata.name)
-
-    async def _delete_pod(self, pod: Pod) -> None:
-        await self.backend.delete_pod(pod.metadata.namespace, pod.metadata.name)
-
-    def _delete_reservation(self, res: Reservation) -> None:
-        self._delete_quietly("Reservation", res.metadata.namespace, res.metadata.name)
-
-    def _delete_quietly(self, kind: str, ns: str, name: str) -> None:
-        try:
-            self.store.delete(kind, ns, name)
-        except NotFound:
-            pass

@@ -20,15 +20,18 @@ and never a Python loop over nodes per pod.
 `place()` mutates the arrays while it tries a placement and undoes every change before it
 returns (`apply`/`unapply` of :class:`Alloc`); the loop then records the chosen placement for
 good through `upsert_reservation` (the "assume").
+
+The module holds the arrays, building and node rows (:class:`Snapshot`); the reservation ledger and
+`apply`/`unapply` are in `allocations.py` (:class:`Alloc`, :class:`SnapshotLedger`), the cached
+node masks, ResourceClass masks and GPU-share helpers in `masks.py` (:class:`ClassMask`,
+:class:`SnapshotMasks`); `Snapshot` inherits both, so every method is on the snapshot itself.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from decimal import Decimal
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -41,17 +44,9 @@ from gpuyard.apis.scheduling import Reservation
 from gpuyard.devices.bandwidth import model_key
 from gpuyard.devices.presets import H100_PARTITIONS
 from gpuyard.devices.subsets import MAX_TABLE_GPUS, SubsetTable, table_for
-from gpuyard.scheduler.gangs import (
-    GPU_MILLI,
-    MIB,
-    SHARE_RESOURCES,
-    Constraints,
-    PodShape,
-    Term,
-    affinity_ok,
-    selector_ok,
-    taints_ok,
-)
+from gpuyard.scheduler.allocations import Alloc, SnapshotLedger, _Entry
+from gpuyard.scheduler.gangs import GPU_MILLI, MIB
+from gpuyard.scheduler.masks import ClassMask, SnapshotMasks
 
 if TYPE_CHECKING:
     from gpuyard.scheduler.packing.state import ClusterState
@@ -63,73 +58,9 @@ LABEL_SPINE = "topology.gpuyard.io/spine"
 LABEL_PARTITION_POLICY = "gpuyard.io/gpu-partition-policy"
 _PARTITION_MODELS = ("h100", "h800", "h20")
 _UNLIMITED_PODS = 1 << 30
-_MASK_CACHE_SIZE = 1024
 
 
-@dataclass(slots=True)
-class Alloc:
-    """What one pod takes on one node: the unit `apply`/`unapply` add and remove."""
-
-    node: str
-    cpu: int = 0
-    mem: int = 0
-    gpus: tuple[int, ...] = ()
-    gpu_milli: int = 0
-    ext: tuple[tuple[str, int], ...] = ()
-    ports: tuple[int, ...] = ()
-    row: int = -1  # the row it is applied to, -1 while not applied
-    nics: tuple[str, ...] = ()
-    gpu_mem: int = 0  # a share's GPU memory in MiB (whole GPUs: all of it, implied)
-
-
-@dataclass(slots=True)
-class _Entry:
-    """A Reservation as the snapshot holds it."""
-
-    key: tuple[str, str]
-    group: tuple[str, str]
-    rv: int
-    alloc: Alloc
-
-
-@dataclass(slots=True)
-class ClassMask:
-    """Which GPU slots a ResourceClass matches: `gpu[N, G]`, and per node whether any does."""
-
-    gpu: np.ndarray
-    node_any: np.ndarray
-    count: np.ndarray  # matching GPUs per node (healthy or not)
-
-
-def _alloc_of(res: Reservation) -> Alloc:
-    spec = res.spec
-    req = spec.requests
-    ext = []
-    for name, q in req.items():
-        if name in ("cpu", "memory", "pods", GPU_RESOURCE) or name in SHARE_RESOURCES or q <= 0:
-            continue
-        if (
-            "/" not in name
-            and not name.startswith("hugepages-")
-            and name not in ("ephemeral-storage", "storage")
-        ):
-            continue  # a ResourceClass request: counted through `gpus`
-        ext.append((name, to_milli(q)))
-    milli = (spec.gpu_milli or GPU_MILLI) if spec.gpus else 0
-    return Alloc(
-        node=spec.node,
-        gpu_mem=spec.gpu_memory_mib if 0 < milli < GPU_MILLI else 0,
-        cpu=to_milli(req.get("cpu", Decimal(0))),
-        mem=-(-to_int(req.get("memory", Decimal(0))) // MIB),
-        gpus=tuple(spec.gpus),
-        gpu_milli=milli,
-        ext=tuple(sorted(ext)),
-        ports=tuple(spec.host_ports),
-        nics=tuple(spec.nics),
-    )
-
-
-class Snapshot:
+class Snapshot(SnapshotLedger, SnapshotMasks):
     """Per-node free capacity and static facts as flat arrays; see the module docstring."""
 
     block_label = LABEL_BLOCK
@@ -418,30 +349,6 @@ class Snapshot:
             self.apply(entry.alloc, row=row, advance_cursor=False)
         self._recount(row)
 
-    def _gpus_take(self, row: int, gpus: tuple[int, ...], milli: int, mem: int = 0) -> None:
-        """Take `milli` (and a share's `mem` MiB; a whole GPU: all its memory) of each GPU, give
-        back when negative, keeping `gpu_whole_free` exact."""
-        free = self.gpu_free_milli
-        healthy = self.gpu_healthy
-        g = self.g
-        delta = 0
-        whole = abs(milli) >= GPU_MILLI
-        for idx in gpus:
-            if idx >= g:
-                continue
-            if whole:  # a whole GPU takes (or gives back) all of its memory
-                total = int(self.gpu_mem_mib[row, idx])
-                self.gpu_mem_free[row, idx] -= total if milli > 0 else -total
-            elif mem:
-                self.gpu_mem_free[row, idx] -= mem
-            before = int(free[row, idx])
-            after = before - milli
-            free[row, idx] = after
-            if healthy[row, idx]:
-                delta += (after == GPU_MILLI) - (before == GPU_MILLI)
-        if delta:
-            self.gpu_whole_free[row] += delta
-
     def _recount(self, row: int) -> None:
         self.gpu_whole_free[row] = int(
             ((self.gpu_free_milli[row] == GPU_MILLI) & self.gpu_healthy[row]).sum()
@@ -466,331 +373,7 @@ class Snapshot:
     def node_count(self) -> int:
         return len(self.index)
 
-    # --- reservations ------------------------------------------------------------------------
-
-    def upsert_reservation(self, res: Reservation, *, advance_cursor: bool = True) -> bool:
-        """Record a Reservation (idempotent by resourceVersion); True if anything changed."""
-        key = (res.metadata.namespace, res.metadata.name)
-        rv = res.resource_version
-        old = self._entries.get(key)
-        if old is not None:
-            if old.rv == rv and rv:
-                return False
-            self.remove_reservation(key)
-        entry = _Entry(key, (res.metadata.namespace, res.spec.pod_group), rv, _alloc_of(res))
-        self._entries[key] = entry
-        self._count_shape(entry.alloc, 1)
-        self._by_node.setdefault(entry.alloc.node, set()).add(key)
-        self._by_group.setdefault(entry.group, {})[res.metadata.name] = entry
-        row = self.index.get(entry.alloc.node)
-        if row is not None:
-            self.apply(entry.alloc, row=row, advance_cursor=advance_cursor)
-        self.version += 1
-        return True
-
-    def remove_reservation(self, key: tuple[str, str]) -> _Entry | None:
-        entry = self._entries.pop(key, None)
-        if entry is None:
-            return None
-        self._count_shape(entry.alloc, -1)
-        if entry.alloc.row >= 0:
-            self.unapply(entry.alloc)
-        keys = self._by_node.get(entry.alloc.node)
-        if keys is not None:
-            keys.discard(key)
-            if not keys:
-                del self._by_node[entry.alloc.node]
-        members = self._by_group.get(entry.group)
-        if members is not None:
-            members.pop(key[1], None)
-            if not members:
-                del self._by_group[entry.group]
-        self.epoch += 1
-        self.version += 1
-        return entry
-
-    def placed_pods(self, group: tuple[str, str]) -> dict[str, str]:
-        """Pods of a PodGroup that hold a Reservation: pod name -> node."""
-        members = self._by_group.get(group)
-        if not members:
-            return {}
-        return {name: e.alloc.node for name, e in members.items()}
-
-    def has_reservation(self, key: tuple[str, str]) -> bool:
-        return key in self._entries
-
-    @property
-    def reservation_count(self) -> int:
-        return len(self._entries)
-
-    # --- apply / unapply (place() and the ledger share them) -----------------------------------
-
-    def apply(self, alloc: Alloc, *, row: int, advance_cursor: bool = True) -> None:
-        """Take `alloc` from `row`'s free capacity (may go negative for a stale ledger; never checks)."""
-        alloc.row = row
-        self.row_version[row] += 1
-        self.cpu_free[row] -= alloc.cpu
-        self.mem_free[row] -= alloc.mem
-        self.pods_free[row] -= 1
-        for name, amount in alloc.ext:
-            col = self._ext_index.get(name)
-            if col is None:
-                col = self._ext_column(name)
-            self.ext_free[row, col] -= amount
-        if alloc.gpus:
-            self._gpus_take(row, alloc.gpus, alloc.gpu_milli, alloc.gpu_mem)
-            self.gpu_kinds[row, _kind(alloc, self.g)] += 1
-        if alloc.nics:
-            held = self.nics_used[row]
-            for nic in alloc.nics:
-                held[nic] = held.get(nic, 0) + 1
-        if alloc.ports:
-            used = self.ports_used[row]
-            lo, hi = self.port_lo, self.port_hi
-            for p in alloc.ports:
-                n = used.get(p, 0)
-                used[p] = n + 1
-                if not n and lo <= p <= hi:
-                    self.ports_used_count[row] += 1
-            if advance_cursor:
-                self.port_cursor[row] = alloc.ports[-1]
-
-    def unapply(self, alloc: Alloc) -> None:
-        row = alloc.row
-        if row < 0:
-            return
-        alloc.row = -1
-        self.row_version[row] += 1
-        self.cpu_free[row] += alloc.cpu
-        self.mem_free[row] += alloc.mem
-        self.pods_free[row] += 1
-        for name, amount in alloc.ext:
-            self.ext_free[row, self._ext_index[name]] += amount
-        if alloc.gpus:
-            self._gpus_take(row, alloc.gpus, -alloc.gpu_milli, -alloc.gpu_mem)
-            self.gpu_kinds[row, _kind(alloc, self.g)] -= 1
-        if alloc.nics:
-            held = self.nics_used[row]
-            for nic in alloc.nics:
-                n = held.get(nic, 0)
-                if n > 1:
-                    held[nic] = n - 1
-                else:
-                    held.pop(nic, None)
-        if alloc.ports:
-            used = self.ports_used[row]
-            lo, hi = self.port_lo, self.port_hi
-            for p in alloc.ports:
-                n = used.get(p, 0)
-                if n > 1:
-                    used[p] = n - 1
-                elif n == 1:
-                    del used[p]
-                    if lo <= p <= hi:
-                        self.ports_used_count[row] -= 1
-
-    def take_ports(self, row: int, count: int) -> tuple[int, ...] | None:
-        """`count` free host ports on `row`, round-robin after the last one handed out there."""
-        if count <= 0:
-            return ()
-        if self.port_count - int(self.ports_used_count[row]) < count:
-            return None
-        used = self.ports_used[row]
-        lo, size = self.port_lo, self.port_count
-        start = int(self.port_cursor[row]) + 1 - lo
-        out: list[int] = []
-        for step in range(size):
-            p = lo + (start + step) % size
-            if p not in used:
-                out.append(p)
-                if len(out) == count:
-                    return tuple(out)
-        return None
-
-    # --- masks -------------------------------------------------------------------------------
-
-    @property
-    def usable(self) -> np.ndarray:
-        """bool[N]: nodes that exist, are Ready and not cordoned."""
-        return self.alive & self.ready & self.schedulable
-
-    def selector_mask(self, constraints: Constraints) -> np.ndarray | None:
-        """bool[N] for nodeSelector + required affinity (cached); None when the pod selects nothing."""
-        if not constraints.selects:
-            return None
-        key = (constraints.node_selector, constraints.affinity)
-        return self._cached(self._selector_masks, key, lambda row: self._selects(key, row))
-
-    def term_mask(self, term: Term) -> np.ndarray:
-        """bool[N] for one node-selector term (preferred affinity scoring)."""
-        key = ((), (term,))
-        return self._cached(self._selector_masks, key, lambda row: self._selects(key, row))
-
-    def taint_mask(self, constraints: Constraints) -> np.ndarray:
-        """bool[N]: nodes whose NoSchedule/NoExecute taints the pod tolerates (cached)."""
-        key = constraints.tolerations
-        if not key:
-            return ~self.tainted
-        return self._cached(self._taint_masks, key, lambda row: taints_ok(self.taints[row], key))
-
-    def _selects(self, key: tuple, row: int) -> bool:
-        node_selector, affinity = key
-        labels = self.labels[row]
-        if node_selector and not selector_ok(node_selector, labels):
-            return False
-        return not affinity or affinity_ok(affinity, labels, self.names[row] or "")
-
-    def _cached(self, cache: OrderedDict, key: tuple, test) -> np.ndarray:  # type: ignore[no-untyped-def]
-        mask = cache.get(key)
-        if mask is not None:
-            cache.move_to_end(key)
-            return mask
-        mask = np.zeros(self.n, dtype=bool)
-        for row, name in enumerate(self.names):
-            if name is not None:
-                mask[row] = test(row)
-        cache[key] = mask
-        if len(cache) > _MASK_CACHE_SIZE:
-            cache.popitem(last=False)
-        return mask
-
-    def _patch_masks(self, row: int) -> None:
-        for key, mask in self._selector_masks.items():
-            mask[row] = self._selects(key, row)
-        for key, mask in self._taint_masks.items():
-            mask[row] = taints_ok(self.taints[row], key)
-        for name, cm in self._class_masks.items():
-            self._class_row(cm, self._matchers[name][1], row)
-
-    # --- resource classes --------------------------------------------------------------------
-
-    def set_classes(self, classes: Iterable[ResourceClass]) -> bool:
-        """Install the current ResourceClasses; masks of changed classes are recomputed lazily."""
-        fresh = {c.metadata.name: c for c in classes}
-        changed = False
-        for name in list(self._matchers):
-            if name not in fresh:
-                del self._matchers[name]
-                self._class_masks.pop(name, None)
-                changed = True
-        for name, c in fresh.items():
-            known = self._matchers.get(name)
-            if known is None or known[0] != c.resource_version or not c.resource_version:
-                self._matchers[name] = (c.resource_version, c.matcher())
-                self._class_masks.pop(name, None)
-                changed = True
-        if changed:
-            self.epoch += 1
-            self.version += 1
-            self.static_version += 1
-        return changed
-
-    @property
-    def class_names(self) -> Mapping[str, object]:
-        return self._matchers
-
-    def class_mask(self, name: str) -> ClassMask | None:
-        """Which GPUs class `name` matches (None: no such class)."""
-        cm = self._class_masks.get(name)
-        if cm is not None:
-            return cm
-        known = self._matchers.get(name)
-        if known is None:
-            return None
-        cm = ClassMask(
-            np.zeros((self.n, self.g), dtype=bool),
-            np.zeros(self.n, dtype=bool),
-            np.zeros(self.n, dtype=np.int32),
-        )
-        for row, node in enumerate(self.names):
-            if node is not None:
-                self._class_row(cm, known[1], row)
-        self._class_masks[name] = cm
-        return cm
-
-    def _class_row(self, cm: ClassMask, matcher: Matcher, row: int) -> None:
-        cm.gpu[row, :] = False
-        devices = self.devices[row] if self.names[row] is not None else []
-        if devices:
-            if matcher.per_device:
-                for d in devices:
-                    cm.gpu[row, d.index] = matcher.matches(d.properties())
-            else:
-                verdicts: dict[int, bool] = {}
-                for d in devices:
-                    ok = verdicts.get(id(d.shared))
-                    if ok is None:
-                        ok = verdicts[id(d.shared)] = matcher.matches(d.shared)
-                    cm.gpu[row, d.index] = ok
-        cm.count[row] = int(cm.gpu[row].sum())
-        cm.node_any[row] = cm.count[row] > 0
-
-    # --- per-shape helpers used by filters and the GPU chooser --------------------------------
-
-    def gpu_usable(self, gpu_class: str | None) -> np.ndarray:
-        """bool[N, G]: healthy GPU slots of the class (any GPU for None)."""
-        if gpu_class is None:
-            return self.gpu_healthy
-        cm = self.class_mask(gpu_class)
-        return self.gpu_healthy & cm.gpu if cm is not None else np.zeros_like(self.gpu_healthy)
-
-    def gpu_available(self, gpu_class: str | None, gpu_milli: int) -> np.ndarray:
-        """int[N]: for whole GPUs, how many idle GPUs of the class; for a share (`gpu_milli` < 1000),
-        how many such shares fit, summed over the GPUs of the class."""
-        if gpu_class is None and gpu_milli >= GPU_MILLI:
-            return self.gpu_whole_free
-        usable = self.gpu_usable(gpu_class)
-        if gpu_milli >= GPU_MILLI:
-            return ((self.gpu_free_milli == GPU_MILLI) & usable).sum(axis=1)
-        return np.where(usable, np.maximum(self.gpu_free_milli, 0) // gpu_milli, 0).sum(axis=1)
-
-    def _count_shape(self, alloc: Alloc, delta: int) -> None:
-        if not alloc.gpus or not 0 < alloc.gpu_milli <= GPU_MILLI:
-            return
-        key = (alloc.cpu, len(alloc.gpus), alloc.gpu_milli)
-        count = self._shape_counts.get(key, 0) + delta
-        if count > 0:
-            self._shape_counts[key] = count
-        else:
-            self._shape_counts.pop(key, None)
-
-    def workload_counts(self) -> Mapping[tuple[int, int, int], int]:
-        """(cpu milli, GPUs, milli per GPU) -> how many GPU reservations have that shape: the live
-        workload FGD measures fragmentation against (kept current on every reservation change)."""
-        return MappingProxyType(self._shape_counts)
-
-    def workload_shapes(self) -> list[tuple[int, int, int]]:
-        """The shape of every GPU reservation (`workload_counts`, expanded)."""
-        return [shape for shape, count in self._shape_counts.items() for _ in range(count)]
-
-    def share_memory(self, row: int, shape: PodShape) -> np.ndarray:
-        """int64[G]: MiB a share of `shape` needs on each GPU of `row` (0 where the GPU's memory is unknown)."""
-        if shape.gpu_mem_mib:
-            return np.where(self.gpu_mem_mib[row] > 0, shape.gpu_mem_mib, 0).astype(np.int64)
-        total = self.gpu_mem_mib[row].astype(np.int64)
-        return -(-total * shape.gpu_mem_permille // GPU_MILLI)
-
-    def share_available(self, shape: PodShape) -> np.ndarray:
-        """int[N]: how many shares of `shape` fit on each node, by milli AND memory (vectorised;
-        `gpu_available` counts by milli only)."""
-        usable = self.gpu_usable(shape.gpu_class)
-        total = self.gpu_mem_mib.astype(np.int64)
-        if shape.gpu_mem_mib:
-            need = np.where(total > 0, shape.gpu_mem_mib, 0)
-        else:
-            need = -(-total * shape.gpu_mem_permille // GPU_MILLI)
-        by_milli = np.maximum(self.gpu_free_milli, 0) // shape.gpu_milli
-        by_mem = np.where(need > 0, np.maximum(self.gpu_mem_free, 0) // np.maximum(need, 1), by_milli)
-        return np.where(usable, np.minimum(by_milli, by_mem), 0).sum(axis=1)
-
-    def share_fits(self, row: int, shape: PodShape) -> np.ndarray:
-        """bool[G]: GPUs of `row` a share of `shape` fits on (healthy, of its class, milli and memory free)."""
-        usable = self.gpu_usable(shape.gpu_class)[row]
-        return (
-            usable
-            & (self.gpu_free_milli[row] >= shape.gpu_milli)
-            & (self.gpu_mem_free[row] >= self.share_memory(row, shape))
-        )
+    # --- other views -------------------------------------------------------------------------
 
     def gpu_id(self, row: int, index: int) -> str:
         devices = self.devices[row]
@@ -813,11 +396,6 @@ class Snapshot:
             mem_capacity=np.maximum(self.mem_alloc[rows], self.mem_free[rows]),
             gpu_pods=self.gpu_kinds[rows],
         )
-
-
-def _kind(alloc: Alloc, width: int) -> int:
-    """The column of `gpu_kinds` an allocation counts in: 0 for a share, else its GPU count."""
-    return 0 if alloc.gpu_milli < GPU_MILLI else min(len(alloc.gpus), width)
 
 
 def _with_policy(topology: NodeTopology, policy: str | None) -> NodeTopology:
