@@ -7,10 +7,12 @@ groups; the object's `apiVersion` says which project's conventions apply).
 
 This module is the edge of the data flow (`submit -> validate -> store`): `parse_job` turns a
 decoded document into a defaulted, validated job or raises :class:`JobValidationError` listing
-every offending field path with the allowed values. The job operator
-(`gpuyard.controllers`) reads these objects; the per-kind *behaviour* (env wiring, start order,
-success rule) lives in its workload plugins, while the per-kind *API facts* (replica types,
-default container/port/restart policy) are declared here in :data:`KIND_INFO`.
+every offending field path with the allowed values; `load_documents` decodes a YAML/JSON body.
+It also re-exports the whole job API, so `gpuyard.apis.jobs` is the one import for it: the spec
+and status models live in :mod:`gpuyard.apis.jobspecs`, the kinds and the per-kind *API facts*
+(replica types, default container/port/restart policy, :data:`KIND_INFO`) in
+:mod:`gpuyard.apis.jobkinds`. The job operator (`gpuyard.controllers`) reads these objects; the
+per-kind *behaviour* (env wiring, start order, success rule) lives in its workload plugins.
 """
 
 from __future__ import annotations
@@ -18,16 +20,59 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import yaml
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
-from gpuyard.apis.core import ContainerPort, PodTemplateSpec
-from gpuyard.apis.meta import K8sModel, Resource
-from gpuyard.apis.quantity import Quantity
+from gpuyard.apis.core import ContainerPort
+from gpuyard.apis.jobkinds import (
+    ANNOTATION_GANG_GROUP,
+    ANNOTATION_GIT_SYNC,
+    ANNOTATION_NETWORK_MODE,
+    API_KUBEDL,
+    API_KUBEFLOW,
+    JOB_KINDS,
+    KIND_INFO,
+    JAXJob,
+    JobKindInfo,
+    MarsJob,
+    MPIJob,
+    PaddleJob,
+    PyTorchJob,
+    TFJob,
+    TrainingJob,
+    XGBoostJob,
+    find_job,
+    job_classes,
+)
+from gpuyard.apis.jobkinds import Flavor as Flavor
+from gpuyard.apis.jobkinds import PortDefault as PortDefault
+from gpuyard.apis.jobspecs import CleanPodPolicy as CleanPodPolicy
+from gpuyard.apis.jobspecs import (
+    DAGCondition,
+    ElasticPolicy,
+    JobCondition,
+    JobSpec,
+    JobStatus,
+    ReplicaSpec,
+    ReplicaStatus,
+    RunPolicy,
+    SchedulingPolicy,
+)
+from gpuyard.apis.jobspecs import JAXJobSpec as JAXJobSpec
+from gpuyard.apis.jobspecs import JobConditionType as JobConditionType
+from gpuyard.apis.jobspecs import MarsJobSpec as MarsJobSpec
+from gpuyard.apis.jobspecs import MarsWorkerMemoryTuningPolicy as MarsWorkerMemoryTuningPolicy
+from gpuyard.apis.jobspecs import MPIJobSpec as MPIJobSpec
+from gpuyard.apis.jobspecs import PaddleJobSpec as PaddleJobSpec
+from gpuyard.apis.jobspecs import PodRestart as PodRestart
+from gpuyard.apis.jobspecs import PyTorchJobSpec as PyTorchJobSpec
+from gpuyard.apis.jobspecs import RDZVConf as RDZVConf
+from gpuyard.apis.jobspecs import RestartPolicy as RestartPolicy
+from gpuyard.apis.jobspecs import SuccessPolicy as SuccessPolicy
+from gpuyard.apis.jobspecs import TFJobSpec as TFJobSpec
+from gpuyard.apis.jobspecs import XGBoostJobSpec as XGBoostJobSpec
 
 __all__ = [
     "ANNOTATION_GANG_GROUP",
@@ -62,449 +107,8 @@ __all__ = [
     "parse_job",
 ]
 
-API_KUBEDL = "training.kubedl.io/v1alpha1"
-API_KUBEFLOW = "kubeflow.org/v1"
-
-ANNOTATION_NETWORK_MODE = "kubedl.io/network-mode"  # value "host": host-network mode
-ANNOTATION_GIT_SYNC = "kubedl.io/git-sync-config"  # JSON: git-sync init container options
-ANNOTATION_GANG_GROUP = "gpuyard.io/gang-group"  # comma-separated ns/name of jobs placed together
-
-RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
-CleanPodPolicy = Literal["All", "Running", "None"]
-SuccessPolicy = Literal["", "AllWorkers"]
-JobConditionType = Literal["Created", "Queuing", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
-
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME = 52  # leaves room for "-<role>-<index>" within a 63-character DNS label
-
-
-# --- spec ------------------------------------------------------------------------------------
-
-
-class DAGCondition(K8sModel):
-    """Start this replica type only when every pod of `upstream` has reached `onPhase`."""
-
-    upstream: str
-    on_phase: Literal["Running", "Succeeded"] = "Running"
-
-
-class ReplicaSpec(K8sModel):
-    """One replica type (role) of a job: how many pods, their template, how they restart."""
-
-    replicas: int | None = None
-    template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
-    restart_policy: RestartPolicy | None = None
-    depends_on: list[DAGCondition] | None = Field(
-        default=None,
-        validation_alias=AliasChoices("dependsOn", "dependOn", "depends_on"),
-        serialization_alias="dependsOn",
-    )
-
-    @field_validator("replicas")
-    @classmethod
-    def _replicas(cls, value: int | None) -> int | None:
-        if value is not None and value < 0:
-            raise ValueError(f"must be a non-negative integer (0, 1, 2, ...); got {value}")
-        return value
-
-    @property
-    def count(self) -> int:
-        return self.replicas if self.replicas is not None else 1
-
-
-class SchedulingPolicy(K8sModel):
-    """Gang/queue settings; KubeDL's and Kubeflow's fields are both accepted."""
-
-    min_available: int | None = Field(default=None, ge=0)
-    queue: str | None = None
-    priority: int | None = None
-    priority_class_name: str | None = None
-    priority_class: str | None = Field(default=None, description="Kubeflow's spelling of priorityClassName.")
-    min_resources: dict[str, Quantity] | None = None
-    schedule_timeout_seconds: int | None = Field(default=None, ge=0)
-
-
-class RunPolicy(K8sModel):
-    clean_pod_policy: CleanPodPolicy | None = None
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
-    active_deadline_seconds: int | None = Field(default=None, ge=0)
-    backoff_limit: int | None = Field(default=None, ge=0)
-    scheduling_policy: SchedulingPolicy | None = None
-    suspend: bool | None = None
-
-
-class JobSpec(RunPolicy):
-    """Fields every job kind shares. KubeDL inlines the run policy; Kubeflow nests `runPolicy`."""
-
-    run_policy: RunPolicy | None = None
-    success_policy: SuccessPolicy | None = None
-
-    def effective(self) -> RunPolicy:
-        """The run policy with Kubeflow's `runPolicy` taking precedence over inline fields."""
-        merged: dict[str, Any] = {}
-        for name in RunPolicy.model_fields:
-            nested = getattr(self.run_policy, name, None) if self.run_policy is not None else None
-            merged[name] = nested if nested is not None else getattr(self, name)
-        return RunPolicy.model_validate(merged)
-
-
-class RDZVConf(K8sModel):
-    key: str = ""
-    value: str = ""
-
-
-class ElasticPolicy(K8sModel):
-    """Kubeflow PyTorchJob's torchrun (elastic) settings."""
-
-    min_replicas: int | None = Field(default=None, ge=0)
-    max_replicas: int | None = Field(default=None, ge=0)
-    rdzv_backend: str | None = None
-    rdzv_port: int | None = Field(default=None, ge=1, le=65535)
-    rdzv_host: str | None = None
-    rdzv_id: str | None = None
-    rdzv_conf: list[RDZVConf] | None = None
-    standalone: bool | None = None
-    n_proc_per_node: int | None = Field(default=None, ge=1)
-    max_restarts: int | None = Field(default=None, ge=0)
-
-
-class TFJobSpec(JobSpec):
-    tf_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
-
-
-class PyTorchJobSpec(JobSpec):
-    pytorch_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
-    elastic_policy: ElasticPolicy | None = None
-    nproc_per_node: str | None = None
-
-    @field_validator("nproc_per_node", mode="before")
-    @classmethod
-    def _nproc(cls, value: Any) -> Any:
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-class XGBoostJobSpec(JobSpec):
-    xgb_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
-
-
-class MPIJobSpec(JobSpec):
-    mpi_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
-    slots_per_worker: int | None = Field(default=None, ge=1)
-    main_container: str | None = None
-    mpi_distribution: Literal["OpenMPI", "IntelMPI", "MPICH"] | None = None
-
-
-class MarsWorkerMemoryTuningPolicy(K8sModel):
-    plasma_store: str | None = None
-    lock_free_file_io: bool | None = Field(
-        default=None,
-        validation_alias=AliasChoices("lockFreeFileIO", "lock_free_file_io"),
-        serialization_alias="lockFreeFileIO",
-    )
-    spill_dirs: list[str] | None = None
-    worker_cache_percentage: int | None = Field(default=None, ge=0)
-    worker_cache_size: Quantity | None = None
-
-
-class MarsJobSpec(JobSpec):
-    mars_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
-    worker_memory_tuning_policy: MarsWorkerMemoryTuningPolicy | None = None
-    web_host: str | None = None
-
-
-class JAXJobSpec(JobSpec):
-    jax_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
-
-
-class PaddleJobSpec(JobSpec):
-    paddle_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
-
-
-# --- status ----------------------------------------------------------------------------------
-
-
-class JobCondition(K8sModel):
-    type: JobConditionType
-    status: Literal["True", "False", "Unknown"] = "True"
-    reason: str = ""
-    message: str = ""
-    last_update_time: datetime | None = None
-    last_transition_time: datetime | None = None
-
-
-class ReplicaStatus(K8sModel):
-    """Pods of one replica type now: running (`active`), succeeded, failed; plus restarts so far."""
-
-    active: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    restarts: int = 0
-
-
-class PodRestart(K8sModel):
-    """How often one replica was restarted, and the uid of the last failed pod counted."""
-
-    count: int = 0
-    last_uid: str = ""
-
-
-class JobStatus(K8sModel):
-    conditions: list[JobCondition] = Field(default_factory=list)
-    replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
-    start_time: datetime | None = None
-    completion_time: datetime | None = None
-    last_reconcile_time: datetime | None = None
-    phase: str = Field(
-        default="", description="gpuyard: the current condition (Created, Queuing, Running, ...)."
-    )
-    restarts: int = Field(default=0, description="gpuyard: restarts counted against backoffLimit.")
-    pod_restarts: dict[str, PodRestart] = Field(default_factory=dict)
-
-    def condition(self, type_: str) -> JobCondition | None:
-        for c in self.conditions:
-            if c.type == type_:
-                return c
-        return None
-
-    def is_true(self, type_: str) -> bool:
-        c = self.condition(type_)
-        return c is not None and c.status == "True"
-
-    @property
-    def finished(self) -> bool:
-        return self.is_true("Succeeded") or self.is_true("Failed")
-
-
-# --- the kinds ---------------------------------------------------------------------------------
-
-
-class TrainingJob(Resource):
-    """Base of every job kind; `replica_specs` is the kind's `*ReplicaSpecs` map."""
-
-    REPLICA_FIELD: ClassVar[str] = ""
-
-    spec: JobSpec = Field(default_factory=JobSpec)
-    status: JobStatus = Field(default_factory=JobStatus)
-
-    @property
-    def replica_specs(self) -> dict[str, ReplicaSpec]:
-        return getattr(self.spec, self.REPLICA_FIELD)
-
-    @property
-    def info(self) -> JobKindInfo:
-        return KIND_INFO[self.KIND]
-
-    @property
-    def flavor(self) -> Literal["kubedl", "kubeflow"]:
-        return "kubeflow" if self.api_version == API_KUBEFLOW else "kubedl"
-
-    @property
-    def run_policy(self) -> RunPolicy:
-        return self.spec.effective()
-
-    @property
-    def host_network(self) -> bool:
-        return self.metadata.annotations.get(ANNOTATION_NETWORK_MODE) == "host"
-
-    @property
-    def suspended(self) -> bool:
-        return bool(self.run_policy.suspend)
-
-    @property
-    def queue(self) -> str:
-        policy = self.run_policy.scheduling_policy
-        return (
-            (policy.queue if policy is not None and policy.queue else "")
-            or self.metadata.namespace
-            or "default"
-        )
-
-    def roles(self) -> list[str]:
-        """Replica types present, in the kind's canonical order."""
-        order = self.info.order
-        return sorted(self.replica_specs, key=lambda r: (order.index(r) if r in order else len(order), r))
-
-
-class TFJob(TrainingJob):
-    KIND = "TFJob"
-    API_VERSION = API_KUBEDL
-    REPLICA_FIELD = "tf_replica_specs"
-    spec: TFJobSpec = Field(default_factory=TFJobSpec)
-
-
-class PyTorchJob(TrainingJob):
-    KIND = "PyTorchJob"
-    API_VERSION = API_KUBEDL
-    REPLICA_FIELD = "pytorch_replica_specs"
-    spec: PyTorchJobSpec = Field(default_factory=PyTorchJobSpec)
-
-
-class XGBoostJob(TrainingJob):
-    KIND = "XGBoostJob"
-    API_VERSION = API_KUBEDL
-    REPLICA_FIELD = "xgb_replica_specs"
-    spec: XGBoostJobSpec = Field(default_factory=XGBoostJobSpec)
-
-
-class MPIJob(TrainingJob):
-    KIND = "MPIJob"
-    API_VERSION = API_KUBEDL
-    REPLICA_FIELD = "mpi_replica_specs"
-    spec: MPIJobSpec = Field(default_factory=MPIJobSpec)
-
-
-class MarsJob(TrainingJob):
-    KIND = "MarsJob"
-    API_VERSION = API_KUBEDL
-    REPLICA_FIELD = "mars_replica_specs"
-    spec: MarsJobSpec = Field(default_factory=MarsJobSpec)
-
-
-class JAXJob(TrainingJob):
-    KIND = "JAXJob"
-    API_VERSION = API_KUBEFLOW
-    REPLICA_FIELD = "jax_replica_specs"
-    spec: JAXJobSpec = Field(default_factory=JAXJobSpec)
-
-
-class PaddleJob(TrainingJob):
-    KIND = "PaddleJob"
-    API_VERSION = API_KUBEFLOW
-    REPLICA_FIELD = "paddle_replica_specs"
-    spec: PaddleJobSpec = Field(default_factory=PaddleJobSpec)
-
-
-@dataclass(frozen=True, slots=True)
-class PortDefault:
-    container: str  # the framework's default container name
-    name: str  # the default port's name
-    port: int | None  # its number; None: the project adds no port
-
-
-@dataclass(frozen=True, slots=True)
-class Flavor:
-    """One project's conventions for a kind: allowed roles, defaults."""
-
-    roles: tuple[str, ...]
-    restart: Mapping[str, RestartPolicy]  # role -> default restartPolicy ("*" for any role)
-    port: PortDefault
-    port_roles: tuple[str, ...] | None = None  # roles that get the default port (None: all)
-    replicas: Mapping[str, int] = field(default_factory=dict)  # role -> default replicas (else 1)
-
-
-@dataclass(frozen=True, slots=True)
-class JobKindInfo:
-    """What the API knows about a kind: its model, replica field and per-project flavors."""
-
-    cls: type[TrainingJob]
-    replica_field: str  # the camelCase name on the wire, e.g. tfReplicaSpecs
-    order: tuple[str, ...]  # canonical role order (reconcile and display order)
-    flavors: Mapping[str, Flavor]  # apiVersion -> flavor
-
-    def flavor(self, api_version: str) -> Flavor:
-        return self.flavors[api_version]
-
-
-_TF_ROLES = ("PS", "Worker", "Chief", "Master", "Evaluator", "GraphLearn")
-_TF_PORT = PortDefault("tensorflow", "tfjob-port", 2222)
-
-KIND_INFO: dict[str, JobKindInfo] = {
-    "TFJob": JobKindInfo(
-        TFJob,
-        "tfReplicaSpecs",
-        ("GraphLearn", "PS", "Chief", "Master", "Worker", "Evaluator"),
-        {
-            API_KUBEDL: Flavor(_TF_ROLES, {"*": "ExitCode"}, _TF_PORT),
-            API_KUBEFLOW: Flavor(_TF_ROLES, {"*": "Never"}, _TF_PORT),
-        },
-    ),
-    "PyTorchJob": JobKindInfo(
-        PyTorchJob,
-        "pytorchReplicaSpecs",
-        ("AIMaster", "Master", "Worker"),
-        {
-            API_KUBEDL: Flavor(
-                ("Master", "Worker", "AIMaster"),
-                {"Master": "ExitCode", "Worker": "OnFailure", "AIMaster": "Always"},
-                PortDefault("pytorch", "pytorchjob-port", 23456),
-                port_roles=("Master",),
-            ),
-            API_KUBEFLOW: Flavor(
-                ("Master", "Worker"), {"*": "OnFailure"}, PortDefault("pytorch", "pytorchjob-port", 23456)
-            ),
-        },
-    ),
-    "XGBoostJob": JobKindInfo(
-        XGBoostJob,
-        "xgbReplicaSpecs",
-        ("Master", "Worker"),
-        {
-            API_KUBEDL: Flavor(
-                ("Master", "Worker"), {"*": "Never"}, PortDefault("xgboostjob", "xgboostjob-port", 9999)
-            ),
-            API_KUBEFLOW: Flavor(
-                ("Master", "Worker"), {"*": "Never"}, PortDefault("xgboost", "xgboostjob-port", 9999)
-            ),
-        },
-    ),
-    "MPIJob": JobKindInfo(
-        MPIJob,
-        "mpiReplicaSpecs",
-        ("Worker", "Launcher"),
-        {
-            API_KUBEDL: Flavor(("Launcher", "Worker"), {"*": "Never"}, PortDefault("mpi", "mpi-port", 2222)),
-            API_KUBEFLOW: Flavor(
-                ("Launcher", "Worker"),
-                {"*": "Never"},
-                PortDefault("mpi", "mpi-port", None),
-                replicas={"Worker": 0},
-            ),
-        },
-    ),
-    "MarsJob": JobKindInfo(
-        MarsJob,
-        "marsReplicaSpecs",
-        ("Scheduler", "WebService", "Worker"),
-        {
-            API_KUBEDL: Flavor(
-                ("Scheduler", "Worker", "WebService"),
-                {"Scheduler": "Never", "WebService": "Always", "Worker": "ExitCode"},
-                PortDefault("mars", "mars-port", 11111),
-            ),
-        },
-    ),
-    "JAXJob": JobKindInfo(
-        JAXJob,
-        "jaxReplicaSpecs",
-        ("Worker",),
-        {API_KUBEFLOW: Flavor(("Worker",), {"*": "Never"}, PortDefault("jax", "jaxjob-port", 6666))},
-    ),
-    "PaddleJob": JobKindInfo(
-        PaddleJob,
-        "paddleReplicaSpecs",
-        ("Master", "Worker"),
-        {
-            API_KUBEFLOW: Flavor(
-                ("Master", "Worker"), {"*": "OnFailure"}, PortDefault("paddle", "master", 36543)
-            )
-        },
-    ),
-}
-
-JOB_KINDS: list[type[Resource]] = [info.cls for info in KIND_INFO.values()]
-
-
-def job_classes() -> list[type[TrainingJob]]:
-    return [info.cls for info in KIND_INFO.values()]
-
-
-def find_job(store: Any, namespace: str, name: str) -> TrainingJob | None:
-    """The job named `name` in `namespace`, whatever its kind (names are unique per namespace)."""
-    for kind in KIND_INFO:
-        obj = store.get(kind, namespace, name)
-        if obj is not None:
-            return obj  # type: ignore[no-any-return]
-    return None
 
 
 # --- parsing, validation, defaulting ------------------------------------------------------------

@@ -6,30 +6,44 @@ the way it asks for any resource (`resources.limits: {nvidia.tesla.k80: 1}`); pl
 their indices and ids into the pod's Reservation; the operator hands them to the pod
 (`gpuyard.io/devices`, `NVIDIA_VISIBLE_DEVICES`).
 
-Device properties a selector can name (per GPU): `model` (short key: `v100`, `a100`, ...),
-`product` (`Tesla-V100-SXM2-32GB`), `memory` (`32768Mi`), `vendor` (`nvidia`), `index`, `uuid`,
-and every label of the GPU's node (`topology.gpuyard.io/block`, ...). `Gt`/`Lt` compare numbers
-with units (`memory Gt 10Gi`).
-
-This module is shared by the scheduler (matching) and the operator/HTTP API (validation at
-submit time: :func:`validate_gang_request`, :func:`validate_resource_class`), which must not
-import each other; everything here is pure and works on the API models.
+This module holds the ResourceClass object, the default class per GPU model, the split of a
+pod's request into GPUs and the rest (:func:`parse_gpu_request`) and the submit-time checks
+(:func:`validate_gang_request`, :func:`validate_resource_class`). The selectors, their compiled
+matchers and a node's device properties are in :mod:`gpuyard.apis.devicematching`, re-exported
+here. Both are shared by the scheduler (matching) and the operator/HTTP API (validation at
+submit time), which must not import each other; everything here is pure and works on the API
+models.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError
 
 from gpuyard.apis.core import GPU_RESOURCE, Node, PodSpec
+from gpuyard.apis.devicematching import (
+    ANNOTATION_UNHEALTHY_GPUS,
+    LABEL_GPU_MEMORY,
+    LABEL_GPU_MODEL,
+    LABEL_GPU_PRODUCT,
+    OPERATORS,
+    DeviceInfo,
+    DeviceRequirement,
+    DeviceSelector,
+    Matcher,
+    compile_selector,
+    gpu_devices,
+    model_key,
+)
+from gpuyard.apis.devicematching import unhealthy_indices as unhealthy_indices
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import Resource, StrictK8sModel
-from gpuyard.apis.quantity import QuantityError, format_quantity, parse_quantity, to_int, to_milli
+from gpuyard.apis.quantity import format_quantity, to_int, to_milli
 from gpuyard.apis.scheduling import PodGroup, PodGroupSpec
 
 __all__ = [
@@ -61,59 +75,14 @@ __all__ = [
 ]
 
 API_VERSION = "gpuyard.io/v1alpha1"
-OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-
-LABEL_GPU_MODEL = "gpuyard.io/gpu-model"
-LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
-LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB per GPU, as NVIDIA GPU feature discovery writes it
 LABEL_DEFAULT_CLASS = "gpuyard.io/default-class"
-ANNOTATION_UNHEALTHY_GPUS = "gpuyard.io/unhealthy-gpus"  # "0,3": GPU indices the node reports broken
 
 # Resource names that are neither GPUs nor extended resources (Kubernetes' own, no domain prefix).
 CORE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage", "storage"})
-_PER_DEVICE_KEYS = frozenset({"index", "uuid"})
 _CLASS_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 # --- the model --------------------------------------------------------------------------------
-
-
-class DeviceRequirement(StrictK8sModel):
-    """`key operator values`, as a Kubernetes node-selector requirement, over device properties."""
-
-    key: str = Field(min_length=1)
-    operator: str
-    values: list[str] = Field(default_factory=list)
-
-    @field_validator("operator")
-    @classmethod
-    def _known_operator(cls, value: str) -> str:
-        if value not in OPERATORS:
-            raise ValueError(f"unknown operator {value!r}; allowed: {', '.join(OPERATORS)}")
-        return value
-
-    @model_validator(mode="after")
-    def _values_fit_operator(self) -> DeviceRequirement:
-        op, values = self.operator, self.values
-        if op in ("In", "NotIn") and not values:
-            raise ValueError(f"operator {op} needs at least one value")
-        if op in ("Exists", "DoesNotExist") and values:
-            raise ValueError(f"operator {op} takes no values, got {values}")
-        if op in ("Gt", "Lt"):
-            if len(values) != 1:
-                raise ValueError(f"operator {op} needs exactly one value, got {len(values)}")
-            try:
-                parse_quantity(values[0])
-            except QuantityError:
-                raise ValueError(
-                    f"operator {op} compares numbers; {values[0]!r} is not a number (with an optional unit, e.g. 10Gi)"
-                ) from None
-        return self
-
-
-class DeviceSelector(StrictK8sModel):
-    match_labels: dict[str, str] = Field(default_factory=dict)
-    match_expressions: list[DeviceRequirement] = Field(default_factory=list)
 
 
 class ResourceClassSpec(StrictK8sModel):
@@ -135,177 +104,6 @@ class ResourceClass(Resource):
 
 
 RESOURCE_CLASS_KINDS: list[type[Resource]] = [ResourceClass]
-
-
-# --- matching ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Matcher:
-    """A compiled selector: `matches(properties)`; `per_device` if it names `index` or `uuid`."""
-
-    test: Callable[[Mapping[str, str]], bool]
-    keys: frozenset[str]
-
-    @property
-    def per_device(self) -> bool:
-        return bool(self.keys & _PER_DEVICE_KEYS)
-
-    def matches(self, properties: Mapping[str, str]) -> bool:
-        return self.test(properties)
-
-
-def _number(value: str | None) -> Decimal | None:
-    if value is None:
-        return None
-    try:
-        return parse_quantity(value)
-    except QuantityError:
-        return None
-
-
-def _requirement_test(req: DeviceRequirement) -> Callable[[Mapping[str, str]], bool]:
-    key, op = req.key, req.operator
-    if op == "In":
-        allowed = frozenset(req.values)
-        return lambda p: p.get(key) in allowed
-    if op == "NotIn":
-        banned = frozenset(req.values)
-        return lambda p: p.get(key) not in banned
-    if op == "Exists":
-        return lambda p: key in p
-    if op == "DoesNotExist":
-        return lambda p: key not in p
-    bound = parse_quantity(req.values[0])
-    if op == "Gt":
-        return lambda p: (n := _number(p.get(key))) is not None and n > bound
-    return lambda p: (n := _number(p.get(key))) is not None and n < bound
-
-
-def compile_selector(selector: DeviceSelector) -> Matcher:
-    """A fast predicate over a device's properties (all requirements must hold)."""
-    tests = [(lambda p, k=k, v=v: p.get(k) == v) for k, v in selector.match_labels.items()]
-    tests += [_requirement_test(r) for r in selector.match_expressions]
-    keys = frozenset(selector.match_labels) | frozenset(r.key for r in selector.match_expressions)
-    if not tests:
-        return Matcher(lambda p: True, keys)
-    if len(tests) == 1:
-        return Matcher(tests[0], keys)
-    return Matcher(lambda p: all(t(p) for t in tests), keys)
-
-
-# --- device properties of a node --------------------------------------------------------------
-
-_MODEL_RE = re.compile(r"(?<![a-z0-9])([a-z]{1,2}\d{1,3}[a-z]?)(?![a-z0-9])")
-
-
-def model_key(product: str) -> str:
-    """The short model key of a product name: `Tesla-V100-SXM2-32GB` -> `v100`, `NVIDIA-A100-...` -> `a100`."""
-    text = product.lower().replace("_", "-").replace(" ", "-")
-    for part in text.split("-"):
-        if part in ("tesla", "nvidia", "geforce", "quadro", "rtx"):
-            continue
-        if _MODEL_RE.fullmatch(part):
-            return part
-    match = _MODEL_RE.search(text)
-    return match.group(1) if match else text
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceInfo:
-    """One GPU of a node: index, id, health and the properties a ResourceClass selects on.
-
-    `shared` holds the node-level properties (model, product, memory, vendor, node labels); GPUs
-    of a node whose properties come from labels share one mapping, so a class is tested once per
-    node unless it names `index` or `uuid`.
-    """
-
-    index: int
-    uuid: str
-    healthy: bool
-    model: str
-    memory_mib: int
-    shared: Mapping[str, str]
-
-    def properties(self) -> dict[str, str]:
-        props = dict(self.shared)
-        props["index"] = str(self.index)
-        props["uuid"] = self.uuid
-        return props
-
-
-def unhealthy_indices(node: Node) -> frozenset[int]:
-    """GPU indices listed in the node's `gpuyard.io/unhealthy-gpus` annotation."""
-    raw = node.metadata.annotations.get(ANNOTATION_UNHEALTHY_GPUS, "")
-    out = set()
-    for part in raw.split(","):
-        part = part.strip()
-        if part.isdigit():
-            out.add(int(part))
-    return frozenset(out)
-
-
-def gpu_devices(node: Node, topology: NodeTopology | None = None) -> list[DeviceInfo]:
-    """The GPUs of `node` (as many as its allocatable `nvidia.com/gpu`), with their properties.
-
-    Properties come from the NodeTopology when one is given (UUIDs, model, memory, health per
-    GPU), else from the GPU feature discovery labels; GPU ids default to `GPU-<node>-<index>`.
-    """
-    count = to_int(node.status.allocatable.get(GPU_RESOURCE, Decimal(0)) // 1)
-    if count <= 0:
-        return []
-    labels = node.metadata.labels
-    name = node.metadata.name
-    product = labels.get(LABEL_GPU_PRODUCT, "")
-    model = labels.get(LABEL_GPU_MODEL) or (model_key(product) if product else "")
-    mem_label = labels.get(LABEL_GPU_MEMORY, "")
-    memory = int(mem_label) if mem_label.isdigit() else 0
-    broken = unhealthy_indices(node)
-    base: dict[str, str] = dict(labels)
-    base["vendor"] = "nvidia"
-
-    def shared_props(model_: str, product_: str, memory_: int) -> dict[str, str]:
-        props = dict(base)
-        if model_:
-            props["model"] = model_
-        if product_:
-            props["product"] = product_
-        if memory_:
-            props["memory"] = f"{memory_}Mi"
-        return props
-
-    node_props = shared_props(model, product, memory)
-    topo_gpus = topology.spec.gpus if topology is not None else []
-    out = []
-    for i in range(count):
-        if i < len(topo_gpus):
-            g = topo_gpus[i]
-            g_product = g.model or product
-            g_model = g.model_key or (model_key(g.model) if g.model else model)
-            g_memory = g.memory_mib or memory
-            same = (g_model, g_product, g_memory) == (model, product, memory)
-            out.append(
-                DeviceInfo(
-                    index=i,
-                    uuid=g.uuid or f"GPU-{name}-{i}",
-                    healthy=g.health == "Healthy" and i not in broken,
-                    model=g_model,
-                    memory_mib=g_memory,
-                    shared=node_props if same else shared_props(g_model, g_product, g_memory),
-                )
-            )
-        else:
-            out.append(
-                DeviceInfo(
-                    index=i,
-                    uuid=f"GPU-{name}-{i}",
-                    healthy=i not in broken,
-                    model=model,
-                    memory_mib=memory,
-                    shared=node_props,
-                )
-            )
-    return out
 
 
 # --- default classes --------------------------------------------------------------------------

@@ -1,0 +1,247 @@
+"""Spec and status models of the training job kinds (KubeDL and Kubeflow field names).
+
+The parts every kind shares: replica specs (`*ReplicaSpecs` values), the run and scheduling
+policies (KubeDL inlines them, Kubeflow nests `runPolicy`), each kind's `spec` model and the
+`status` the operator writes. The kinds themselves and their per-project facts are in
+:mod:`gpuyard.apis.jobkinds`; parsing and validation of a submitted document in
+:mod:`gpuyard.apis.jobs`, which re-exports everything here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field, field_validator
+
+from gpuyard.apis.core import PodTemplateSpec
+from gpuyard.apis.meta import K8sModel
+from gpuyard.apis.quantity import Quantity
+
+__all__ = [
+    "CleanPodPolicy",
+    "DAGCondition",
+    "ElasticPolicy",
+    "JAXJobSpec",
+    "JobCondition",
+    "JobConditionType",
+    "JobSpec",
+    "JobStatus",
+    "MPIJobSpec",
+    "MarsJobSpec",
+    "MarsWorkerMemoryTuningPolicy",
+    "PaddleJobSpec",
+    "PodRestart",
+    "PyTorchJobSpec",
+    "RDZVConf",
+    "ReplicaSpec",
+    "ReplicaStatus",
+    "RestartPolicy",
+    "RunPolicy",
+    "SchedulingPolicy",
+    "SuccessPolicy",
+    "TFJobSpec",
+    "XGBoostJobSpec",
+]
+
+RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
+CleanPodPolicy = Literal["All", "Running", "None"]
+SuccessPolicy = Literal["", "AllWorkers"]
+JobConditionType = Literal["Created", "Queuing", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+
+
+# --- spec ------------------------------------------------------------------------------------
+
+
+class DAGCondition(K8sModel):
+    """Start this replica type only when every pod of `upstream` has reached `onPhase`."""
+
+    upstream: str
+    on_phase: Literal["Running", "Succeeded"] = "Running"
+
+
+class ReplicaSpec(K8sModel):
+    """One replica type (role) of a job: how many pods, their template, how they restart."""
+
+    replicas: int | None = None
+    template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
+    restart_policy: RestartPolicy | None = None
+    depends_on: list[DAGCondition] | None = Field(
+        default=None,
+        validation_alias=AliasChoices("dependsOn", "dependOn", "depends_on"),
+        serialization_alias="dependsOn",
+    )
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, value: int | None) -> int | None:
+        if value is not None and value < 0:
+            raise ValueError(f"must be a non-negative integer (0, 1, 2, ...); got {value}")
+        return value
+
+    @property
+    def count(self) -> int:
+        return self.replicas if self.replicas is not None else 1
+
+
+class SchedulingPolicy(K8sModel):
+    """Gang/queue settings; KubeDL's and Kubeflow's fields are both accepted."""
+
+    min_available: int | None = Field(default=None, ge=0)
+    queue: str | None = None
+    priority: int | None = None
+    priority_class_name: str | None = None
+    priority_class: str | None = Field(default=None, description="Kubeflow's spelling of priorityClassName.")
+    min_resources: dict[str, Quantity] | None = None
+    schedule_timeout_seconds: int | None = Field(default=None, ge=0)
+
+
+class RunPolicy(K8sModel):
+    clean_pod_policy: CleanPodPolicy | None = None
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    active_deadline_seconds: int | None = Field(default=None, ge=0)
+    backoff_limit: int | None = Field(default=None, ge=0)
+    scheduling_policy: SchedulingPolicy | None = None
+    suspend: bool | None = None
+
+
+class JobSpec(RunPolicy):
+    """Fields every job kind shares. KubeDL inlines the run policy; Kubeflow nests `runPolicy`."""
+
+    run_policy: RunPolicy | None = None
+    success_policy: SuccessPolicy | None = None
+
+    def effective(self) -> RunPolicy:
+        """The run policy with Kubeflow's `runPolicy` taking precedence over inline fields."""
+        merged: dict[str, Any] = {}
+        for name in RunPolicy.model_fields:
+            nested = getattr(self.run_policy, name, None) if self.run_policy is not None else None
+            merged[name] = nested if nested is not None else getattr(self, name)
+        return RunPolicy.model_validate(merged)
+
+
+class RDZVConf(K8sModel):
+    key: str = ""
+    value: str = ""
+
+
+class ElasticPolicy(K8sModel):
+    """Kubeflow PyTorchJob's torchrun (elastic) settings."""
+
+    min_replicas: int | None = Field(default=None, ge=0)
+    max_replicas: int | None = Field(default=None, ge=0)
+    rdzv_backend: str | None = None
+    rdzv_port: int | None = Field(default=None, ge=1, le=65535)
+    rdzv_host: str | None = None
+    rdzv_id: str | None = None
+    rdzv_conf: list[RDZVConf] | None = None
+    standalone: bool | None = None
+    n_proc_per_node: int | None = Field(default=None, ge=1)
+    max_restarts: int | None = Field(default=None, ge=0)
+
+
+class TFJobSpec(JobSpec):
+    tf_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
+
+
+class PyTorchJobSpec(JobSpec):
+    pytorch_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
+    elastic_policy: ElasticPolicy | None = None
+    nproc_per_node: str | None = None
+
+    @field_validator("nproc_per_node", mode="before")
+    @classmethod
+    def _nproc(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class XGBoostJobSpec(JobSpec):
+    xgb_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
+
+
+class MPIJobSpec(JobSpec):
+    mpi_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
+    slots_per_worker: int | None = Field(default=None, ge=1)
+    main_container: str | None = None
+    mpi_distribution: Literal["OpenMPI", "IntelMPI", "MPICH"] | None = None
+
+
+class MarsWorkerMemoryTuningPolicy(K8sModel):
+    plasma_store: str | None = None
+    lock_free_file_io: bool | None = Field(
+        default=None,
+        validation_alias=AliasChoices("lockFreeFileIO", "lock_free_file_io"),
+        serialization_alias="lockFreeFileIO",
+    )
+    spill_dirs: list[str] | None = None
+    worker_cache_percentage: int | None = Field(default=None, ge=0)
+    worker_cache_size: Quantity | None = None
+
+
+class MarsJobSpec(JobSpec):
+    mars_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
+    worker_memory_tuning_policy: MarsWorkerMemoryTuningPolicy | None = None
+    web_host: str | None = None
+
+
+class JAXJobSpec(JobSpec):
+    jax_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
+
+
+class PaddleJobSpec(JobSpec):
+    paddle_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+class JobCondition(K8sModel):
+    type: JobConditionType
+    status: Literal["True", "False", "Unknown"] = "True"
+    reason: str = ""
+    message: str = ""
+    last_update_time: datetime | None = None
+    last_transition_time: datetime | None = None
+
+
+class ReplicaStatus(K8sModel):
+    """Pods of one replica type now: running (`active`), succeeded, failed; plus restarts so far."""
+
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    restarts: int = 0
+
+
+class PodRestart(K8sModel):
+    """How often one replica was restarted, and the uid of the last failed pod counted."""
+
+    count: int = 0
+    last_uid: str = ""
+
+
+class JobStatus(K8sModel):
+    conditions: list[JobCondition] = Field(default_factory=list)
+    replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+    last_reconcile_time: datetime | None = None
+    phase: str = Field(
+        default="", description="gpuyard: the current condition (Created, Queuing, Running, ...)."
+    )
+    restarts: int = Field(default=0, description="gpuyard: restarts counted against backoffLimit.")
+    pod_restarts: dict[str, PodRestart] = Field(default_factory=dict)
+
+    def condition(self, type_: str) -> JobCondition | None:
+        for c in self.conditions:
+            if c.type == type_:
+                return c
+        return None
+
+    def is_true(self, type_: str) -> bool:
+        c = self.condition(type_)
+        return c is not None and c.status == "True"
+
+    @property
+    def finished(self) -> bool:
+        return self.is_true("Succeeded") or self.is_true("Failed")
