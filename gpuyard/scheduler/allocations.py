@@ -163,6 +163,14 @@ class SnapshotLedger:
             return {}
         return {name: e.alloc.node for name, e in members.items()}
 
+    def group_gpus(self, group: tuple[str, str]) -> dict[str, int]:
+        """GPUs a PodGroup's Reservations hold, per node (shares count as one GPU)."""
+        out: dict[str, int] = {}
+        for e in self._by_group.get(group, {}).values():
+            if e.alloc.gpus:
+                out[e.alloc.node] = out.get(e.alloc.node, 0) + len(e.alloc.gpus)
+        return out
+
     def has_reservation(self, key: tuple[str, str]) -> bool:
         return key in self._entries
 

@@ -2,7 +2,9 @@
 
 When a waiting job fits its quota's min and runtime (`Admission.owed`) but cannot start —
 the cluster has no room, or an ancestor (the cluster itself) is full — the borrowers hold the
-room. After `scheduler.reclaim_delay` seconds of that (Koordinator waits 120 s; 0 in tests),
+room. For a one-pod job of several GPUs the victims are chosen on one node, so that the room is
+where the pod can use it (`quota.node_reclaim.plan_node_reclaim`); other jobs, or when no node
+plan exists, get the cluster-wide plan. After `scheduler.reclaim_delay` seconds of that (Koordinator waits 120 s; 0 in tests),
 :class:`Reclaimer` asks the pure :func:`plan_reclaim` for victims (whole gangs, lowest priority
 first, newest first, never non-preemptible ones) and executes the plan **through the store**:
 
@@ -20,16 +22,20 @@ The scheduler never imports the operator; the store is the only channel.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import numpy as np
 import structlog
 
+from gpuyard.apis.core import GPU_RESOURCE
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.platform.store import NotFound, Store
 from gpuyard.scheduler.admitting import Admission
 from gpuyard.scheduler.assuming import record_event, write_status
-from gpuyard.scheduler.quota import ReclaimPlan, plan_reclaim
+from gpuyard.scheduler.quota import ReclaimPlan, RunningJob, plan_reclaim
+from gpuyard.scheduler.quota.node_reclaim import plan_node_reclaim
 from gpuyard.scheduler.quota.resources import format_amount
 from gpuyard.scheduler.snapshot import Snapshot
 
@@ -97,12 +103,42 @@ class Reclaimer:
         if self._tried_epoch.get(charge.quota) == epoch:
             return []  # one plan per quota per state of the cluster
         self._tried_epoch[charge.quota] = epoch
-        plan = plan_reclaim(adm.tree, owner=charge.quota, need=charge.usage, running=adm.running_jobs())
+        running = adm.running_jobs()
+        # a one-pod job of several GPUs needs the room on one node: take it there if possible
+        plan = self._node_plan(adm, key, charge.quota, charge.usage, running, snapshot)
+        if plan is None:
+            plan = plan_reclaim(adm.tree, owner=charge.quota, need=charge.usage, running=running)
         if not plan.feasible or not plan.victims:
             if plan.reason:
                 log.debug("reclaim.infeasible", job=f"{key[0]}/{key[1]}", reason=plan.reason)
             return []
         return self._execute(adm, key, plan, utcnow=utcnow, snapshot=snapshot)
+
+    def _node_plan(
+        self,
+        adm: Admission,
+        key: Key,
+        quota: str,
+        usage: Mapping[str, int],
+        running: list[RunningJob],
+        snapshot: Snapshot,
+    ) -> ReclaimPlan | None:
+        """For a one-pod job of plain GPUs without node constraints: victims on one node."""
+        gpus = usage.get(GPU_RESOURCE, 0)
+        if gpus <= 1 or any(r != GPU_RESOURCE and "/" in r and a > 0 for r, a in usage.items()):
+            return None  # one GPU always fits where one is free; class requests are left alone
+        pg = self.store.get("PodGroup", *key)
+        if not isinstance(pg, PodGroup) or sum(r.replicas for r in pg.spec.roles) != 1:
+            return None
+        spec = pg.spec.roles[0].template
+        if spec.node_selector or spec.affinity is not None or spec.tolerations:
+            return None
+        ok = snapshot.alive & snapshot.ready & snapshot.schedulable & ~snapshot.tainted
+        ok &= snapshot.gpu_healthy_count >= gpus
+        room = {snapshot.names[r]: int(snapshot.gpu_whole_free[r]) for r in np.flatnonzero(ok)}
+        held = _GroupGPUs(snapshot, running)
+        plan = plan_node_reclaim(adm.tree, owner=quota, gpus=gpus, running=running, held=held, room=room)
+        return plan if plan.feasible and plan.victims else None
 
     def _execute(
         self, adm: Admission, owner_key: Key, plan: ReclaimPlan, *, utcnow: datetime, snapshot: Snapshot
@@ -166,3 +202,20 @@ class Reclaimer:
             )
         self.forget(owner_key)
         return done
+
+
+class _GroupGPUs(Mapping):
+    """Running job -> GPUs per node, read from the snapshot when asked (most jobs never are)."""
+
+    def __init__(self, snapshot: Snapshot, running: list[RunningJob]) -> None:
+        self._snapshot = snapshot
+        self._keys = [job.key for job in running]
+
+    def __getitem__(self, key: object) -> dict[str, int]:
+        return self._snapshot.group_gpus(key)  # type: ignore[arg-type]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)

@@ -29,7 +29,7 @@ from gpuyard.apis.quota import ROOT_QUOTA
 from gpuyard.scheduler.quota.resources import Vector, format_amount
 from gpuyard.scheduler.quota.tree import QuotaTree
 
-__all__ = ["ReclaimPlan", "RunningJob", "Victim", "plan_reclaim"]
+__all__ = ["ReclaimPlan", "RunningJob", "Victim", "entitlement", "plan_reclaim"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ class ReclaimPlan:
         return [v.job.key for v in self.victims]
 
 
-def _entitlement(
+def entitlement(
     tree: QuotaTree, owner: str, wanted: Mapping[str, int], *, within_min_only: bool
 ) -> str | None:
     """Why `owner` is not owed `wanted` (None: it is): its own used + need must fit its runtime
@@ -106,7 +106,7 @@ def plan_reclaim(
     blocked by something else, e.g. fragmentation).
     """
     wanted = {r: a for r, a in need.items() if a > 0}
-    reason = _entitlement(tree, owner, wanted, within_min_only=within_min_only)
+    reason = entitlement(tree, owner, wanted, within_min_only=within_min_only)
     if reason is not None:
         return ReclaimPlan(owner, wanted, {}, feasible=False, reason=reason)
     if free is None:

@@ -174,3 +174,56 @@ def test_an_ancestor_shortfall_names_the_quota_when_it_cannot_be_met() -> None:
     plan = plan_reclaim(tree, owner="a", need={G: 1}, running=running)
     assert not plan.feasible
     assert plan.reason == "borrowed capacity that can be reclaimed falls short by 1 nvidia.com/gpu in org"
+
+
+def test_a_multi_gpu_pod_gets_its_room_on_one_node() -> None:
+    # 3 nodes of 8: n1 = b1 (4) + 4 free, n2 = b2 + b4 (4 each), n3 = b3 (8). team-b borrows 4
+    # (runtime 16, uses 20). team-a's 8-GPU pod is owed 8: the cluster-wide plan frees 4 GPUs
+    # (the newest job, b4 on n2) and no node has 8; the node plan frees n1 with one victim
+    from gpuyard.scheduler.quota.node_reclaim import plan_node_reclaim
+
+    running = [
+        job("b1", "team-b", 4, start=1),
+        job("b2", "team-b", 4, start=2),
+        job("b3", "team-b", 8, start=3),
+        job("b4", "team-b", 4, start=4),
+    ]
+    tree, book = setup(running, total=24)
+    book.track("a1", quota="team-a", usage={G: 8})
+    assert tree.runtime("team-b")[G] == 16
+    assert plan_reclaim(tree, owner="team-a", need={G: 8}, running=running).keys == ["b4"]
+    held = {"b1": {"n1": 4}, "b2": {"n2": 4}, "b4": {"n2": 4}, "b3": {"n3": 8}}
+    plan = plan_node_reclaim(
+        tree, owner="team-a", gpus=8, running=running, held=held, room={"n1": 4, "n2": 0, "n3": 0}
+    )
+    assert plan.feasible and plan.keys == ["b1"]  # n1: 1 victim of 4; n3: 1 of 8; n2: 2 victims
+    assert plan.shortfall == {G: 4} and plan.freed == {G: 4}
+    assert plan.victims[0].reason.startswith("quota team-b uses 20 nvidia.com/gpu > runtime 16")
+
+
+def test_fragmented_room_without_borrowers_is_not_reclaimed() -> None:
+    from gpuyard.scheduler.quota.node_reclaim import plan_node_reclaim
+
+    running = [job("b1", "team-b", 4), job("b2", "team-b", 4)]
+    tree, book = setup(running, total=16)
+    book.track("a1", quota="team-a", usage={G: 8})
+    held = {"b1": {"n1": 4}, "b2": {"n2": 4}}
+    plan = plan_node_reclaim(
+        tree, owner="team-a", gpus=8, running=running, held=held, room={"n1": 4, "n2": 4}
+    )
+    assert not plan.feasible and plan.victims == []  # team-b is within its runtime: not borrowing
+
+
+def test_node_reclaim_never_takes_guaranteed_or_non_preemptible_capacity() -> None:
+    from gpuyard.scheduler.quota.node_reclaim import plan_node_reclaim
+
+    running = [job("b1", "team-b", 4, preemptible=False), job("a0", "team-a", 4)]
+    tree, book = setup(running, total=16)
+    book.track("a1", quota="team-a", usage={G: 4})
+    held = {"b1": {"n1": 4}, "a0": {"n2": 4}}
+    plan = plan_node_reclaim(
+        tree, owner="team-a", gpus=8, running=running, held=held, room={"n1": 4, "n2": 4}
+    )
+    assert not plan.feasible  # team-a's own job is not a victim; team-b's is not preemptible
+    over_min = plan_node_reclaim(tree, owner="team-a", gpus=8, running=running, held=held, room={"n1": 4})
+    assert not over_min.feasible and "only guaranteed capacity is reclaimed" in over_min.reason
