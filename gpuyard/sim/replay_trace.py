@@ -27,8 +27,14 @@ from pathlib import Path
 
 from gpuyard.fakecluster import Scenario
 from gpuyard.fakecluster.scenario import GPU_MODELS, LABEL_GPU_MODEL, LABEL_GPU_PRODUCT, parse_scenario
-from gpuyard.scheduler.packing import GPU_MILLI
-from gpuyard.sim.traces import TraceError, load_openb_nodes, load_openb_pods, read_csv
+from gpuyard.sim.traces import (
+    TraceError,
+    check_gpu_request,
+    load_openb_nodes,
+    load_openb_pods,
+    parse_gpu_spec,
+    read_csv,
+)
 
 __all__ = [
     "FORMATS",
@@ -49,7 +55,6 @@ SIMPLE_OPTIONAL = ("gpu_spec", "queue", "priority")
 OPENB_MODELS = {"P100": "p100", "T4": "t4", "V100M16": "v100-16gb", "V100M32": "v100", "A10": "a10"}
 _FALLBACK_MODEL = "a10"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_NO_SPEC = {"", "nan", "none", "null"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,37 +105,6 @@ def _number(text: str, *, path: str, line: int, column: str, whole: bool, minimu
     return value
 
 
-def _check_gpus(num_gpu: int, milli: int, *, path: str, line: int) -> None:
-    if milli > GPU_MILLI:
-        raise TraceError(
-            f"must be <= {GPU_MILLI} (it is per GPU), got {milli}", path=path, line=line, column="gpu_milli"
-        )
-    if num_gpu == 0 and milli != 0:
-        raise TraceError(f"gpu_milli={milli} with num_gpu=0", path=path, line=line, column="gpu_milli")
-    if num_gpu > 0 and milli == 0:
-        raise TraceError(f"num_gpu={num_gpu} with gpu_milli=0", path=path, line=line, column="gpu_milli")
-    if 0 < milli < GPU_MILLI and num_gpu != 1:
-        raise TraceError(
-            f"a GPU share ({milli}m) needs num_gpu=1, got {num_gpu}", path=path, line=line, column="num_gpu"
-        )
-
-
-def _spec(text: str, *, known: set[str] | None, path: str, line: int) -> tuple[str, ...]:
-    if text.strip().lower() in _NO_SPEC:
-        return ()
-    parts = tuple(dict.fromkeys(s.strip() for s in text.split("|") if s.strip()))
-    for part in parts:
-        if known is not None and part not in known:
-            allowed = ", ".join(sorted(known)) or "none"
-            raise TraceError(
-                f"unknown GPU model {part!r} (the cluster has: {allowed})",
-                path=path,
-                line=line,
-                column="gpu_spec",
-            )
-    return parts
-
-
 def _name(text: str, *, path: str, line: int, column: str, seen: dict[str, int] | None = None) -> str:
     name = text.strip()
     if not _NAME.match(name) or len(name) > 52:
@@ -167,11 +141,11 @@ def load_simple(path: str | Path, *, models: Iterable[str] | None = None) -> Tra
         submit, duration = num("submit_time", whole=False), num("duration", whole=False)
         num_gpu, milli = int(num("num_gpu")), int(num("gpu_milli"))
         cpu, mem = int(num("cpu_milli")), int(num("memory_mib"))
-        _check_gpus(num_gpu, milli, path=p, line=line)
+        check_gpu_request(num_gpu, milli, path=p, line=line)
         queue = cell("queue").strip() or "default"
         _name(queue, path=p, line=line, column="queue")
         priority = int(num("priority", minimum=None)) if cell("priority").strip() else 0
-        spec = _spec(cell("gpu_spec"), known=known, path=p, line=line)
+        spec = parse_gpu_spec(cell("gpu_spec"), known=known, path=p, line=line)
         if spec and num_gpu == 0:
             raise TraceError("gpu_spec on a job without GPUs", path=p, line=line, column="gpu_spec")
         jobs.append(TraceJob(name, submit, duration, num_gpu, milli, cpu, mem, spec, queue, priority, line))

@@ -37,8 +37,10 @@ __all__ = [
     "NodeTrace",
     "PodTrace",
     "TraceError",
+    "check_gpu_request",
     "load_openb_nodes",
     "load_openb_pods",
+    "parse_gpu_spec",
     "read_csv",
     "tune_workload",
 ]
@@ -132,6 +134,40 @@ class PodTrace:
                 )
             )
         return out
+
+
+def check_gpu_request(num_gpu: int, milli: int, *, path: str | Path, line: int) -> None:
+    """openb's GPU request rules: `milli` per GPU (1..1000), a share (< 1000) is one GPU; a
+    `TraceError` names the column otherwise."""
+    if milli > GPU_MILLI:
+        raise TraceError(
+            f"must be <= {GPU_MILLI} (it is per GPU), got {milli}", path=path, line=line, column="gpu_milli"
+        )
+    if num_gpu == 0 and milli != 0:
+        raise TraceError(f"gpu_milli={milli} with num_gpu=0", path=path, line=line, column="gpu_milli")
+    if num_gpu > 0 and milli == 0:
+        raise TraceError(f"num_gpu={num_gpu} with gpu_milli=0", path=path, line=line, column="gpu_milli")
+    if 0 < milli < GPU_MILLI and num_gpu != 1:
+        raise TraceError(
+            f"a GPU share ({milli}m) needs num_gpu=1, got {num_gpu}", path=path, line=line, column="num_gpu"
+        )
+
+
+def parse_gpu_spec(
+    text: str, *, known: set[str] | None, path: str | Path, line: int, have: str = "the cluster has"
+) -> tuple[str, ...]:
+    """The GPU models a ``gpu_spec`` allows (``V100M16|V100M32``; empty or ``nan``: any), each
+    checked against `known` (``have`` words the error: "unknown GPU model 'X' (<have>: ...)")."""
+    if text.strip().lower() in _NO_SPEC:
+        return ()
+    parts = tuple(dict.fromkeys(s.strip() for s in text.split("|") if s.strip()))
+    for part in parts:
+        if known is not None and part not in known:
+            allowed = ", ".join(sorted(known)) or "none"
+            raise TraceError(
+                f"unknown GPU model {part!r} ({have}: {allowed})", path=path, line=line, column="gpu_spec"
+            )
+    return parts
 
 
 def read_csv(path: str | Path, required: Sequence[str]) -> tuple[list[str], list[tuple[int, list[str]]]]:
@@ -230,35 +266,9 @@ def load_openb_pods(path: str | Path, *, models: Iterable[str] | None = None) ->
     spec_col = header.index("gpu_spec") if "gpu_spec" in header else None
     specs: list[str] = []
     for i, (line, row) in enumerate(rows):
-        n, m = int(num_gpu[i]), int(gpu_milli[i])
-        if m > GPU_MILLI:
-            raise TraceError(
-                f"must be <= {GPU_MILLI} (it is per GPU), got {m}", path=path, line=line, column="gpu_milli"
-            )
-        if n == 0 and m != 0:
-            raise TraceError(f"gpu_milli={m} with num_gpu=0", path=path, line=line, column="gpu_milli")
-        if n > 0 and m == 0:
-            raise TraceError(f"num_gpu={n} with gpu_milli=0", path=path, line=line, column="gpu_milli")
-        if 0 < m < GPU_MILLI and n != 1:
-            raise TraceError(
-                f"a GPU share ({m}m) needs num_gpu=1, got {n}", path=path, line=line, column="num_gpu"
-            )
-        spec = row[spec_col].strip() if spec_col is not None else ""
-        if spec.lower() in _NO_SPEC:
-            spec = ""
-        if spec:
-            parts = [s.strip() for s in spec.split("|") if s.strip()]
-            if known is not None:
-                for part in parts:
-                    if part not in known:
-                        allowed = ", ".join(sorted(known)) or "none"
-                        raise TraceError(
-                            f"unknown GPU model {part!r} (the nodes have: {allowed})",
-                            path=path,
-                            line=line,
-                            column="gpu_spec",
-                        )
-            spec = "|".join(parts)
+        check_gpu_request(int(num_gpu[i]), int(gpu_milli[i]), path=path, line=line)
+        text = row[spec_col] if spec_col is not None else ""
+        spec = "|".join(parse_gpu_spec(text, known=known, path=path, line=line, have="the nodes have"))
         specs.append(spec)
     names = [row[c["name"]].strip() for _, row in rows]
     for i, (line, _) in enumerate(rows):
