@@ -303,10 +303,6 @@ class SnapshotLedger:
         workload FGD measures fragmentation against (kept current on every reservation change)."""
         return MappingProxyType(self._shape_counts)
 
-    def workload_shapes(self) -> list[tuple[int, int, int]]:
-        """The shape of every GPU reservation (`workload_counts`, expanded)."""
-        return [shape for shape, count in self._shape_counts.items() for _ in range(count)]
-
 
 def _kind(alloc: Alloc, width: int) -> int:
     """The column of `gpu_kinds` an allocation counts in: 0 for a share, else its GPU count."""

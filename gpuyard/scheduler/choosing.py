@@ -55,7 +55,7 @@ def free_mask(snapshot: Snapshot, row: int, shape: PodShape) -> int:
 def share_choice(snapshot: Snapshot, row: int, shape: PodShape) -> GPUChoice | None:
     """The GPU of `row` for one share: where it fits (milli and memory), the tightest in milli
     then in memory (best fit: shared GPUs fill up before idle ones are broken), lowest index
-    among equals. The `gpu-share` score has already picked the node by FGD."""
+    among equals. The score plugins have already picked the node."""
     fits = snapshot.share_fits(row, shape)
     if not fits.any():
         return None

@@ -44,7 +44,7 @@ from gpuyard.scheduler.framework import (
     register_score,
 )
 from gpuyard.scheduler.gangs import GPU_MILLI, PodShape
-from gpuyard.scheduler.packing import POLICIES, ClusterState, PackingPolicy, PodRequest, get_policy
+from gpuyard.scheduler.packing import POLICIES, ClusterState, PackingPolicy, PodRequest, fits, get_policy
 from gpuyard.scheduler.snapshot import Snapshot
 from gpuyard.scheduler.topology import TopologyChooser
 
@@ -138,7 +138,7 @@ class PackingScore:
             _, scores, seen = entry
         dirty = np.flatnonzero(snapshot.row_version != seen)
         if len(dirty):
-            ok = dirty[_fits_rows(mirror, pod, dirty)]
+            ok = dirty[fits(mirror, pod, dirty)]
             scores[dirty] = -np.inf
             if len(ok):
                 scores[ok] = self.policy.score(mirror, pod, ok)
@@ -148,15 +148,16 @@ class PackingScore:
             del self._scores[next(iter(self._scores))]
         return scores
 
-    def request(self, state: CycleState, shape: PodShape) -> PodRequest:
-        """The pod as the policy sees it; GPU models it may use when its constraints narrow them."""
+    def request(self, state: CycleState | None, shape: PodShape) -> PodRequest:
+        """The pod as the policy sees it; with a `state`, the GPU models it may use when its
+        constraints narrow them."""
         return PodRequest(
             name="pod",
             cpu_milli=shape.cpu_milli,
             memory_mib=shape.mem_mib,
             num_gpu=shape.gpus,
             gpu_milli=shape.gpu_milli if shape.gpus else 0,
-            allowed_models=self._allowed_models(state, shape) if shape.gpus else None,
+            allowed_models=self._allowed_models(state, shape) if shape.gpus and state is not None else None,
         )
 
     def _allowed_models(self, state: CycleState, shape: PodShape) -> tuple[int, ...] | None:
@@ -223,7 +224,7 @@ class PackingScore:
             rows = np.arange(snap.n)[nodes]
             out = np.full(len(rows), -np.inf)
             fit = ok.copy()
-            fit[ok] = _fits_rows(mirror, pod, rows[ok])
+            fit[ok] = fits(mirror, pod, rows[ok])
             if fit.any():
                 out[fit] = self.policy.score(mirror, pod, rows[fit])
         lost = ok & np.isneginf(out)  # a candidate of the filters that the policy's view refuses
@@ -251,13 +252,7 @@ class PackingScore:
     def choose_share(self, snapshot: Snapshot, row: int, shape: PodShape) -> int | None:
         """The policy's GPU on `row` for a share of `shape` (None: the policy has no opinion)."""
         mirror = self.mirror(snapshot)
-        pod = PodRequest(
-            name="pod",
-            cpu_milli=shape.cpu_milli,
-            memory_mib=shape.mem_mib,
-            num_gpu=1,
-            gpu_milli=shape.gpu_milli,
-        )
+        pod = self.request(None, shape)
         if not (mirror.gpu_free[row] >= pod.gpu_milli).any():
             return None
         if not self.prepared:
@@ -291,21 +286,6 @@ class PackingChooser:
         if gpu is not None and snapshot.share_fits(row, shape)[gpu]:
             return GPUChoice((gpu,))
         return share_choice(snapshot, row, shape)  # the policy's GPU is not of the class, or short of memory
-
-
-def _fits_rows(state: ClusterState, pod: PodRequest, rows: np.ndarray) -> np.ndarray:
-    """bool[len(rows)]: `fits` for those rows only (CPU, memory, GPU count or share, model)."""
-    ok = (state.cpu_free[rows] >= pod.cpu_milli) & (state.mem_free[rows] >= pod.memory_mib)
-    if pod.num_gpu == 0:
-        return ok
-    free = state.gpu_free[rows]
-    if pod.shared:
-        ok &= (free >= pod.gpu_milli).any(axis=1)
-    else:
-        ok &= (free == GPU_MILLI).sum(axis=1) >= pod.num_gpu
-    if pod.allowed_models is not None:
-        ok &= np.isin(state.gpu_model[rows], pod.allowed_models)
-    return ok
 
 
 def _score_factory(name: str, *, gpu_only: bool) -> Any:

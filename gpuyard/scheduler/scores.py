@@ -9,9 +9,7 @@ normalises each plugin's raw scores to 0..100 over the candidates and adds them 
 * `cpu-spread` — for CPU-only pods: least-allocated CPU/memory, and nodes without GPUs first.
 * `gpu-type` — the pod's preferred node-affinity terms (e.g. `gpuyard.io/gpu-model In [a100]`).
 * `failover` — a re-placed pod's previous node (`PodGroup.spec.preferredNodes`), then its block.
-* `gpu-share` — for GPU shares: FGD (`gpuyard.scheduler.packing`): the node where the expected
-  fragmentation, measured against the shapes of the pods now holding GPUs plus this one, grows
-  least; ties broken best-fit (the node whose GPUs are most used afterwards).
+* GPU packing (FGD and gpuyard's policy, also for shares): `packing_score.py`.
 * policies for simulation: `most-allocated` (best-fit), `least-allocated` (spread),
   `first-fit` (lowest row), `random`.
 """
@@ -32,7 +30,6 @@ __all__ = [
     "Failover",
     "FirstFit",
     "GPUBinpack",
-    "GPUShareScore",
     "GPUTypePreference",
     "LeastAllocated",
     "MostAllocated",
@@ -154,57 +151,6 @@ class Failover:
         return out
 
 
-class GPUShareScore:
-    """FGD for GPU shares, falling back to best-fit (see the module docstring); vectorised."""
-
-    name = "gpu-share"
-
-    def score(
-        self, state: CycleState, shape: PodShape, nodes: np.ndarray | slice, take: np.ndarray
-    ) -> np.ndarray | None:
-        if not shape.shared:
-            return None
-        from gpuyard.scheduler.packing.fragmentation import FragmentationModel, TypicalPods, fgd_scores
-        from gpuyard.scheduler.packing.state import ClusterState, PodRequest, fits
-
-        s = state.snapshot
-        rows = np.arange(s.n)[nodes]
-        best_fit = _gpu_used_after(state, shape, nodes, take)
-        usable = s.gpu_usable(shape.gpu_class)[rows]
-        # the packing view of the candidate nodes only: FGD's cost follows the candidates, not the cluster
-        cluster = ClusterState(
-            node_names=[s.names[r] if r < len(s.names) and s.names[r] else "" for r in rows],
-            model_names=s.model_names,
-            cpu_free=np.maximum(s.cpu_free[rows], 0),
-            mem_free=np.maximum(s.mem_free[rows], 0),
-            gpu_free=np.clip(np.where(usable, s.gpu_free_milli[rows], 0), 0, GPU_MILLI),
-            gpu_count=s.gpu_count[rows],
-            gpu_model=s.gpu_model[rows],
-            cpu_capacity=s.cpu_alloc[rows],
-            mem_capacity=s.mem_alloc[rows],
-        )
-        pod = PodRequest(
-            name="share",
-            cpu_milli=shape.cpu_milli,
-            memory_mib=shape.mem_mib,
-            num_gpu=1,
-            gpu_milli=shape.gpu_milli,
-        )
-        workload = [
-            req
-            for (cpu, n, milli), count in s.workload_counts().items()
-            for req in [PodRequest(name="w", cpu_milli=cpu, memory_mib=0, num_gpu=n, gpu_milli=milli)] * count
-        ]
-        model = FragmentationModel(TypicalPods.from_workload([*workload, pod], coverage=1.0))
-        model.sync(cluster)
-        ok = fits(cluster, pod)
-        fgd = np.zeros(len(rows), dtype=np.float64)
-        if ok.any():
-            score, _, _ = fgd_scores(model, cluster, pod=pod, nodes=np.flatnonzero(ok))
-            fgd[ok] = score
-        return fgd + best_fit  # FGD scores are whole numbers 0..100; best-fit (0..1) breaks ties
-
-
 class MostAllocated:
     """Best-fit over every resource the pod asks for (CPU, memory, GPUs)."""
 
@@ -265,7 +211,6 @@ def _factory(cls: type) -> Any:
 
 for _cls in (
     GPUBinpack,
-    GPUShareScore,
     ExactFit,
     CPUSpread,
     GPUTypePreference,

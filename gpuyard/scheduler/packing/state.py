@@ -314,15 +314,18 @@ def model_mask(n_models: int, allowed: tuple[int, ...] | None) -> np.ndarray:
     return mask
 
 
-def fits(state: ClusterState, pod: PodRequest) -> np.ndarray:
-    """bool[N]: the nodes that can host ``pod`` now (CPU, memory, GPU count or share, GPU model)."""
-    ok = (state.cpu_free >= pod.cpu_milli) & (state.mem_free >= pod.memory_mib)
+def fits(state: ClusterState, pod: PodRequest, rows: np.ndarray | None = None) -> np.ndarray:
+    """bool[N] (or bool[len(rows)] for those rows only): the nodes that can host ``pod`` now
+    (CPU, memory, GPU count or share, GPU model)."""
+    at = slice(None) if rows is None else rows
+    ok = (state.cpu_free[at] >= pod.cpu_milli) & (state.mem_free[at] >= pod.memory_mib)
     if pod.num_gpu == 0:
         return ok
+    free = state.gpu_free[at]
     if pod.shared:
-        ok &= (state.gpu_free >= pod.gpu_milli).any(axis=1)
+        ok &= (free >= pod.gpu_milli).any(axis=1)
     else:
-        ok &= (state.gpu_free == GPU_MILLI).sum(axis=1) >= pod.num_gpu
+        ok &= (free == GPU_MILLI).sum(axis=1) >= pod.num_gpu
     if pod.allowed_models is not None:
-        ok &= model_mask(len(state.model_names), pod.allowed_models)[state.gpu_model]
+        ok &= model_mask(len(state.model_names), pod.allowed_models)[state.gpu_model[at]]
     return ok
