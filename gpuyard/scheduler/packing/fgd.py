@@ -98,6 +98,7 @@ class GpuyardPolicy(FgdPolicy):
         super().__init__(coverage=coverage)
         self.cpu_per_gpu = 0
         self.model_demand: dict[int, int] = {}
+        self._scarcity: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def prepare(self, workload: Iterable[PodRequest]) -> None:
         pods = list(workload)
@@ -113,6 +114,7 @@ class GpuyardPolicy(FgdPolicy):
                 for m in p.allowed_models:
                     demand[m] = demand.get(m, 0) + share
         self.model_demand = demand
+        self._scarcity = None
 
     def deficit_increase(self, state: ClusterState, pod: PodRequest, candidates: np.ndarray) -> np.ndarray:
         """int64[K]: increase of ``1000 x max(0, free GPUs x r - free CPU)`` if ``pod`` goes there."""
@@ -127,6 +129,15 @@ class GpuyardPolicy(FgdPolicy):
         """int64[K] in 0..100: 100 - constrained demand on the node's model in % of its supply."""
         if not self.model_demand or pod.allowed_models is not None or pod.num_gpu == 0:
             return np.zeros(len(candidates), dtype=np.int64)
+        cached = self._scarcity
+        if cached is not None and cached[0] is state.gpu_model and cached[1] is state.gpu_count:
+            return cached[2][state.gpu_model[candidates]]  # models and GPU counts never change in a state
+        table = self._scarcity_table(state)
+        self._scarcity = (state.gpu_model, state.gpu_count, table)
+        return table[state.gpu_model[candidates]]
+
+    def _scarcity_table(self, state: ClusterState) -> np.ndarray:
+        """int64[models + 1]: the scarcity key per model index (the last entry: no model)."""
         n_models = len(state.model_names)
         supply = np.bincount(
             state.gpu_model[state.gpu_model >= 0],
@@ -139,7 +150,7 @@ class GpuyardPolicy(FgdPolicy):
                 demand[m] = milli
         pressure = np.divide(demand[:n_models], supply, out=np.ones(n_models), where=supply > 0)
         key = 100 - np.round(100 * np.minimum(pressure, 1.0)).astype(np.int64)
-        return np.append(key, 0)[state.gpu_model[candidates]]
+        return np.append(key, 0)
 
     def score(self, state: ClusterState, pod: PodRequest, candidates: np.ndarray) -> np.ndarray:
         fgd = self._fgd(state, pod, candidates)
