@@ -136,8 +136,9 @@ class Reclaimer:
         ok = snapshot.alive & snapshot.ready & snapshot.schedulable & ~snapshot.tainted
         ok &= snapshot.gpu_healthy_count >= gpus
         room = {snapshot.names[r]: int(snapshot.gpu_whole_free[r]) for r in np.flatnonzero(ok)}
-        held = _GroupGPUs(snapshot, running)
-        plan = plan_node_reclaim(adm.tree, owner=quota, gpus=gpus, running=running, held=held, room=room)
+        plan = plan_node_reclaim(
+            adm.tree, owner=quota, gpus=gpus, running=running, held=snapshot.group_gpus, room=room
+        )
         return plan if plan.feasible and plan.victims else None
 
     def _execute(
@@ -202,20 +203,3 @@ class Reclaimer:
             )
         self.forget(owner_key)
         return done
-
-
-class _GroupGPUs(Mapping):
-    """Running job -> GPUs per node, read from the snapshot when asked (most jobs never are)."""
-
-    def __init__(self, snapshot: Snapshot, running: list[RunningJob]) -> None:
-        self._snapshot = snapshot
-        self._keys = [job.key for job in running]
-
-    def __getitem__(self, key: object) -> dict[str, int]:
-        return self._snapshot.group_gpus(key)  # type: ignore[arg-type]
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)

@@ -23,7 +23,7 @@ GPUs), a :class:`ReclaimPlan` out.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 
 from gpuyard.apis.quota import ROOT_QUOTA
 from gpuyard.scheduler.quota.reclaim import ReclaimPlan, RunningJob, Victim, entitlement
@@ -41,13 +41,12 @@ def plan_node_reclaim(
     owner: str,
     gpus: int,
     running: Iterable[RunningJob],
-    held: Mapping[Hashable, Mapping[str, int]],
+    held: Callable[[Hashable], Mapping[str, int]],
     room: Mapping[str, int],
 ) -> ReclaimPlan:
     """Victims on one node so that a pod of `gpus` GPUs of quota `owner` fits there.
 
-    `held`: per running job, GPUs it holds per node (looked up for the jobs that may be
-    preempted only, so it may compute on demand). `room`: free GPUs of every node the pod
+    `held(job key)`: GPUs the job holds per node (asked only for the jobs that may be preempted). `room`: free GPUs of every node the pod
     could use (its constraints and GPU count allow it). The owner must be owed the GPUs
     (within its min and runtime).
     """
@@ -75,9 +74,10 @@ def plan_node_reclaim(
         ),
         key=lambda j: (j.priority, -j.start_time, str(j.key)),
     )
+    holdings = {job.key: held(job.key) for job in candidates}
     by_node: dict[str, list[RunningJob]] = {}
     for job in candidates:
-        for node, n in held.get(job.key, {}).items():
+        for node, n in holdings[job.key].items():
             if n > 0 and node in room:
                 by_node.setdefault(node, []).append(job)
     best: tuple[tuple, str, list[Victim]] | None = None
@@ -85,7 +85,7 @@ def plan_node_reclaim(
         deficit = gpus - free
         if deficit <= 0:
             continue  # the node has room already: not a matter of reclaim
-        chosen = _victims_on(tree, node, deficit, by_node.get(node, []), held, over, shared, owner)
+        chosen = _victims_on(tree, node, deficit, by_node.get(node, []), holdings, over, shared, owner)
         if chosen is None or not _ancestors_fit(tree, owner, gpus, chosen):
             continue
         prios = [v.job.priority for v in chosen]

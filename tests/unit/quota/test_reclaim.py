@@ -194,7 +194,7 @@ def test_a_multi_gpu_pod_gets_its_room_on_one_node() -> None:
     assert plan_reclaim(tree, owner="team-a", need={G: 8}, running=running).keys == ["b4"]
     held = {"b1": {"n1": 4}, "b2": {"n2": 4}, "b4": {"n2": 4}, "b3": {"n3": 8}}
     plan = plan_node_reclaim(
-        tree, owner="team-a", gpus=8, running=running, held=held, room={"n1": 4, "n2": 0, "n3": 0}
+        tree, owner="team-a", gpus=8, running=running, held=held.__getitem__, room={"n1": 4, "n2": 0, "n3": 0}
     )
     assert plan.feasible and plan.keys == ["b1"]  # n1: 1 victim of 4; n3: 1 of 8; n2: 2 victims
     assert plan.shortfall == {G: 4} and plan.freed == {G: 4}
@@ -209,7 +209,7 @@ def test_fragmented_room_without_borrowers_is_not_reclaimed() -> None:
     book.track("a1", quota="team-a", usage={G: 8})
     held = {"b1": {"n1": 4}, "b2": {"n2": 4}}
     plan = plan_node_reclaim(
-        tree, owner="team-a", gpus=8, running=running, held=held, room={"n1": 4, "n2": 4}
+        tree, owner="team-a", gpus=8, running=running, held=held.__getitem__, room={"n1": 4, "n2": 4}
     )
     assert not plan.feasible and plan.victims == []  # team-b is within its runtime: not borrowing
 
@@ -222,8 +222,10 @@ def test_node_reclaim_never_takes_guaranteed_or_non_preemptible_capacity() -> No
     book.track("a1", quota="team-a", usage={G: 4})
     held = {"b1": {"n1": 4}, "a0": {"n2": 4}}
     plan = plan_node_reclaim(
-        tree, owner="team-a", gpus=8, running=running, held=held, room={"n1": 4, "n2": 4}
+        tree, owner="team-a", gpus=8, running=running, held=held.__getitem__, room={"n1": 4, "n2": 4}
     )
     assert not plan.feasible  # team-a's own job is not a victim; team-b's is not preemptible
-    over_min = plan_node_reclaim(tree, owner="team-a", gpus=8, running=running, held=held, room={"n1": 4})
+    over_min = plan_node_reclaim(
+        tree, owner="team-a", gpus=8, running=running, held=held.__getitem__, room={"n1": 4}
+    )
     assert not over_min.feasible and "only guaranteed capacity is reclaimed" in over_min.reason
