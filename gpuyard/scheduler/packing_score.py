@@ -85,9 +85,7 @@ class PackingScore:
             raise ValueError(f"packing: unknown policy {policy!r}; known: {', '.join(POLICIES)}")
         if not 0 < coverage <= 1:
             raise ValueError(f"packing: coverage must be within (0, 1], got {coverage}")
-        self.policy_name = policy
-        self.policy: PackingPolicy = get_policy(policy, seed=seed)
-        self.coverage = coverage
+        self.policy: PackingPolicy = get_policy(policy, seed=seed, coverage=coverage)
         self.gpu_only = gpu_only
         self.prepared = False
         self._learned: tuple | None = None

@@ -85,12 +85,15 @@ class UnknownPolicyError(KeyError):
         return f"unknown packing policy {self.args[0]!r}; known: {', '.join(POLICIES)}"
 
 
-def get_policy(name: str, *, seed: int = 0) -> PackingPolicy:
-    """A fresh policy instance by name; ``seed`` only matters to ``random``."""
+def get_policy(name: str, *, seed: int = 0, coverage: float | None = None) -> PackingPolicy:
+    """A fresh policy instance by name; ``seed`` only matters to ``random``, ``coverage`` (the
+    share of the workload FGD's typical pods cover, default 0.95) to ``fgd`` and ``gpuyard``."""
     try:
         factory = POLICIES[name]
     except KeyError:
         raise UnknownPolicyError(name) from None
     if factory is RandomPolicy:
         return RandomPolicy(seed=seed)
+    if coverage is not None and issubclass(factory, FgdPolicy):  # type: ignore[arg-type]
+        return factory(coverage=coverage)
     return factory()

@@ -153,3 +153,10 @@ def test_bad_plugin_arguments_are_named(args: dict, message: str) -> None:
     with pytest.raises(ValueError) as err:
         build_profile("packing", args={"packing": args})
     assert message in str(err.value)
+
+
+def test_coverage_reaches_the_fgd_policy() -> None:
+    profile = build_profile("packing", **packing("fgd", coverage=0.5))
+    plugin = profile.scores[0][0]
+    assert isinstance(plugin, PackingScore) and plugin.policy.coverage == 0.5  # type: ignore[attr-defined]
+    assert build_profile("packing", **packing("fgd")).scores[0][0].policy.coverage == 0.95  # type: ignore[attr-defined]
