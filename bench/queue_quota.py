@@ -51,15 +51,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuyard.apis.core import GPU_RESOURCE, Node, NodeCondition, NodeSpec, NodeStatus
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.quantity import parse_quantity
-from gpuyard.apis.quota import ElasticQuota, Queue
+from gpuyard.apis.quotakinds import ElasticQuota, Queue
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.platform.bus import Bus
-from gpuyard.platform.clock import VirtualClock, settle
-from gpuyard.platform.config import Settings
-from gpuyard.platform.context import Context
-from gpuyard.platform.kinds import register_kinds
-from gpuyard.platform.store import Store, tune_gc
 from gpuyard.scheduler import SchedulerLoop
+from gpuyard.state.clock import VirtualClock, settle
+from gpuyard.state.config import Settings
+from gpuyard.state.context import Context
+from gpuyard.state.kinds import register_kinds
+from gpuyard.state.store import Store, tune_gc
 
 COHORTS, LEAVES, LEAF_MIN, GPUS_PER_NODE = 5, 6, 20, 8
 SIZES = {"small": (1, 60.0, 0.6), "medium": (4, 120.0, 0.3), "large": (8, 300.0, 0.1)}
@@ -135,7 +134,7 @@ async def run(*, jobs_per_leaf: int, window: float) -> dict[str, Any]:
     clock = VirtualClock()
     store = Store(history=500_000)
     register_kinds(store)
-    ctx = Context(store=store, bus=Bus(), clock=clock, settings=Settings(backend={"data_dir": None}))
+    ctx = Context(store=store, clock=clock, settings=Settings(backend={"data_dir": None}))
     for i in range(total_gpus // GPUS_PER_NODE):
         store.create(node(f"node-{i:03d}"))
     leaves = []

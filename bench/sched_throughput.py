@@ -44,13 +44,12 @@ from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.quantity import parse_quantity
 from gpuyard.apis.resourceclasses import default_class
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.platform.bus import Bus
-from gpuyard.platform.clock import RealClock
-from gpuyard.platform.config import Settings
-from gpuyard.platform.context import Context
-from gpuyard.platform.kinds import register_kinds
-from gpuyard.platform.store import Store, tune_gc
 from gpuyard.scheduler import SchedulerLoop
+from gpuyard.state.clock import RealClock
+from gpuyard.state.config import Settings
+from gpuyard.state.context import Context
+from gpuyard.state.kinds import register_kinds
+from gpuyard.state.store import Store, tune_gc
 
 PRODUCTS = {
     "v100": ("Tesla-V100-SXM2-32GB", 32768),
@@ -160,7 +159,7 @@ async def run(name: str, scale: float) -> dict[str, object]:
     nodes, jobs = SCENARIOS[name](scale)
     store = Store(history=max(50_000, 20 * len(jobs)))
     register_kinds(store)
-    ctx = Context(store=store, bus=Bus(), clock=RealClock(), settings=Settings(backend={"data_dir": None}))
+    ctx = Context(store=store, clock=RealClock(), settings=Settings(backend={"data_dir": None}))
     for n in nodes:
         store.create(n)
     for model in ("v100", "a100", "t4"):

@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuyard.apis.core import Pod
-from gpuyard.platform.journal import Journal
-from gpuyard.platform.kinds import register_kinds
-from gpuyard.platform.store import Store, tune_gc
+from gpuyard.state.journal import Journal
+from gpuyard.state.kinds import register_kinds
+from gpuyard.state.store import Store, tune_gc
 
 WATCHERS = 5
 BATCH = 500  # writes between yields to the event loop (a busy writer)

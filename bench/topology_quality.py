@@ -34,7 +34,7 @@ from gpuyard.apis.resourceclasses import default_class
 from gpuyard.apis.scheduling import PodGroup, Reservation, ReservationSpec
 from gpuyard.devices.presets import get_preset
 from gpuyard.devices.tiers import LinkTier
-from gpuyard.scheduler.gangs import build_gang
+from gpuyard.scheduler.gang_requests import build_gang
 from gpuyard.scheduler.outcomes import Placement
 from gpuyard.scheduler.placing import place
 from gpuyard.scheduler.profiles import build_profile

@@ -26,7 +26,7 @@ from gpuyard.fakecluster.scenario import (
     LABEL_GPU_MODEL,
     LABEL_GPU_PRODUCT,
 )
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
 
 __all__ = ["make_context", "make_node", "make_pod"]
 

@@ -8,7 +8,7 @@ groups; the object's `apiVersion` says which project's conventions apply).
 This module is the edge of the data flow (`submit -> validate -> store`): `parse_job` turns a
 decoded document into a defaulted, validated job or raises :class:`JobValidationError` listing
 every offending field path with the allowed values; `load_documents` decodes a YAML/JSON body.
-It also re-exports the whole job API, so `gpuyard.apis.jobs` is the one import for it: the spec
+The spec
 and status models live in :mod:`gpuyard.apis.jobspecs`, the kinds and the per-kind *API facts*
 (replica types, default container/port/restart policy, :data:`KIND_INFO`) in
 :mod:`gpuyard.apis.jobkinds`. The job operator (`gpuyard.controllers`) reads these objects; the
@@ -27,82 +27,20 @@ from pydantic import ValidationError
 
 from gpuyard.apis.core import ContainerPort
 from gpuyard.apis.jobkinds import (
-    ANNOTATION_GANG_GROUP,
     ANNOTATION_GIT_SYNC,
-    ANNOTATION_NETWORK_MODE,
-    API_KUBEDL,
-    API_KUBEFLOW,
-    JOB_KINDS,
     KIND_INFO,
-    JAXJob,
+    Flavor,
     JobKindInfo,
-    MarsJob,
-    MPIJob,
-    PaddleJob,
+    PortDefault,
     PyTorchJob,
-    TFJob,
     TrainingJob,
-    XGBoostJob,
-    find_job,
-    job_classes,
 )
-from gpuyard.apis.jobkinds import Flavor as Flavor
-from gpuyard.apis.jobkinds import PortDefault as PortDefault
-from gpuyard.apis.jobspecs import CleanPodPolicy as CleanPodPolicy
 from gpuyard.apis.jobspecs import (
-    DAGCondition,
-    ElasticPolicy,
-    JobCondition,
-    JobSpec,
-    JobStatus,
     ReplicaSpec,
-    ReplicaStatus,
-    RunPolicy,
-    SchedulingPolicy,
 )
-from gpuyard.apis.jobspecs import JAXJobSpec as JAXJobSpec
-from gpuyard.apis.jobspecs import JobConditionType as JobConditionType
-from gpuyard.apis.jobspecs import MarsJobSpec as MarsJobSpec
-from gpuyard.apis.jobspecs import MarsWorkerMemoryTuningPolicy as MarsWorkerMemoryTuningPolicy
-from gpuyard.apis.jobspecs import MPIJobSpec as MPIJobSpec
-from gpuyard.apis.jobspecs import PaddleJobSpec as PaddleJobSpec
-from gpuyard.apis.jobspecs import PodRestart as PodRestart
-from gpuyard.apis.jobspecs import PyTorchJobSpec as PyTorchJobSpec
-from gpuyard.apis.jobspecs import RDZVConf as RDZVConf
-from gpuyard.apis.jobspecs import RestartPolicy as RestartPolicy
-from gpuyard.apis.jobspecs import SuccessPolicy as SuccessPolicy
-from gpuyard.apis.jobspecs import TFJobSpec as TFJobSpec
-from gpuyard.apis.jobspecs import XGBoostJobSpec as XGBoostJobSpec
 
 __all__ = [
-    "ANNOTATION_GANG_GROUP",
-    "ANNOTATION_GIT_SYNC",
-    "ANNOTATION_NETWORK_MODE",
-    "API_KUBEDL",
-    "API_KUBEFLOW",
-    "JOB_KINDS",
-    "KIND_INFO",
-    "DAGCondition",
-    "ElasticPolicy",
-    "JAXJob",
-    "JobCondition",
-    "JobKindInfo",
-    "JobSpec",
-    "JobStatus",
     "JobValidationError",
-    "MPIJob",
-    "MarsJob",
-    "PaddleJob",
-    "PyTorchJob",
-    "ReplicaSpec",
-    "ReplicaStatus",
-    "RunPolicy",
-    "SchedulingPolicy",
-    "TFJob",
-    "TrainingJob",
-    "XGBoostJob",
-    "find_job",
-    "job_classes",
     "load_documents",
     "parse_job",
 ]

@@ -3,8 +3,7 @@
 This is the user-facing edge of quota and queueing (`submit -> validate -> store`):
 :func:`parse_quota_document` turns a decoded document into a validated object or raises
 :class:`QuotaValidationError`. The models and their label/annotation keys live in
-:mod:`gpuyard.apis.quotakinds` and are re-exported here, so `gpuyard.apis.quota` is the one
-import for the quota API; :func:`parse_duration` reads durations such as a job's
+:mod:`gpuyard.apis.quotakinds`; :func:`parse_duration` reads durations such as a job's
 `gpuyard.io/expected-duration`.
 
 The scheduler turns these into plain data once (`gpuyard.scheduler.quota`); the functions here
@@ -26,58 +25,22 @@ from gpuyard.apis.core import GPU_RESOURCE
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quantity import QuantityError, format_quantity, parse_quantity
 from gpuyard.apis.quotakinds import (
-    ANNOTATION_EXPECTED_DURATION,
     ANNOTATION_QUOTA_NAMESPACES,
     ANNOTATION_SHARED_WEIGHT,
     API_ELASTIC_QUOTA,
     API_QUEUE,
-    DEFAULT_QUOTA,
     LABEL_ALLOW_LENT_RESOURCE,
-    LABEL_PREEMPTIBLE,
     LABEL_QUOTA_IS_PARENT,
-    LABEL_QUOTA_NAME,
     LABEL_QUOTA_PARENT,
-    QUEUEING_STRATEGIES,
-    QUOTA_KINDS,
     ROOT_QUOTA,
-    AgingSpec,
     ElasticQuota,
-    ElasticQuotaSpec,
-    ElasticQuotaStatus,
     Queue,
-    QueueSpec,
     ResourceQuota,
-    ResourceQuotaSpec,
-    ResourceQuotaStatus,
 )
-from gpuyard.apis.quotakinds import QueueStatus as QueueStatus
 
 __all__ = [
-    "ANNOTATION_EXPECTED_DURATION",
-    "ANNOTATION_QUOTA_NAMESPACES",
-    "ANNOTATION_SHARED_WEIGHT",
-    "API_ELASTIC_QUOTA",
-    "API_QUEUE",
-    "DEFAULT_QUOTA",
-    "LABEL_ALLOW_LENT_RESOURCE",
-    "LABEL_PREEMPTIBLE",
-    "LABEL_QUOTA_IS_PARENT",
-    "LABEL_QUOTA_NAME",
-    "LABEL_QUOTA_PARENT",
-    "QUEUEING_STRATEGIES",
-    "QUOTA_KINDS",
-    "ROOT_QUOTA",
-    "AgingSpec",
-    "ElasticQuota",
-    "ElasticQuotaSpec",
-    "ElasticQuotaStatus",
     "Problem",
-    "Queue",
-    "QueueSpec",
     "QuotaValidationError",
-    "ResourceQuota",
-    "ResourceQuotaSpec",
-    "ResourceQuotaStatus",
     "parse_duration",
     "parse_quota_document",
     "validate_queue",

@@ -9,8 +9,7 @@ their indices and ids into the pod's Reservation; the operator hands them to the
 This module holds the ResourceClass object, the default class per GPU model, the split of a
 pod's request into GPUs and the rest (:func:`parse_gpu_request`) and the submit-time checks
 (:func:`validate_gang_request`, :func:`validate_resource_class`). The selectors, their compiled
-matchers and a node's device properties are in :mod:`gpuyard.apis.devicematching`, re-exported
-here. Both are shared by the scheduler (matching) and the operator/HTTP API (validation at
+matchers and a node's device properties are in :mod:`gpuyard.apis.devicematching`. Both are shared by the scheduler (matching) and the operator/HTTP API (validation at
 submit time), which must not import each other; everything here is pure and works on the API
 models.
 """
@@ -27,48 +26,29 @@ from pydantic import Field, ValidationError
 
 from gpuyard.apis.core import GPU_RESOURCE, Node, PodSpec
 from gpuyard.apis.devicematching import (
-    ANNOTATION_UNHEALTHY_GPUS,
-    LABEL_GPU_MEMORY,
-    LABEL_GPU_MODEL,
-    LABEL_GPU_PRODUCT,
-    OPERATORS,
     DeviceInfo,
-    DeviceRequirement,
     DeviceSelector,
     Matcher,
     compile_selector,
     gpu_devices,
-    model_key,
 )
-from gpuyard.apis.devicematching import unhealthy_indices as unhealthy_indices
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import Resource, StrictK8sModel
 from gpuyard.apis.quantity import format_quantity, to_int, to_milli
 from gpuyard.apis.scheduling import PodGroup, PodGroupSpec
 
 __all__ = [
-    "ANNOTATION_UNHEALTHY_GPUS",
     "API_VERSION",
     "CORE_RESOURCES",
     "LABEL_DEFAULT_CLASS",
-    "LABEL_GPU_MEMORY",
-    "LABEL_GPU_MODEL",
-    "LABEL_GPU_PRODUCT",
-    "OPERATORS",
     "RESOURCE_CLASS_KINDS",
-    "DeviceInfo",
-    "DeviceRequirement",
-    "DeviceSelector",
     "GpuRequest",
     "Problem",
     "RequestError",
     "ResourceClass",
     "ResourceClassSpec",
-    "compile_selector",
     "default_class",
     "default_class_name",
-    "gpu_devices",
-    "model_key",
     "parse_gpu_request",
     "validate_gang_request",
     "validate_resource_class",

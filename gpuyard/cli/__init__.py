@@ -18,8 +18,8 @@ import click
 
 from gpuyard.cli.common import fail
 from gpuyard.fakecluster import ScenarioError, load_scenario
-from gpuyard.platform.config import ConfigError, Settings, load_settings
-from gpuyard.platform.logs import configure_logging
+from gpuyard.state.config import ConfigError, Settings, load_settings
+from gpuyard.state.logs import configure_logging
 
 __all__ = ["main"]
 

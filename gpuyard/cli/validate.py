@@ -28,8 +28,10 @@ from typing import Any
 
 import click
 
-from gpuyard.apis.jobs import KIND_INFO, JobValidationError, TrainingJob, load_documents, parse_job
-from gpuyard.apis.quota import QUOTA_KINDS, QuotaValidationError, parse_quota_document
+from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
+from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
+from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
+from gpuyard.apis.quotakinds import QUOTA_KINDS
 from gpuyard.apis.resourceclasses import (
     ResourceClass,
     default_class,
@@ -94,7 +96,7 @@ class _Offline:
 
     def _never_placed(self, job: TrainingJob) -> list[tuple[str, str]]:
         """Run the scheduler's `place()` for the whole gang on the empty scenario cluster."""
-        from gpuyard.controllers.gangs import build_pod_group
+        from gpuyard.controllers.podgroups import build_pod_group
         from gpuyard.controllers.workloads.registry import plugin_for
         from gpuyard.scheduler import Unschedulable, build_gang, build_profile, place
         from gpuyard.scheduler.snapshot import Snapshot

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuyard.controllers.reconciling import JobReconciler
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
 
 __all__ = ["JobReconciler", "components"]
 

@@ -19,19 +19,20 @@ from typing import TYPE_CHECKING
 import structlog
 
 from gpuyard.apis.core import Pod
-from gpuyard.apis.jobs import JobStatus, TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobspecs import JobStatus
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup, Reservation
 from gpuyard.controllers.judging import Replica
 from gpuyard.controllers.materializing import build_pod, build_service
 from gpuyard.controllers.ordering import can_start, dependencies_of
 from gpuyard.controllers.workloads.base import WorkloadPlugin
-from gpuyard.platform.backend import BackendError, ClusterBackend
-from gpuyard.platform.bus import ObjectKey, Requeue
-from gpuyard.platform.store import NotFound, Store
+from gpuyard.state.backend import BackendError, ClusterBackend
+from gpuyard.state.store import NotFound, Store
+from gpuyard.state.workqueues import ObjectKey, Requeue
 
 if TYPE_CHECKING:
     from gpuyard.controllers.reconciling import Actions, Observed
-    from gpuyard.platform.config import OperatorConfig
+    from gpuyard.state.config import OperatorConfig
 
 __all__ = ["ApplyingMixin"]
 

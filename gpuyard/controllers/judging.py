@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuyard.apis.core import Pod
-from gpuyard.apis.jobs import JobStatus, TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobspecs import JobStatus
 from gpuyard.apis.scheduling import Reservation
 from gpuyard.controllers.restarting import Ending, ending_of, should_restart
 from gpuyard.controllers.workloads.base import JobView, PodOutcome, WorkloadPlugin

@@ -28,7 +28,7 @@ from gpuyard.apis.core import (
     ServicePort,
     ServiceSpec,
 )
-from gpuyard.apis.jobs import ANNOTATION_GIT_SYNC, TrainingJob
+from gpuyard.apis.jobkinds import ANNOTATION_GIT_SYNC, TrainingJob
 from gpuyard.apis.meta import ObjectMeta, OwnerReference, deep_copy
 from gpuyard.apis.scheduling import (
     ANNOTATION_DEVICES,

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuyard.apis.jobs import DAGCondition, TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobspecs import DAGCondition
 from gpuyard.controllers.workloads.base import WorkloadPlugin
 
 __all__ = ["PHASE_RANK", "can_start", "dependencies_of", "start_order"]

@@ -7,7 +7,7 @@ PodGroup) and moves the world one step towards the job's spec:
    job: drop pods and reservations, keep the job;
 2. finished pods through the restart-policy table (`restarting.py`): restart (counted against
    `backoffLimit`), or fail the job; then the plugin's success rule; `activeDeadlineSeconds`;
-3. the PodGroup (gang) from the job (`gangs.py`); on failover the pods that must move lose their
+3. the PodGroup (gang) from the job (`podgroups.py`); on failover the pods that must move lose their
    reservation and the PodGroup records the node they ran on (`spec.preferredNodes`);
 4. one Service per placed replica (host-network: its targetPort follows the pod's host port),
    then the pods whose reservations exist, in start order (`ordering.py`), through the backend;
@@ -31,20 +31,21 @@ from datetime import datetime
 import structlog
 
 from gpuyard.apis.core import Pod, Service
-from gpuyard.apis.jobs import KIND_INFO, JobStatus, PodRestart, TrainingJob, find_job
+from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
+from gpuyard.apis.jobspecs import JobStatus, PodRestart
 from gpuyard.apis.meta import deep_copy
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup, Reservation
 from gpuyard.controllers.applying import ApplyingMixin
-from gpuyard.controllers.gangs import ANNOTATION_JOB_GENERATION, build_pod_group, pod_group_spec
 from gpuyard.controllers.judging import Replica, judge, uncounted
 from gpuyard.controllers.metrics import job_metrics
+from gpuyard.controllers.podgroups import ANNOTATION_JOB_GENERATION, build_pod_group, pod_group_spec
 from gpuyard.controllers.reporting import ReportingMixin
 from gpuyard.controllers.restarting import Ending, needs_new_placement
 from gpuyard.controllers.workloads.base import WorkloadPlugin, replica_name
 from gpuyard.controllers.workloads.registry import plugin_for
-from gpuyard.platform.backend import ClusterBackend
-from gpuyard.platform.bus import ObjectKey, Requeue, Watch
-from gpuyard.platform.context import Context
+from gpuyard.state.backend import ClusterBackend
+from gpuyard.state.context import Context
+from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
 
 __all__ = ["ANNOTATION_UNHEALTHY_GPUS", "JobReconciler"]
 

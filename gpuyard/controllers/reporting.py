@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 import structlog
 
 from gpuyard.apis.core import Pod
-from gpuyard.apis.jobs import JobStatus, ReplicaStatus, TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobspecs import JobStatus, ReplicaStatus
 from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.controllers.judging import reason_of
 from gpuyard.controllers.metrics import JobMetrics
 from gpuyard.controllers.statuses import record_event, set_condition
-from gpuyard.platform.bus import Requeue
-from gpuyard.platform.store import Store
+from gpuyard.state.store import Store
+from gpuyard.state.workqueues import Requeue
 
 if TYPE_CHECKING:
     from gpuyard.controllers.reconciling import Actions, Observed

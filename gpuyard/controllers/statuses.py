@@ -18,10 +18,11 @@ from datetime import datetime
 import structlog
 
 from gpuyard.apis.core import Event
-from gpuyard.apis.jobs import JobCondition, JobStatus, TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobspecs import JobCondition, JobStatus
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
-from gpuyard.platform.store import NotFound, Store
+from gpuyard.state.store import NotFound, Store
 
 __all__ = ["EXCLUSIVE", "current_phase", "record_event", "set_condition"]
 

@@ -21,10 +21,10 @@ from gpuyard.apis.core import NodeCondition, Pod, PodStatus, Service
 from gpuyard.apis.scheduling import ANNOTATION_DEVICES
 from gpuyard.fakecluster.kubelet import FakeKubelet, terminate
 from gpuyard.fakecluster.scenario import Scenario
-from gpuyard.platform.backend import BackendError
-from gpuyard.platform.bus import ControllerRunner
-from gpuyard.platform.context import Context
-from gpuyard.platform.store import AlreadyExists, NotFound
+from gpuyard.state.backend import BackendError
+from gpuyard.state.context import Context
+from gpuyard.state.store import AlreadyExists, NotFound
+from gpuyard.state.workqueues import ControllerRunner
 
 __all__ = ["ANNOTATION_UNHEALTHY_GPUS", "FakeCluster"]
 

@@ -20,9 +20,9 @@ from datetime import datetime
 
 from gpuyard.apis.core import ContainerState, ContainerStatus, Node, Pod
 from gpuyard.fakecluster.scenario import KubeletDefaults
-from gpuyard.platform.bus import ObjectKey, Requeue, Watch
-from gpuyard.platform.clock import Clock
-from gpuyard.platform.store import Store
+from gpuyard.state.clock import Clock
+from gpuyard.state.store import Store
+from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
 
 __all__ = [
     "ANNOTATION_DURATION",

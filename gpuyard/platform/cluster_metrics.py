@@ -34,9 +34,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuyard.apis.core import GPU_RESOURCE
-from gpuyard.apis.jobs import KIND_INFO
+from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.quantity import QuantityError, parse_quantity
-from gpuyard.platform.store import Store
+from gpuyard.state.store import Store
 
 __all__ = [
     "ANNOTATION_UNHEALTHY_GPUS",

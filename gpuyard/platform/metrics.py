@@ -11,7 +11,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
-from gpuyard.platform.store import Store
+from gpuyard.state.store import Store
 
 __all__ = ["CoreMetrics"]
 

@@ -21,15 +21,15 @@ from aiohttp import web
 
 from gpuyard.fakecluster import FakeCluster, Scenario, load_scenario
 from gpuyard.platform.api.app import make_app
-from gpuyard.platform.bus import Bus, ControllerRunner, Reconciler
-from gpuyard.platform.clock import Clock, RealClock, VirtualClock
 from gpuyard.platform.cluster_metrics import register_cluster_metrics
-from gpuyard.platform.config import ConfigError, Settings
-from gpuyard.platform.context import Context
-from gpuyard.platform.journal import Journal
-from gpuyard.platform.kinds import register_kinds
 from gpuyard.platform.metrics import CoreMetrics
-from gpuyard.platform.store import Store, tune_gc
+from gpuyard.state.clock import Clock, RealClock, VirtualClock
+from gpuyard.state.config import ConfigError, Settings
+from gpuyard.state.context import Context
+from gpuyard.state.journal import Journal
+from gpuyard.state.kinds import register_kinds
+from gpuyard.state.store import Store, tune_gc
+from gpuyard.state.workqueues import ControllerRunner, Reconciler
 
 __all__ = ["Component", "Platform", "supervise"]
 
@@ -99,7 +99,7 @@ class Platform:
         self.clock: Clock = clock or (VirtualClock() if settings.backend.clock == "virtual" else RealClock())
         store = Store(now=self.clock.utcnow)
         register_kinds(store)
-        self.ctx = Context(store=store, bus=Bus(), clock=self.clock, settings=settings)
+        self.ctx = Context(store=store, clock=self.clock, settings=settings)
         # 2. the journal, only now
         self.journal: Journal | None = None
         if settings.backend.data_dir:

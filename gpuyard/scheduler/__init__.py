@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuyard.platform.context import Context
 from gpuyard.scheduler.defaultclasses import DefaultClassReconciler
 from gpuyard.scheduler.framework import (
     CycleState,
@@ -28,7 +27,7 @@ from gpuyard.scheduler.framework import (
     register_profile,
     register_score,
 )
-from gpuyard.scheduler.gangs import GangRequest, PodShape, PodSlot, RolePart, build_gang
+from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot, RolePart, build_gang
 from gpuyard.scheduler.inventory import DeviceInventory
 from gpuyard.scheduler.outcomes import Placement, PodPlacement, Unschedulable
 from gpuyard.scheduler.placing import place
@@ -36,6 +35,7 @@ from gpuyard.scheduler.profiles import build_profile, profile_from_settings
 from gpuyard.scheduler.queueing import PriorityFIFOQueue, SchedulingQueue
 from gpuyard.scheduler.running import SchedulerLoop
 from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.state.context import Context
 
 __all__ = [
     "CycleState",

@@ -22,7 +22,7 @@ import numpy as np
 from gpuyard.apis.core import GPU_RESOURCE
 from gpuyard.apis.quantity import to_int, to_milli
 from gpuyard.apis.scheduling import Reservation
-from gpuyard.scheduler.gangs import GPU_MILLI, MIB, SHARE_RESOURCES
+from gpuyard.scheduler.gang_requests import GPU_MILLI, MIB, SHARE_RESOURCES
 
 __all__ = ["Alloc", "SnapshotLedger"]
 

@@ -25,9 +25,9 @@ from gpuyard.apis.scheduling import (
     Reservation,
     ReservationSpec,
 )
-from gpuyard.platform.store import NotFound, Store
 from gpuyard.scheduler.outcomes import Placement, PodPlacement
 from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.state.store import NotFound, Store
 
 __all__ = [
     "AssumeFailed",

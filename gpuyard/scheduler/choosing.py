@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from gpuyard.scheduler.framework import GPUChoice, register_chooser
-from gpuyard.scheduler.gangs import GPU_MILLI, PodShape
+from gpuyard.scheduler.gang_requests import GPU_MILLI, PodShape
 from gpuyard.scheduler.snapshot import Snapshot
 
 __all__ = ["NO_GPUS", "LowestIndexChooser", "free_mask", "share_choice", "usable_row"]

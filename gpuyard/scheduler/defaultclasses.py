@@ -13,9 +13,10 @@ from collections.abc import Iterable
 
 import structlog
 
-from gpuyard.apis.resourceclasses import default_class, default_class_name, gpu_devices
-from gpuyard.platform.bus import Requeue, Watch
-from gpuyard.platform.store import AlreadyExists, Store
+from gpuyard.apis.devicematching import gpu_devices
+from gpuyard.apis.resourceclasses import default_class, default_class_name
+from gpuyard.state.store import AlreadyExists, Store
+from gpuyard.state.workqueues import Requeue, Watch
 
 __all__ = ["DefaultClassReconciler"]
 

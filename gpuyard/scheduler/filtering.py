@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuyard.scheduler.framework import CycleState
-from gpuyard.scheduler.gangs import PodShape, RolePart
+from gpuyard.scheduler.gang_requests import PodShape, RolePart
 from gpuyard.scheduler.outcomes import FilterCount, Unschedulable
 
 __all__ = ["breakdown", "capacity", "explain", "static_key", "static_mask"]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from gpuyard.scheduler.gangs import GangRequest, PodShape, PodSlot
+from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot
 from gpuyard.scheduler.snapshot import Snapshot
 
 if TYPE_CHECKING:

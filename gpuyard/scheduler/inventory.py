@@ -22,12 +22,12 @@ from __future__ import annotations
 import structlog
 
 from gpuyard.apis.core import ContainerState, ContainerStatus, Node, Pod
+from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS
 from gpuyard.apis.devices import NodeTopology
-from gpuyard.apis.resourceclasses import ANNOTATION_UNHEALTHY_GPUS
 from gpuyard.apis.scheduling import Reservation
-from gpuyard.platform.bus import Requeue, Watch
-from gpuyard.platform.clock import Clock
-from gpuyard.platform.store import Conflict, NotFound, Store
+from gpuyard.state.clock import Clock
+from gpuyard.state.store import Conflict, NotFound, Store
+from gpuyard.state.workqueues import Requeue, Watch
 
 __all__ = ["DEVICE_UNHEALTHY", "DeviceInventory", "unhealthy_gpus"]
 

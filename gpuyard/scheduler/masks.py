@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuyard.apis.resourceclasses import DeviceInfo, Matcher, ResourceClass
-from gpuyard.scheduler.gangs import (
+from gpuyard.apis.devicematching import DeviceInfo
+from gpuyard.apis.resourceclasses import Matcher, ResourceClass
+from gpuyard.scheduler.gang_requests import (
     GPU_MILLI,
     Constraints,
     PodShape,

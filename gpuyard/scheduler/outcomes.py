@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from gpuyard.scheduler.gangs import GangRequest, PodShape, PodSlot
+from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot
 
 __all__ = ["FilterCount", "Placement", "PodPlacement", "Unschedulable"]
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from gpuyard.scheduler.filtering import capacity, explain
 from gpuyard.scheduler.framework import ALL, CycleState, Profile
-from gpuyard.scheduler.gangs import GangRequest, PodShape, PodSlot, RolePart
+from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot, RolePart
 from gpuyard.scheduler.outcomes import Placement, PodPlacement, Unschedulable
 from gpuyard.scheduler.scores import normalize
 from gpuyard.scheduler.snapshot import Alloc, Snapshot

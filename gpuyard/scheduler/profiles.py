@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 
 from gpuyard.scheduler import choosing as _choosing  # noqa: F401  (registers the GPU choosers)
-from gpuyard.scheduler import filters as _filters  # noqa: F401  (registers the filters)
-from gpuyard.scheduler import packing_score as _packing  # noqa: F401  (registers the packing plugins)
+from gpuyard.scheduler import filter_plugins as _filters  # noqa: F401  (registers the filters)
+from gpuyard.scheduler import packing_plugins as _packing  # noqa: F401  (registers the packing plugins)
 from gpuyard.scheduler import scores as _scores  # noqa: F401  (registers the scores)
 from gpuyard.scheduler import topology as _topology  # noqa: F401  (registers the topology plugins)
-from gpuyard.scheduler.filters import DEFAULT_FILTERS
+from gpuyard.scheduler.filter_plugins import DEFAULT_FILTERS
 from gpuyard.scheduler.framework import (
     CHOOSERS,
     FILTERS,

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 import structlog
 
 from gpuyard.apis.scheduling import PodGroup, pod_name
-from gpuyard.platform.clock import Clock
-from gpuyard.platform.store import Store
-from gpuyard.scheduler.admitting import Admission
 from gpuyard.scheduler.assuming import AssumeFailed, assume, record_event, write_status
 from gpuyard.scheduler.framework import CycleState, Profile
+from gpuyard.scheduler.gatekeeping import Admission
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.state.clock import Clock
+from gpuyard.state.store import Store
 
 if TYPE_CHECKING:
     from gpuyard.scheduler.quota import FairQueue

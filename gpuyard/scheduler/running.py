@@ -13,7 +13,7 @@ fresh :class:`Snapshot` and :class:`Admission` (tenant queues + quota tree), the
   request, `place()` it (pure), run Permit and Reserve plugins, *assume* (create every
   Reservation synchronously), write the PodGroup status and an Event. A gang that does not fit
   is parked with a readable reason and, when its quota is owed its min, may reclaim borrowed
-  capacity (`reclaiming.py`); a failed assume is rolled back and retried after a backoff.
+  capacity (`preempting.py`); a failed assume is rolled back and retried after a backoff.
   Quota, queue and ResourceQuota statuses are written once per cycle, only when changed.
 
 Each `schedule_one` is synchronous: between taking a job and recording its placement nothing
@@ -23,7 +23,7 @@ PodGroups waiting) go to the context's registry.
 
 What the loop does with a decision — commit a placement, park or back off a job and write why
 (PodGroup status, events), the quota parking by shape — is in `recording` (mixed in as
-:class:`~gpuyard.scheduler.recording.Recorder`); the metrics are in `metrics` (re-exported here).
+:class:`~gpuyard.scheduler.recording.Recorder`); the metrics are in `metrics`.
 """
 
 from __future__ import annotations
@@ -37,21 +37,23 @@ import structlog
 
 from gpuyard.apis.resourceclasses import RequestError
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.platform.context import Context
-from gpuyard.platform.store import Gone
-from gpuyard.scheduler.admitting import Admission
 from gpuyard.scheduler.framework import CycleState, Profile
-from gpuyard.scheduler.gangs import GangRequest, ShapeCache, build_gang
+from gpuyard.scheduler.gang_requests import GangRequest, ShapeCache, build_gang
+from gpuyard.scheduler.gatekeeping import Admission
 from gpuyard.scheduler.metrics import SchedulerMetrics
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.placing import place
+from gpuyard.scheduler.preempting import Reclaimer
 from gpuyard.scheduler.profiles import profile_from_settings
 from gpuyard.scheduler.quota import FairQueue
-from gpuyard.scheduler.reclaiming import Reclaimer
 from gpuyard.scheduler.recording import Key, QuotaParking, Recorder, is_complete
 from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.state.context import Context
+from gpuyard.state.store import Gone
 
-__all__ = ["SchedulerLoop", "SchedulerMetrics"]
+__all__ = [
+    "SchedulerLoop",
+]
 
 log = structlog.get_logger(__name__)
 

@@ -9,7 +9,7 @@ normalises each plugin's raw scores to 0..100 over the candidates and adds them 
 * `cpu-spread` — for CPU-only pods: least-allocated CPU/memory, and nodes without GPUs first.
 * `gpu-type` — the pod's preferred node-affinity terms (e.g. `gpuyard.io/gpu-model In [a100]`).
 * `failover` — a re-placed pod's previous node (`PodGroup.spec.preferredNodes`), then its block.
-* GPU packing (FGD and gpuyard's policy, also for shares): `packing_score.py`.
+* GPU packing (FGD and gpuyard's policy, also for shares): `packing_plugins.py`.
 * policies for simulation: `most-allocated` (best-fit), `least-allocated` (spread),
   `first-fit` (lowest row), `random`.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from gpuyard.scheduler.framework import CycleState, register_score
-from gpuyard.scheduler.gangs import GPU_MILLI, PodShape
+from gpuyard.scheduler.gang_requests import GPU_MILLI, PodShape
 
 __all__ = [
     "CPUSpread",

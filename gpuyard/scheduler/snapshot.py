@@ -37,15 +37,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpuyard.apis.core import GPU_RESOURCE, Node
+from gpuyard.apis.devicematching import DeviceInfo, gpu_devices
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.quantity import to_int, to_milli
-from gpuyard.apis.resourceclasses import DeviceInfo, Matcher, ResourceClass, gpu_devices
+from gpuyard.apis.resourceclasses import Matcher, ResourceClass
 from gpuyard.apis.scheduling import Reservation
 from gpuyard.devices.bandwidth import model_key
 from gpuyard.devices.presets import H100_PARTITIONS
 from gpuyard.devices.subsets import MAX_TABLE_GPUS, SubsetTable, table_for
 from gpuyard.scheduler.allocations import Alloc, SnapshotLedger, _Entry
-from gpuyard.scheduler.gangs import GPU_MILLI, MIB
+from gpuyard.scheduler.gang_requests import GPU_MILLI, MIB
 from gpuyard.scheduler.masks import ClassMask, SnapshotMasks
 
 if TYPE_CHECKING:

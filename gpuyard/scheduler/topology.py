@@ -34,7 +34,7 @@ from gpuyard.devices.bandwidth import NodeShare, placement_bandwidth
 from gpuyard.devices.subsets import greedy_pick, indices_of, pick, pick_gpus, pick_nics, select
 from gpuyard.scheduler.choosing import LowestIndexChooser
 from gpuyard.scheduler.framework import CycleState, GPUChoice, register_chooser, register_score
-from gpuyard.scheduler.gangs import GPU_MILLI, PodShape
+from gpuyard.scheduler.gang_requests import GPU_MILLI, PodShape
 from gpuyard.scheduler.snapshot import Snapshot
 
 __all__ = [

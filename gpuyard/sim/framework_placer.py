@@ -26,13 +26,14 @@ from dataclasses import replace
 from decimal import Decimal
 
 from gpuyard.apis.core import GPU_RESOURCE, Node, NodeCondition, NodeStatus, PodSpec
+from gpuyard.apis.devicematching import LABEL_GPU_MODEL
 from gpuyard.apis.meta import ObjectMeta
-from gpuyard.apis.resourceclasses import LABEL_GPU_MODEL, RequestError
+from gpuyard.apis.resourceclasses import RequestError
 from gpuyard.scheduler.assuming import reservation_for, share_memory_of
-from gpuyard.scheduler.gangs import GangRequest, PodShape, PodSlot, RolePart, shape_of
+from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot, RolePart, shape_of
 from gpuyard.scheduler.outcomes import Placement
 from gpuyard.scheduler.packing import ClusterState, PodRequest
-from gpuyard.scheduler.packing_score import PackingScore
+from gpuyard.scheduler.packing_plugins import PackingScore
 from gpuyard.scheduler.placing import place
 from gpuyard.scheduler.profiles import build_profile
 from gpuyard.scheduler.snapshot import Snapshot

@@ -42,17 +42,17 @@ import numpy as np
 
 from gpuyard.apis.jobs import JobValidationError, parse_job
 from gpuyard.apis.meta import Resource
-from gpuyard.apis.quota import ANNOTATION_EXPECTED_DURATION
+from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION
 from gpuyard.apis.resourceclasses import SHARE_MILLI, validate_gang_request
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.fakecluster import Scenario
 from gpuyard.fakecluster.kubelet import ANNOTATION_DURATION
 from gpuyard.fakecluster.scenario import LABEL_GPU_MODEL
-from gpuyard.platform.clock import VirtualClock, settle
-from gpuyard.platform.config import Settings
 from gpuyard.platform.runtime import Platform
 from gpuyard.scheduler.packing import GPU_MILLI
 from gpuyard.sim.replay_trace import Trace, TraceJob
+from gpuyard.state.clock import VirtualClock, settle
+from gpuyard.state.config import Settings
 
 __all__ = [
     "JOB_KIND",

@@ -30,7 +30,6 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
 from gpuyard.fakecluster import ScenarioError, load_scenario
 from gpuyard.fakecluster.scenario import LABEL_GPU_MODEL, LABEL_GPU_PRODUCT, describe
-from gpuyard.platform.logs import configure_logging
 from gpuyard.sim.replay import (
     POLICIES,
     ReplayResult,
@@ -43,6 +42,7 @@ from gpuyard.sim.replay import (
     write_utilisation_csv,
 )
 from gpuyard.sim.replay_trace import FORMATS, TraceError, load_trace, openb_scenario, scenario_models
+from gpuyard.state.logs import configure_logging
 
 __all__ = ["load_policy_documents", "replay"]
 

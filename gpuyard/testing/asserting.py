@@ -18,7 +18,7 @@ from gpuyard.scheduler.quota import usage_of_requests, vector_of
 from gpuyard.testing.observing import Explanation, JobPlacement, JobRef, job_key
 
 if TYPE_CHECKING:
-    from gpuyard.apis.quota import ElasticQuota, ResourceQuota
+    from gpuyard.apis.quotakinds import ElasticQuota, ResourceQuota
 
 __all__ = ["Assertions"]
 

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuyard.apis.core import Pod
-from gpuyard.apis.jobs import TrainingJob, find_job
+from gpuyard.apis.jobkinds import TrainingJob, find_job
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.fakecluster import Scenario
-from gpuyard.platform.clock import VirtualClock, settle
-from gpuyard.platform.config import Settings
 from gpuyard.platform.runtime import Platform
-from gpuyard.platform.store import AlreadyExists
+from gpuyard.state.clock import VirtualClock, settle
+from gpuyard.state.config import Settings
+from gpuyard.state.store import AlreadyExists
 from gpuyard.testing.asserting import Assertions
 from gpuyard.testing.inputs import BadInput, NodeSpec, Source, parse_jobs, parse_policies, scenario_of
 from gpuyard.testing.observing import (
@@ -209,7 +209,7 @@ class Cluster(Assertions):
         return found
 
     def _job_names(self) -> list[str]:
-        from gpuyard.apis.jobs import KIND_INFO
+        from gpuyard.apis.jobkinds import KIND_INFO
 
         return sorted(
             f"{j.metadata.namespace}/{j.metadata.name}" for kind in KIND_INFO for j in self.store.list(kind)

@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from gpuyard.apis.jobs import JobValidationError, TrainingJob, load_documents, parse_job
+from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
 from gpuyard.apis.resourceclasses import ResourceClass, validate_gang_request, validate_resource_class

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
-from gpuyard.apis.jobs import TrainingJob, find_job
+from gpuyard.apis.jobkinds import TrainingJob, find_job
 from gpuyard.apis.scheduling import Reservation
 from gpuyard.devices.tiers import Link, LinkTier, gpu_link
 from gpuyard.fakecluster.scenario import LABEL_GPU_MODEL, LABEL_GPU_PRODUCT

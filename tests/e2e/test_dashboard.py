@@ -22,7 +22,7 @@ import pytest
 import structlog
 
 from gpuyard.platform.api import app as app_module
-from gpuyard.platform.config import Settings
+from gpuyard.state.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"

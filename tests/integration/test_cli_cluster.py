@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from gpuyard.cli.cluster import register
 from gpuyard.controllers.statuses import record_event
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
 from tests.unit.api.test_dashboard import build_app, make_ctx
 from tests.unit.controllers.fakes import load_job
 

@@ -14,8 +14,8 @@ import yaml
 from gpuyard.controllers.reconciling import JobReconciler
 from gpuyard.platform.api import app as app_module
 from gpuyard.platform.api import jobs as jobs_api
-from gpuyard.platform.bus import ControllerRunner
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
+from gpuyard.state.workqueues import ControllerRunner
 from tests.builders import make_node
 from tests.unit.controllers.fakes import JOBS, ScriptedBackend, TinyScheduler
 

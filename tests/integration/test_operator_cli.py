@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from gpuyard.cli.jobs import register
 from gpuyard.controllers.reconciling import JobReconciler
-from gpuyard.platform.bus import ControllerRunner
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
+from gpuyard.state.workqueues import ControllerRunner
 from tests.builders import make_node
 from tests.integration.test_operator_api import make
 from tests.unit.controllers.fakes import JOBS, ScriptedBackend, TinyScheduler

@@ -22,13 +22,13 @@ import pytest_asyncio
 import structlog
 from click.testing import CliRunner
 
-from gpuyard.apis.jobs import find_job
+from gpuyard.apis.jobkinds import find_job
 from gpuyard.cli.jobs import register
 from gpuyard.controllers.reconciling import JobReconciler
 from gpuyard.platform.api import app as app_module
-from gpuyard.platform.clock import VirtualClock
-from gpuyard.platform.config import Settings
 from gpuyard.platform.runtime import Platform
+from gpuyard.state.clock import VirtualClock
+from gpuyard.state.config import Settings
 from tests.unit.controllers.fakes import JOBS, ROOT, TinyScheduler
 
 

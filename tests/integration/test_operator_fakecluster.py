@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import pytest_asyncio
 
-from gpuyard.apis.jobs import TrainingJob, find_job
+from gpuyard.apis.jobkinds import TrainingJob, find_job
 from gpuyard.controllers.reconciling import JobReconciler
 from gpuyard.fakecluster import FakeCluster, load_scenario
-from gpuyard.platform.bus import ControllerRunner
-from gpuyard.platform.clock import VirtualClock
-from gpuyard.platform.context import Context
+from gpuyard.state.clock import VirtualClock
+from gpuyard.state.context import Context
+from gpuyard.state.workqueues import ControllerRunner
 from tests.unit.controllers.fakes import ROOT, TinyScheduler, load_job
 
 

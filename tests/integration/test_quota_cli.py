@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from gpuyard.cli.cluster import register as register_cluster
 from gpuyard.cli.quotas import register
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
 from tests.unit.api.test_dashboard import make_ctx
 from tests.unit.api.test_quotas_api import build_app, quota
 

@@ -16,12 +16,13 @@ from typing import Any
 import pytest_asyncio
 import structlog
 
-from gpuyard.apis.jobs import find_job, load_documents
+from gpuyard.apis.jobkinds import find_job
+from gpuyard.apis.jobs import load_documents
 from gpuyard.apis.quota import parse_quota_document
 from gpuyard.controllers.reconciling import JobReconciler
-from gpuyard.platform.clock import VirtualClock
-from gpuyard.platform.config import Settings
 from gpuyard.platform.runtime import Platform
+from gpuyard.state.clock import VirtualClock
+from gpuyard.state.config import Settings
 from tests.unit.controllers.fakes import ROOT, job_from
 
 QUOTAS = ROOT / "configs" / "quotas" / "demo-teams.yaml"

@@ -7,13 +7,12 @@ import asyncio
 import importlib.util
 from pathlib import Path
 
-from gpuyard.platform.bus import Bus
-from gpuyard.platform.clock import VirtualClock, settle
-from gpuyard.platform.config import Settings
-from gpuyard.platform.context import Context
-from gpuyard.platform.kinds import register_kinds
-from gpuyard.platform.store import Store
 from gpuyard.scheduler import SchedulerLoop
+from gpuyard.state.clock import VirtualClock, settle
+from gpuyard.state.config import Settings
+from gpuyard.state.context import Context
+from gpuyard.state.kinds import register_kinds
+from gpuyard.state.store import Store
 
 _spec = importlib.util.spec_from_file_location(
     "queue_quota_bench", Path(__file__).resolve().parents[2] / "bench" / "queue_quota.py"
@@ -26,7 +25,7 @@ async def test_quota_blocked_jobs_stay_parked_until_quota_frees() -> None:
     clock = VirtualClock()
     store = Store()
     register_kinds(store)
-    ctx = Context(store=store, bus=Bus(), clock=clock, settings=Settings(backend={"data_dir": None}))
+    ctx = Context(store=store, clock=clock, settings=Settings(backend={"data_dir": None}))
     store.create(bench.node("node-0"))
     store.create(bench.quota("team", gmin=4, gmax=4, parent=None, is_parent=False))
     loop = SchedulerLoop(ctx)

@@ -12,9 +12,9 @@ import time
 import aiohttp
 import pytest
 
-from gpuyard.platform.clock import VirtualClock
-from gpuyard.platform.config import Settings
 from gpuyard.platform.runtime import Component, Platform, supervise
+from gpuyard.state.clock import VirtualClock
+from gpuyard.state.config import Settings
 
 
 def settings(tmp_path=None, **backend) -> Settings:

@@ -7,7 +7,7 @@ import pytest
 from gpuyard.platform.api import app as app_module
 from gpuyard.platform.api import scheduling
 from gpuyard.platform.api.app import make_app
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
 from tests.unit.scheduler.helpers import make_node, podgroup, role
 
 K80 = """

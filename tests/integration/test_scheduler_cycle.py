@@ -8,13 +8,13 @@ import pytest
 
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.fakecluster import FakeCluster, load_scenario
-from gpuyard.platform.bus import Bus, ControllerRunner
-from gpuyard.platform.clock import VirtualClock
-from gpuyard.platform.config import Settings
-from gpuyard.platform.context import Context
-from gpuyard.platform.kinds import register_kinds
-from gpuyard.platform.store import Store, StoreError
 from gpuyard.scheduler import SchedulerLoop, components
+from gpuyard.state.clock import VirtualClock
+from gpuyard.state.config import Settings
+from gpuyard.state.context import Context
+from gpuyard.state.kinds import register_kinds
+from gpuyard.state.store import Store, StoreError
+from gpuyard.state.workqueues import ControllerRunner
 from tests.unit.scheduler.helpers import make_node, podgroup, role
 
 
@@ -228,9 +228,7 @@ async def test_a_watch_that_falls_behind_re_lists():
     clock = VirtualClock()
     store = Store(history=4, now=clock.utcnow)
     register_kinds(store)
-    ctx = Context(
-        store=store, bus=Bus(), clock=clock, settings=Settings(backend={"data_dir": None, "clock": "virtual"})
-    )
+    ctx = Context(store=store, clock=clock, settings=Settings(backend={"data_dir": None, "clock": "virtual"}))
     loop = SchedulerLoop(ctx)
     task = asyncio.create_task(loop.run())
     try:

@@ -11,8 +11,8 @@ import asyncio
 
 import aiohttp
 
-from gpuyard.platform.config import Settings
 from gpuyard.platform.runtime import Platform
+from gpuyard.state.config import Settings
 
 V100_JOB = """
 apiVersion: kubeflow.org/v1

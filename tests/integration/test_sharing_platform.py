@@ -16,9 +16,9 @@ import asyncio
 from collections import defaultdict
 
 from gpuyard.apis.jobs import apply_defaults, load_documents, parse_job
-from gpuyard.platform.clock import VirtualClock
-from gpuyard.platform.config import Settings
 from gpuyard.platform.runtime import Platform
+from gpuyard.state.clock import VirtualClock
+from gpuyard.state.config import Settings
 
 T4_MIB = 15360  # the t4 preset's memory
 

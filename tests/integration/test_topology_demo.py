@@ -21,15 +21,15 @@ import structlog
 import yaml
 from click.testing import CliRunner
 
-from gpuyard.apis.jobs import find_job
+from gpuyard.apis.jobkinds import find_job
 from gpuyard.cli.jobs import register as register_jobs
 from gpuyard.cli.nodes import register as register_nodes
 from gpuyard.controllers.reconciling import JobReconciler
 from gpuyard.devices.presets import DGX1_NVLINKS
 from gpuyard.platform.api import app as app_module
-from gpuyard.platform.clock import VirtualClock
-from gpuyard.platform.config import Settings
 from gpuyard.platform.runtime import Platform
+from gpuyard.state.clock import VirtualClock
+from gpuyard.state.config import Settings
 from tests.unit.controllers.fakes import ROOT
 
 

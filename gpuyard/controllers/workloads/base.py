@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from gpuyard.apis.core import Container, EnvVar, PodSpec, PodTemplateSpec
-from gpuyard.apis.jobs import DAGCondition, Flavor, PortDefault, ReplicaSpec, TrainingJob
+from gpuyard.apis.jobkinds import Flavor, PortDefault, TrainingJob
+from gpuyard.apis.jobspecs import DAGCondition, ReplicaSpec
 
 __all__ = [
     "JobView",

@@ -8,7 +8,7 @@ master role; the job succeeds when every worker has.
 
 from __future__ import annotations
 
-from gpuyard.apis.jobs import TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.controllers.workloads.base import JobView, Wiring, WorkloadPlugin, add_env
 
 __all__ = ["JAXPlugin"]

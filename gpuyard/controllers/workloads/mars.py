@@ -14,7 +14,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 from gpuyard.apis.core import Container, ResourceRequirements
-from gpuyard.apis.jobs import DAGCondition, MarsJob, TrainingJob
+from gpuyard.apis.jobkinds import MarsJob, TrainingJob
+from gpuyard.apis.jobspecs import DAGCondition
 from gpuyard.apis.quantity import to_int
 from gpuyard.controllers.workloads.base import (
     JobView,

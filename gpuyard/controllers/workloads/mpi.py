@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 
 from gpuyard.apis.core import GPU_RESOURCE, Container
-from gpuyard.apis.jobs import DAGCondition, MPIJob, TrainingJob
+from gpuyard.apis.jobkinds import MPIJob, TrainingJob
+from gpuyard.apis.jobspecs import DAGCondition
 from gpuyard.controllers.workloads.base import JobView, Wiring, WorkloadPlugin, add_env, dependencies
 
 __all__ = ["ANNOTATION_CONFIG_FILES", "MPIPlugin", "hostfile", "kubexec_script"]

@@ -9,7 +9,8 @@ PADDLE_SERVER_NUM=1 and workers PADDLE_TRAINER_NUM=1.
 
 from __future__ import annotations
 
-from gpuyard.apis.jobs import DAGCondition, TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobspecs import DAGCondition
 from gpuyard.controllers.workloads.base import JobView, Wiring, WorkloadPlugin, add_env, dependencies
 
 __all__ = ["PaddlePlugin"]

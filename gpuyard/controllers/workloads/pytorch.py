@@ -15,7 +15,8 @@ Two references, one per API group, reproduced exactly:
 
 from __future__ import annotations
 
-from gpuyard.apis.jobs import DAGCondition, PyTorchJob, TrainingJob
+from gpuyard.apis.jobkinds import PyTorchJob, TrainingJob
+from gpuyard.apis.jobspecs import DAGCondition
 from gpuyard.controllers.workloads.base import JobView, Wiring, WorkloadPlugin, add_env, dependencies
 
 __all__ = ["PyTorchPlugin"]

@@ -7,7 +7,7 @@ plugin can never be reached for objects the store cannot hold.
 
 from __future__ import annotations
 
-from gpuyard.apis.jobs import KIND_INFO
+from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.controllers.workloads.base import WorkloadPlugin
 from gpuyard.controllers.workloads.jax import JAXPlugin
 from gpuyard.controllers.workloads.mars import MarsPlugin

@@ -12,7 +12,8 @@ gpuyard extension: a `GraphLearn` role (graph-learning servers) appears in the c
 
 from __future__ import annotations
 
-from gpuyard.apis.jobs import DAGCondition, TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobspecs import DAGCondition
 from gpuyard.controllers.workloads.base import (
     JobView,
     Wiring,

@@ -11,7 +11,8 @@ The master starts first (KubeDL setDefaultXGBoostDAGConditions) and decides succ
 
 from __future__ import annotations
 
-from gpuyard.apis.jobs import DAGCondition, TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobspecs import DAGCondition
 from gpuyard.controllers.workloads.base import JobView, Wiring, WorkloadPlugin, add_env, dependencies
 
 __all__ = ["XGBoostPlugin"]

@@ -16,7 +16,7 @@ from gpuyard.apis.meta import Resource
 from gpuyard.platform.api.auth import make_auth_middleware
 from gpuyard.platform.api.errors import ApiError, error_response
 from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
 
 __all__ = ["CTX", "READY", "make_app", "stored"]
 

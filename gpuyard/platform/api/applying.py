@@ -16,14 +16,15 @@ from typing import Any
 from aiohttp import web
 
 from gpuyard.apis.meta import Resource
-from gpuyard.apis.quota import ElasticQuota, QuotaValidationError, parse_quota_document, validate_quotas
+from gpuyard.apis.quota import QuotaValidationError, parse_quota_document, validate_quotas
+from gpuyard.apis.quotakinds import ElasticQuota
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas, synced
 from gpuyard.platform.api.openapi import operation
-from gpuyard.platform.store import Store
+from gpuyard.state.store import Store
 
 __all__ = ["apply_documents", "setup"]
 

@@ -21,7 +21,7 @@ from typing import Literal
 from aiohttp import web
 
 from gpuyard.platform.api.errors import ApiError
-from gpuyard.platform.config import TokenConfig
+from gpuyard.state.config import TokenConfig
 
 __all__ = [
     "PRINCIPAL",

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gpuyard.apis.jobs import KIND_INFO
+from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError

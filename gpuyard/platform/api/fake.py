@@ -14,7 +14,7 @@ from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
-from gpuyard.platform.store import NotFound
+from gpuyard.state.store import NotFound
 
 __all__ = ["setup"]
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
-from gpuyard.apis.jobs import KIND_INFO, JobValidationError, TrainingJob, find_job, load_documents, parse_job
+from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
+from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
 from gpuyard.apis.scheduling import (
     ANNOTATION_DEVICES,
     LABEL_JOB_NAME,
@@ -29,7 +30,7 @@ from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
-from gpuyard.platform.store import AlreadyExists
+from gpuyard.state.store import AlreadyExists
 
 __all__ = ["pod_view", "setup", "summarize"]
 

@@ -23,13 +23,14 @@ import yaml
 from aiohttp import web
 
 from gpuyard.apis.meta import Resource
-from gpuyard.apis.quota import API_ELASTIC_QUOTA, API_QUEUE, ElasticQuota, QuotaValidationError
+from gpuyard.apis.quota import QuotaValidationError
+from gpuyard.apis.quotakinds import API_ELASTIC_QUOTA, API_QUEUE, ElasticQuota
 from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param
 from gpuyard.platform.api.paging import list_body, paginate
-from gpuyard.platform.store import Conflict, Store
+from gpuyard.state.store import Conflict, Store
 
 __all__ = [
     "PAGING",

@@ -23,16 +23,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gpuyard.apis.quota import (
-    ElasticQuota,
-    Queue,
-    QuotaValidationError,
-    ResourceQuota,
-    parse_quota_document,
-    validate_quota_deletion,
-)
+from gpuyard.apis.quota import QuotaValidationError, parse_quota_document, validate_quota_deletion
+from gpuyard.apis.quotakinds import ElasticQuota, Queue, ResourceQuota
 from gpuyard.platform.api.app import CTX, stored
-from gpuyard.platform.api.applying import apply_documents
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.manifests import (
@@ -49,7 +42,7 @@ from gpuyard.platform.api.manifests import (
 )
 from gpuyard.platform.api.openapi import Param, operation
 
-__all__ = ["apply_documents", "setup"]  # apply_documents lives in `applying`; re-exported
+__all__ = ["setup"]
 
 
 # --- ElasticQuota -------------------------------------------------------------------------------

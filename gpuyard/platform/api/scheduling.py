@@ -27,7 +27,7 @@ from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import operation
-from gpuyard.platform.store import Conflict
+from gpuyard.state.store import Conflict
 
 __all__ = ["explain_view", "setup"]
 

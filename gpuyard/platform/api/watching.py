@@ -15,12 +15,12 @@ import json
 
 from aiohttp import web
 
-from gpuyard.apis.jobs import JOB_KINDS
+from gpuyard.apis.jobkinds import JOB_KINDS
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import allowed_namespaces
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
-from gpuyard.platform.store import Gone, WatchEvent
+from gpuyard.state.store import Gone, WatchEvent
 
 __all__ = ["setup"]
 

@@ -30,7 +30,6 @@ from gpuyard.scheduler.quota.ordering import (
     queue_configs,
     queued_job,
 )
-from gpuyard.scheduler.quota.reclaim import ReclaimPlan, RunningJob, Victim, plan_reclaim
 from gpuyard.scheduler.quota.resources import capacity_of, podgroup_usage, usage_of_requests, vector_of
 from gpuyard.scheduler.quota.tree import (
     DEFAULT_QUOTA,
@@ -40,6 +39,7 @@ from gpuyard.scheduler.quota.tree import (
     QuotaTree,
     specs_from_quotas,
 )
+from gpuyard.scheduler.quota.victims import ReclaimPlan, RunningJob, Victim, plan_reclaim
 
 __all__ = [
     "DEFAULT_QUOTA",

@@ -22,7 +22,13 @@ import weakref
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpuyard.apis.quota import DEFAULT_QUOTA, LABEL_PREEMPTIBLE, LABEL_QUOTA_NAME, ROOT_QUOTA, ResourceQuota
+from gpuyard.apis.quotakinds import (
+    DEFAULT_QUOTA,
+    LABEL_PREEMPTIBLE,
+    LABEL_QUOTA_NAME,
+    ROOT_QUOTA,
+    ResourceQuota,
+)
 from gpuyard.scheduler.quota.resources import Vector, format_amount, to_units
 from gpuyard.scheduler.quota.tree import QuotaTree
 

@@ -20,8 +20,9 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
 from gpuyard.apis.core import GPU_RESOURCE, Node
+from gpuyard.apis.devicematching import gpu_devices
 from gpuyard.apis.quantity import format_quantity, to_int, to_milli
-from gpuyard.apis.resourceclasses import ResourceClass, gpu_devices, is_class_resource
+from gpuyard.apis.resourceclasses import ResourceClass, is_class_resource
 from gpuyard.apis.scheduling import PodGroup
 
 __all__ = [

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuyard.apis.quota import DEFAULT_QUOTA, ROOT_QUOTA, ElasticQuota
+from gpuyard.apis.quotakinds import DEFAULT_QUOTA, ROOT_QUOTA, ElasticQuota
 from gpuyard.scheduler.quota.resources import Vector, to_units, vector_of
 
 __all__ = [

@@ -7,8 +7,8 @@ from aiohttp import web
 
 from gpuyard.platform.api.app import make_app
 from gpuyard.platform.api.auth import allowed_namespaces, authorize, hash_token
-from gpuyard.platform.config import Settings
-from gpuyard.platform.context import Context
+from gpuyard.state.config import Settings
+from gpuyard.state.context import Context
 
 TOKENS = [
     {"sha256": hash_token("root-secret"), "user": "root", "role": "admin"},

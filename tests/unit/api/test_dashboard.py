@@ -15,8 +15,8 @@ from gpuyard.platform.api import dashboard
 from gpuyard.platform.api.auth import hash_token
 from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
 from gpuyard.platform.cluster_metrics import cluster_usage, register_cluster_metrics
-from gpuyard.platform.config import Settings
-from gpuyard.platform.context import Context
+from gpuyard.state.config import Settings
+from gpuyard.state.context import Context
 from tests.builders import make_node
 from tests.unit.controllers.fakes import load_job
 

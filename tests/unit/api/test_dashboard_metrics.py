@@ -45,9 +45,9 @@ def test_queue_quota_and_preemption_metrics_come_from_statuses():
     from prometheus_client import CollectorRegistry, generate_latest
 
     from gpuyard.apis.core import Event
-    from gpuyard.apis.quota import ElasticQuota, Queue
+    from gpuyard.apis.quotakinds import ElasticQuota, Queue
     from gpuyard.platform.cluster_metrics import register_cluster_metrics
-    from gpuyard.platform.context import Context
+    from gpuyard.state.context import Context
 
     ctx = Context.for_tests()
     ctx.store.create(

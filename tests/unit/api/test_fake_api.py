@@ -8,7 +8,7 @@ import pytest
 
 from gpuyard.fakecluster import FakeCluster, parse_scenario
 from gpuyard.platform.api.app import make_app
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
 from tests.builders import make_pod
 
 SCENARIO = {

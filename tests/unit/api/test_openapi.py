@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuyard.platform.api.app import make_app
 from gpuyard.platform.api.openapi import _path_of
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
 
 
 async def test_document_matches_the_routes(aiohttp_client):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuyard.platform.api.app import make_app
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
 from tests.builders import make_node
 
 
@@ -55,7 +55,7 @@ async def test_bad_paging_parameters(client, query, status, field):
 
 
 async def test_oversize_body_is_413_in_the_error_shape(aiohttp_client):
-    from gpuyard.platform.config import Settings
+    from gpuyard.state.config import Settings
 
     ctx = Context.for_tests(settings=Settings(server={"max_body_bytes": 2048}, backend={"data_dir": None}))
     http = await aiohttp_client(make_app(ctx))

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from gpuyard.platform.api import app as app_module
 from gpuyard.platform.api import quotas
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
 from tests.unit.api.test_dashboard import bearer, make_ctx
 
 ROOT = bearer("root")

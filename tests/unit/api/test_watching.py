@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gpuyard.platform.api.app import make_app
-from gpuyard.platform.context import Context
+from gpuyard.state.context import Context
 from tests.builders import make_node, make_pod
 
 

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import pytest_asyncio
 
-from gpuyard.apis.jobs import TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.controllers.reconciling import JobReconciler
-from gpuyard.platform.bus import ControllerRunner
-from gpuyard.platform.clock import VirtualClock
-from gpuyard.platform.context import Context
+from gpuyard.state.clock import VirtualClock
+from gpuyard.state.context import Context
+from gpuyard.state.workqueues import ControllerRunner
 from tests.builders import make_node
 from tests.unit.controllers.fakes import ScriptedBackend, TinyScheduler
 
@@ -41,7 +41,7 @@ class OperatorEnv:
         return self.store.create(job)
 
     def job(self, ns: str, name: str) -> TrainingJob:
-        from gpuyard.apis.jobs import find_job
+        from gpuyard.apis.jobkinds import find_job
 
         found = find_job(self.store, ns, name)
         assert found is not None, f"job {ns}/{name} not found"

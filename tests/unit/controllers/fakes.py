@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuyard.apis.core import GPU_RESOURCE, Pod, PodStatus, Service
-from gpuyard.apis.jobs import TrainingJob, load_documents, parse_job
+from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobs import load_documents, parse_job
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.quantity import to_int
 from gpuyard.apis.scheduling import (
@@ -29,9 +30,9 @@ from gpuyard.apis.scheduling import (
     pod_name,
 )
 from gpuyard.fakecluster.kubelet import terminate
-from gpuyard.platform.backend import BackendError
-from gpuyard.platform.bus import ObjectKey, Requeue, Watch
-from gpuyard.platform.store import AlreadyExists, NotFound, Store
+from gpuyard.state.backend import BackendError
+from gpuyard.state.store import AlreadyExists, NotFound, Store
+from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
 
 ROOT = Path(__file__).resolve().parents[3]
 JOBS = ROOT / "configs" / "jobs"

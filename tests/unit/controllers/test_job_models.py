@@ -7,15 +7,8 @@ from typing import Any
 
 import pytest
 
-from gpuyard.apis.jobs import (
-    API_KUBEDL,
-    API_KUBEFLOW,
-    JobValidationError,
-    PyTorchJob,
-    TFJob,
-    load_documents,
-    parse_job,
-)
+from gpuyard.apis.jobkinds import API_KUBEDL, API_KUBEFLOW, PyTorchJob, TFJob
+from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
 from tests.unit.controllers.fakes import JOBS, load_job
 
 C = {"containers": [{"name": "tensorflow", "image": "tf"}]}

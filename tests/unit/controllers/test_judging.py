@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from gpuyard.apis.core import Pod
-from gpuyard.apis.jobs import JobStatus, PodRestart
+from gpuyard.apis.jobspecs import JobStatus, PodRestart
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.controllers.judging import Replica, judge
 from gpuyard.controllers.workloads.registry import plugin_for

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from gpuyard.apis.scheduling import ANNOTATION_DEVICES, pod_name
-from gpuyard.controllers.gangs import pod_group_spec
 from gpuyard.controllers.materializing import build_pod, build_service
+from gpuyard.controllers.podgroups import pod_group_spec
 from gpuyard.controllers.workloads.registry import plugin_for
 from tests.unit.controllers.fakes import load_job, reserve
 

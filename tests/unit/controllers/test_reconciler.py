@@ -107,7 +107,7 @@ async def test_depends_on_override_starts_everything_at_once(env: OperatorEnv) -
 
 async def test_depends_on_succeeded_waits_for_upstream_to_finish(env: OperatorEnv) -> None:
     job = tf_job(ps=1, workers=1)
-    from gpuyard.apis.jobs import DAGCondition
+    from gpuyard.apis.jobspecs import DAGCondition
 
     job.replica_specs["Worker"].depends_on = [DAGCondition(upstream="PS", on_phase="Succeeded")]
     env.submit(job)
@@ -286,7 +286,7 @@ async def test_a_restart_is_counted_once_even_if_seen_twice(env: OperatorEnv) ->
     env.backend.finish("team-a", "tf-worker-0", exit_code=137)
     status = env.job("team-a", "tf").status.model_copy(deep=True)
     # simulate a crash after the restart was recorded but before the pod was deleted
-    from gpuyard.apis.jobs import PodRestart
+    from gpuyard.apis.jobspecs import PodRestart
 
     status.pod_restarts["tf-worker-0"] = PodRestart(count=1, last_uid=pod.metadata.uid)  # type: ignore[attr-defined]
     status.restarts = 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.apis.jobs import DAGCondition
+from gpuyard.apis.jobspecs import DAGCondition
 from gpuyard.controllers.ordering import can_start, dependencies_of, start_order
 from gpuyard.controllers.workloads.registry import plugin_for
 from tests.unit.controllers.fakes import job_from, load_job

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpuyard.apis.jobs import TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.scheduling import pod_name
 from gpuyard.controllers.materializing import build_pod, build_service
 from gpuyard.controllers.workloads.mpi import ANNOTATION_CONFIG_FILES

@@ -10,8 +10,8 @@ import pytest
 
 from gpuyard.apis.scheduling import ANNOTATION_DEVICES
 from gpuyard.fakecluster import FakeCluster, ScenarioError, load_scenario, parse_scenario
-from gpuyard.platform.backend import BackendError
-from gpuyard.platform.context import Context
+from gpuyard.state.backend import BackendError
+from gpuyard.state.context import Context
 from tests.builders import make_pod
 
 SCENARIO = {

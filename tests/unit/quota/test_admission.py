@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gpuyard.apis.quota import LABEL_PREEMPTIBLE, LABEL_QUOTA_NAME, ResourceQuota
-from gpuyard.apis.resourceclasses import ANNOTATION_UNHEALTHY_GPUS, default_class
+from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS
+from gpuyard.apis.quotakinds import LABEL_PREEMPTIBLE, LABEL_QUOTA_NAME, ResourceQuota
+from gpuyard.apis.resourceclasses import default_class
 from gpuyard.scheduler.quota.admission import (
     QuotaBook,
     ResourceQuotaBook,

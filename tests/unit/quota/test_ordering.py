@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuyard.apis.quota import ANNOTATION_EXPECTED_DURATION, Queue
+from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION, Queue
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.quota.ordering import (
     Aging,

@@ -18,9 +18,9 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 
 from gpuyard.scheduler.quota.admission import QuotaBook
 from gpuyard.scheduler.quota.ordering import Aging, FairQueue, QueueConfig, QueuedJob
-from gpuyard.scheduler.quota.reclaim import RunningJob, plan_reclaim
 from gpuyard.scheduler.quota.resources import fits
 from gpuyard.scheduler.quota.tree import DEFAULT_QUOTA, ROOT_QUOTA, QuotaSpec, QuotaTree
+from gpuyard.scheduler.quota.victims import RunningJob, plan_reclaim
 
 G = "nvidia.com/gpu"
 C = "cpu"

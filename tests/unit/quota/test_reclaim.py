@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpuyard.scheduler.quota.admission import QuotaBook
-from gpuyard.scheduler.quota.reclaim import RunningJob, plan_reclaim
 from gpuyard.scheduler.quota.tree import QuotaSpec, QuotaTree
+from gpuyard.scheduler.quota.victims import RunningJob, plan_reclaim
 
 G = "nvidia.com/gpu"
 
@@ -180,7 +180,7 @@ def test_a_multi_gpu_pod_gets_its_room_on_one_node() -> None:
     # 3 nodes of 8: n1 = b1 (4) + 4 free, n2 = b2 + b4 (4 each), n3 = b3 (8). team-b borrows 4
     # (runtime 16, uses 20). team-a's 8-GPU pod is owed 8: the cluster-wide plan frees 4 GPUs
     # (the newest job, b4 on n2) and no node has 8; the node plan frees n1 with one victim
-    from gpuyard.scheduler.quota.node_reclaim import plan_node_reclaim
+    from gpuyard.scheduler.quota.node_victims import plan_node_reclaim
 
     running = [
         job("b1", "team-b", 4, start=1),
@@ -202,7 +202,7 @@ def test_a_multi_gpu_pod_gets_its_room_on_one_node() -> None:
 
 
 def test_fragmented_room_without_borrowers_is_not_reclaimed() -> None:
-    from gpuyard.scheduler.quota.node_reclaim import plan_node_reclaim
+    from gpuyard.scheduler.quota.node_victims import plan_node_reclaim
 
     running = [job("b1", "team-b", 4), job("b2", "team-b", 4)]
     tree, book = setup(running, total=16)
@@ -215,7 +215,7 @@ def test_fragmented_room_without_borrowers_is_not_reclaimed() -> None:
 
 
 def test_node_reclaim_never_takes_guaranteed_or_non_preemptible_capacity() -> None:
-    from gpuyard.scheduler.quota.node_reclaim import plan_node_reclaim
+    from gpuyard.scheduler.quota.node_victims import plan_node_reclaim
 
     running = [job("b1", "team-b", 4, preemptible=False), job("a0", "team-a", 4)]
     tree, book = setup(running, total=16)

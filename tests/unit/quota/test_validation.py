@@ -11,6 +11,14 @@ import pytest
 import yaml
 
 from gpuyard.apis.quota import (
+    QuotaValidationError,
+    parse_duration,
+    parse_quota_document,
+    validate_quota_deletion,
+    validate_quotas,
+    validate_resource_quota,
+)
+from gpuyard.apis.quotakinds import (
     ANNOTATION_QUOTA_NAMESPACES,
     ANNOTATION_SHARED_WEIGHT,
     LABEL_ALLOW_LENT_RESOURCE,
@@ -20,16 +28,10 @@ from gpuyard.apis.quota import (
     ROOT_QUOTA,
     ElasticQuota,
     Queue,
-    QuotaValidationError,
     ResourceQuota,
-    parse_duration,
-    parse_quota_document,
-    validate_quota_deletion,
-    validate_quotas,
-    validate_resource_quota,
 )
-from gpuyard.platform.context import Context
 from gpuyard.scheduler.quota import QuotaTree, specs_from_quotas
+from gpuyard.state.context import Context
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "quotas"
 G = "nvidia.com/gpu"

@@ -8,7 +8,7 @@ from typing import Any
 from gpuyard.apis.core import Node
 from gpuyard.apis.resourceclasses import ResourceClass, default_class
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.scheduler.gangs import GangRequest, build_gang
+from gpuyard.scheduler.gang_requests import GangRequest, build_gang
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.placing import place
 from gpuyard.scheduler.profiles import build_profile

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from gpuyard.scheduler.framework import CycleState
-from gpuyard.scheduler.gangs import PodShape
+from gpuyard.scheduler.gang_requests import PodShape
 from gpuyard.scheduler.outcomes import Placement
 from gpuyard.scheduler.packing import PodRequest
-from gpuyard.scheduler.packing_score import PackingChooser, PackingScore
+from gpuyard.scheduler.packing_plugins import PackingChooser, PackingScore
 from gpuyard.scheduler.profiles import build_profile
 from gpuyard.scheduler.snapshot import Alloc
 from tests.unit.scheduler.helpers import assume_into, make_node, place_one, podgroup, role, snap

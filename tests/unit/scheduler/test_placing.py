@@ -7,7 +7,7 @@ import pytest
 
 from gpuyard.apis.core import Taint
 from gpuyard.scheduler.framework import ProfileSpec, register_profile
-from gpuyard.scheduler.gangs import GangRequest, PodShape, PodSlot, RolePart
+from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot, RolePart
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.placing import place
 from gpuyard.scheduler.profiles import build_profile

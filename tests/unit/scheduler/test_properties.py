@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from gpuyard.apis.core import Taint
+from gpuyard.apis.devicematching import gpu_devices
 from gpuyard.apis.quantity import to_int, to_milli
-from gpuyard.apis.resourceclasses import ResourceClass, default_class, gpu_devices
+from gpuyard.apis.resourceclasses import ResourceClass, default_class
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.placing import place
 from gpuyard.scheduler.profiles import build_profile

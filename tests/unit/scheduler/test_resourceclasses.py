@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from gpuyard.apis.core import PodSpec
+from gpuyard.apis.devicematching import gpu_devices, model_key
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.quantity import parse_quantity
 from gpuyard.apis.resourceclasses import (
     ResourceClass,
     default_class,
     default_class_name,
-    gpu_devices,
-    model_key,
     parse_gpu_request,
     validate_gang_request,
     validate_resource_class,

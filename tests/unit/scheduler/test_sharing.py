@@ -14,7 +14,7 @@ from gpuyard.apis.resourceclasses import RequestError
 from gpuyard.apis.scheduling import Reservation, ReservationSpec
 from gpuyard.controllers.materializing import _device_env
 from gpuyard.scheduler.assuming import reservation_for, share_memory_of
-from gpuyard.scheduler.gangs import PodShape, parse_share
+from gpuyard.scheduler.gang_requests import PodShape, parse_share
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from tests.unit.scheduler.helpers import gang_of, make_node, place_one, podgroup, role, snap
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from gpuyard.apis.core import Taint
 from gpuyard.apis.resourceclasses import ResourceClass, default_class
 from gpuyard.apis.scheduling import Reservation
-from gpuyard.scheduler.gangs import Constraints
+from gpuyard.scheduler.gang_requests import Constraints
 from gpuyard.scheduler.snapshot import Snapshot
 from tests.unit.scheduler.helpers import make_node
 

@@ -9,9 +9,9 @@ Suspended), except that the operator puts it back to Pending when it un-assumes 
 
 from __future__ import annotations
 
-from gpuyard.apis.jobs import ANNOTATION_GANG_GROUP, PyTorchJob, TrainingJob
+from gpuyard.apis.jobkinds import ANNOTATION_GANG_GROUP, PyTorchJob, TrainingJob
 from gpuyard.apis.meta import ObjectMeta
-from gpuyard.apis.quota import ANNOTATION_EXPECTED_DURATION, LABEL_PREEMPTIBLE, LABEL_QUOTA_NAME
+from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION, LABEL_PREEMPTIBLE, LABEL_QUOTA_NAME
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, GangRole, PodGroup, PodGroupSpec
 from gpuyard.controllers.materializing import owner_reference, render_template
 from gpuyard.controllers.workloads.base import WorkloadPlugin

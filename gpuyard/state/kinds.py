@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from gpuyard.apis.core import Event, Node, Pod, Service
 from gpuyard.apis.devices import NodeTopology
-from gpuyard.apis.jobs import JOB_KINDS
+from gpuyard.apis.jobkinds import JOB_KINDS
 from gpuyard.apis.meta import Resource
-from gpuyard.apis.quota import QUOTA_KINDS
+from gpuyard.apis.quotakinds import QUOTA_KINDS
 from gpuyard.apis.resourceclasses import RESOURCE_CLASS_KINDS
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.platform.store import Store
+from gpuyard.state.store import Store
 
 __all__ = ["CORE_KINDS", "JOURNALED_KINDS", "register_kinds"]
 

@@ -3,7 +3,7 @@
 When a waiting job fits its quota's min and runtime (`Admission.owed`) but cannot start —
 the cluster has no room, or an ancestor (the cluster itself) is full — the borrowers hold the
 room. For a one-pod job of several GPUs the victims are chosen on one node, so that the room is
-where the pod can use it (`quota.node_reclaim.plan_node_reclaim`); other jobs, or when no node
+where the pod can use it (`quota.node_victims.plan_node_reclaim`); other jobs, or when no node
 plan exists, get the cluster-wide plan. After `scheduler.reclaim_delay` seconds of that (Koordinator waits 120 s; 0 in tests),
 :class:`Reclaimer` asks the pure :func:`plan_reclaim` for victims (whole gangs, lowest priority
 first, newest first, never non-preemptible ones) and executes the plan **through the store**:
@@ -31,13 +31,13 @@ import structlog
 
 from gpuyard.apis.core import GPU_RESOURCE
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.platform.store import NotFound, Store
-from gpuyard.scheduler.admitting import Admission
 from gpuyard.scheduler.assuming import record_event, write_status
+from gpuyard.scheduler.gatekeeping import Admission
 from gpuyard.scheduler.quota import ReclaimPlan, RunningJob, plan_reclaim
-from gpuyard.scheduler.quota.node_reclaim import plan_node_reclaim
+from gpuyard.scheduler.quota.node_victims import plan_node_reclaim
 from gpuyard.scheduler.quota.resources import format_amount
 from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.state.store import NotFound, Store
 
 __all__ = ["Reclaimer"]
 

@@ -1,4 +1,4 @@
-"""What every component is built with: store, bus, clock, config, metrics registry, backend.
+"""What every component is built with: store, clock, config, metrics registry, backend.
 
 The runtime makes one :class:`Context` and hands it to each component factory, so components
 share nothing by import and tests build a context from plain parts (`Context.for_tests()`).
@@ -11,15 +11,14 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
-from gpuyard.platform.bus import Bus
-from gpuyard.platform.clock import Clock, VirtualClock
-from gpuyard.platform.config import Settings
-from gpuyard.platform.kinds import register_kinds
-from gpuyard.platform.store import Store
+from gpuyard.state.clock import Clock, VirtualClock
+from gpuyard.state.config import Settings
+from gpuyard.state.kinds import register_kinds
+from gpuyard.state.store import Store
 
 if TYPE_CHECKING:
-    from gpuyard.platform.backend import ClusterBackend
-    from gpuyard.platform.journal import Journal
+    from gpuyard.state.backend import ClusterBackend
+    from gpuyard.state.journal import Journal
 
 __all__ = ["Context"]
 
@@ -27,7 +26,6 @@ __all__ = ["Context"]
 @dataclass(slots=True)
 class Context:
     store: Store
-    bus: Bus
     clock: Clock
     settings: Settings
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
@@ -42,7 +40,6 @@ class Context:
         register_kinds(store)
         return cls(
             store=store,
-            bus=Bus(),
             clock=clock,
             settings=settings or Settings(backend={"data_dir": None, "clock": "virtual"}),
         )

@@ -20,7 +20,7 @@ import structlog
 
 if TYPE_CHECKING:
     from gpuyard.apis.meta import Resource
-    from gpuyard.platform.store import Store
+    from gpuyard.state.store import Store
 
 __all__ = ["Journal"]
 

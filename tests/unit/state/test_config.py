@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.platform.config import ConfigError, load_settings
+from gpuyard.state.config import ConfigError, load_settings
 
 
 def test_defaults_without_a_file(tmp_path, monkeypatch):

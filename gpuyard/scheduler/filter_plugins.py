@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from gpuyard.scheduler.framework import CycleState, register_filter
-from gpuyard.scheduler.gangs import PodShape
+from gpuyard.scheduler.gang_requests import PodShape
 
 __all__ = [
     "DEFAULT_FILTERS",

@@ -112,7 +112,7 @@ class WatchEvent:
 
 
 class JournalSink(Protocol):
-    """Where journaled writes go (see `platform/journal.py`)."""
+    """Where journaled writes go (see `state/journal.py`)."""
 
     def record_put(self, obj: Resource, rv: int) -> None: ...
 

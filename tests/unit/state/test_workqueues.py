@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from gpuyard.platform.bus import Bus, ControllerRunner, Requeue, Watch, WorkQueue
-from gpuyard.platform.clock import VirtualClock
-from gpuyard.platform.kinds import register_kinds
-from gpuyard.platform.store import Store
+from gpuyard.state.clock import VirtualClock
+from gpuyard.state.kinds import register_kinds
+from gpuyard.state.store import Store
+from gpuyard.state.workqueues import ControllerRunner, Requeue, Watch, WorkQueue
 from tests.builders import make_pod
 
 
@@ -143,22 +143,3 @@ async def test_requeue_after_runs_again_on_the_clock():
     assert rec.times == [0, 60, 120]
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-
-
-async def test_bus_publish_waits_for_slow_subscriber():
-    bus = Bus(maxsize=2)
-    sub = bus.subscribe("jobs")
-    await bus.publish("jobs", 1)
-    await bus.publish("jobs", 2)
-    blocked = asyncio.create_task(bus.publish("jobs", 3))
-    await asyncio.sleep(0)
-    assert not blocked.done(), "a full subscriber queue applies back-pressure"
-    assert sub.queue.qsize() == 2
-    assert await sub.get() == 1
-    await blocked
-    assert [await sub.get(), await sub.get()] == [2, 3]
-    assert bus.publish_nowait("jobs", 4) == 0
-    assert bus.publish_nowait("jobs", 5) == 0
-    assert bus.publish_nowait("jobs", 6) == 1, "nowait skips a full subscriber"
-    sub.close()
-    assert bus.subscribers("jobs") == 0

@@ -29,7 +29,6 @@ import structlog
 from gpuyard.apis.core import Node
 from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.platform.store import Conflict, NotFound, Store
 from gpuyard.scheduler.quota import (
     FairQueue,
     QueuedJob,
@@ -46,6 +45,7 @@ from gpuyard.scheduler.quota import (
     specs_from_quotas,
 )
 from gpuyard.scheduler.quota.resources import Vector, add, quantities_of
+from gpuyard.state.store import Conflict, NotFound, Store
 
 __all__ = ["Admission", "TrackedJob"]
 

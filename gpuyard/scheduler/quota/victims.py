@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpuyard.apis.quota import ROOT_QUOTA
+from gpuyard.apis.quotakinds import ROOT_QUOTA
 from gpuyard.scheduler.quota.resources import Vector, format_amount
 from gpuyard.scheduler.quota.tree import QuotaTree
 

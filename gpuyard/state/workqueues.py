@@ -1,4 +1,4 @@
-"""The event bus: store changes become keys in de-duplicating work queues; domain events fan out.
+"""Work queues: store changes become keys in de-duplicating work queues that reconcilers drain.
 
 Reconcilers never receive payloads: a change to an object becomes its *key* in each interested
 reconciler's :class:`WorkQueue`, and the reconciler reads the latest state from the store. The
@@ -12,9 +12,6 @@ queue follows client-go's rules:
 
 :class:`ControllerRunner` connects a :class:`Reconciler` to the store: it lists, watches from
 the list's resourceVersion, re-lists on :class:`Gone`, and runs `concurrency` workers.
-
-Domain events (a job was admitted, a node failed) go through :class:`Bus` topics; each
-subscriber has a bounded queue and a publisher waits when one is full (back-pressure).
 """
 
 from __future__ import annotations
@@ -23,21 +20,19 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
 
-from gpuyard.platform.clock import Clock
-from gpuyard.platform.store import Conflict, Gone, Store, WatchEvent
+from gpuyard.state.clock import Clock
+from gpuyard.state.store import Conflict, Gone, Store, WatchEvent
 
 __all__ = [
-    "Bus",
     "ControllerRunner",
     "ObjectKey",
     "Reconciler",
     "Requeue",
-    "Subscription",
     "Watch",
     "WorkQueue",
 ]
@@ -283,64 +278,3 @@ class ControllerRunner:
                     tg.create_task(self._worker(), name=f"{self.reconciler.name}-worker-{i}")
         finally:
             self.queue.shut_down()
-
-
-# --- domain events ----------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Subscription:
-    topic: str
-    queue: asyncio.Queue[Any]
-    _bus: Bus = field(repr=False)
-
-    async def get(self) -> Any:
-        return await self.queue.get()
-
-    def close(self) -> None:
-        self._bus.unsubscribe(self)
-
-    def __aiter__(self) -> Subscription:
-        return self
-
-    async def __anext__(self) -> Any:
-        return await self.queue.get()
-
-
-class Bus:
-    """Topic fan-out with bounded per-subscriber queues: a full queue makes `publish` wait."""
-
-    def __init__(self, *, maxsize: int = 1024) -> None:
-        self._subs: dict[str, list[Subscription]] = {}
-        self._maxsize = maxsize
-        self.published = 0
-
-    def subscribe(self, topic: str, *, maxsize: int | None = None) -> Subscription:
-        sub = Subscription(topic, asyncio.Queue(maxsize or self._maxsize), self)
-        self._subs.setdefault(topic, []).append(sub)
-        return sub
-
-    def unsubscribe(self, sub: Subscription) -> None:
-        subs = self._subs.get(sub.topic, [])
-        if sub in subs:
-            subs.remove(sub)
-
-    def subscribers(self, topic: str) -> int:
-        return len(self._subs.get(topic, ()))
-
-    async def publish(self, topic: str, event: Any) -> None:
-        """Deliver to every subscriber of `topic`, waiting while a subscriber's queue is full."""
-        self.published += 1
-        for sub in list(self._subs.get(topic, ())):
-            await sub.queue.put(event)
-
-    def publish_nowait(self, topic: str, event: Any) -> int:
-        """Deliver where there is room; return how many subscribers were skipped (full)."""
-        self.published += 1
-        skipped = 0
-        for sub in list(self._subs.get(topic, ())):
-            try:
-                sub.queue.put_nowait(event)
-            except asyncio.QueueFull:
-                skipped += 1
-        return skipped

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from gpuyard.scheduler.choosing import share_choice
+from gpuyard.scheduler.filter_plugins import DEFAULT_FILTERS
 from gpuyard.scheduler.filtering import static_mask
-from gpuyard.scheduler.filters import DEFAULT_FILTERS
 from gpuyard.scheduler.framework import (
     CycleState,
     GPUChoice,
@@ -43,7 +43,7 @@ from gpuyard.scheduler.framework import (
     register_profile,
     register_score,
 )
-from gpuyard.scheduler.gangs import GPU_MILLI, PodShape
+from gpuyard.scheduler.gang_requests import GPU_MILLI, PodShape
 from gpuyard.scheduler.packing import POLICIES, ClusterState, PackingPolicy, PodRequest, fits, get_policy
 from gpuyard.scheduler.snapshot import Snapshot
 from gpuyard.scheduler.topology import TopologyChooser

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from gpuyard.apis.core import Node, Pod
-from gpuyard.platform.journal import Journal
-from gpuyard.platform.kinds import register_kinds
-from gpuyard.platform.store import AlreadyExists, Conflict, Gone, NotFound, Store
+from gpuyard.state.journal import Journal
+from gpuyard.state.kinds import register_kinds
+from gpuyard.state.store import AlreadyExists, Conflict, Gone, NotFound, Store
 from tests.builders import make_node, make_pod
 
 

@@ -1,6 +1,6 @@
 """Reclaim on one node: room for a one-pod job of several GPUs where it can run.
 
-:func:`~gpuyard.scheduler.quota.reclaim.plan_reclaim` frees enough GPUs *in the cluster*. A job
+:func:`~gpuyard.scheduler.quota.victims.plan_reclaim` frees enough GPUs *in the cluster*. A job
 of 8 GPUs can still find no node with 8 free GPUs afterwards: the freed ones are spread out,
 while borrowers hold the rest of each node. :func:`plan_node_reclaim` picks one node and the
 borrowers' jobs on it whose preemption leaves the node with room for the pod:
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
 
-from gpuyard.apis.quota import ROOT_QUOTA
-from gpuyard.scheduler.quota.reclaim import ReclaimPlan, RunningJob, Victim, entitlement
+from gpuyard.apis.quotakinds import ROOT_QUOTA
 from gpuyard.scheduler.quota.resources import Vector, format_amount
 from gpuyard.scheduler.quota.tree import QuotaTree
+from gpuyard.scheduler.quota.victims import ReclaimPlan, RunningJob, Victim, entitlement
 
 __all__ = ["plan_node_reclaim"]
 
