@@ -16,7 +16,7 @@ them too. Everything is pure and works on the API models.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -38,6 +38,7 @@ __all__ = [
     "DeviceSelector",
     "Matcher",
     "compile_selector",
+    "format_unhealthy",
     "gpu_devices",
     "model_key",
     "unhealthy_indices",
@@ -200,6 +201,11 @@ def unhealthy_indices(node: Node) -> frozenset[int]:
         if part.isdigit():
             out.add(int(part))
     return frozenset(out)
+
+
+def format_unhealthy(gpus: Iterable[int]) -> str:
+    """The `gpuyard.io/unhealthy-gpus` value for a set of GPU indices ("" for none)."""
+    return ",".join(str(g) for g in sorted(set(gpus)))
 
 
 def gpu_devices(node: Node, topology: NodeTopology | None = None) -> list[DeviceInfo]:

@@ -1,17 +1,25 @@
 """The contract between the job operator and the scheduler: PodGroup and Reservation.
 
-* The operator turns a job into a **PodGroup** (one per job, same namespace and name): per role
-  the replicas, the minimum that must be placed together, and the pod template the scheduler
-  reads requests, selectors, tolerations and host-network needs from.
-* The scheduler places the gang and records the decision as one **Reservation** per pod (same
-  namespace, named like the pod: `<job>-<role>-<index>`), all written in one synchronous step
-  (the "assume"). Reservations are the ledger of what is allocated: a node's free capacity is its
-  allocatable minus its reservations. They name the node, GPU indices and ids, GPU share, NICs
-  and host ports.
-* The operator creates each pod from its reservation (node bound, devices in env/annotations)
-  when its start order allows, and deletes the reservation when the pod will not run again
-  (finished, job ended, suspended, or the pod must move). A PodGroup whose replicas lack
-  reservations is placed again (failover re-places just those pods).
+Each object and field has one writer (the table is in `docs/architecture.md`); requests between
+the two are fields the other side reads, never writes or deletions of the other's objects.
+
+* The operator creates, updates and deletes the **PodGroup** (one per job, same namespace and
+  name) and owns its `spec`: per role the replicas, the minimum placed together, the pod template
+  the scheduler reads requests, selectors, tolerations and host-network needs from, and
+  `spec.release`: pod name -> uid of the Reservation the operator no longer needs (the pod
+  finished for good, must move on failover, was stopped after an eviction, or the job is
+  suspended). The scheduler deletes exactly that Reservation and, if the replica is still wanted,
+  places it again (`spec.preferredNodes` says where it ran).
+* The scheduler alone writes the PodGroup's **status** (phase, reason, message, placed, times,
+  attempts, `evictions`) and creates and deletes **Reservations**: one per placed pod (same
+  namespace, named like the pod: `<job>-<role>-<index>`), the ledger of what is allocated (a
+  node's free capacity is its allocatable minus its reservations). `status.evictions` (pod name ->
+  why) asks the operator to stop those pods (priority preemption, quota reclaim, migration); the
+  Reservations keep holding their devices until the operator releases them through
+  `spec.release`, so a GPU is never handed out while a pod still runs on it. A PodGroup that is
+  deleted loses its Reservations (the scheduler collects them).
+* The operator creates each pod from its Reservation (node bound, devices in env/annotations)
+  when its start order allows, once the PodGroup's status says `Placed`.
 """
 
 from __future__ import annotations
@@ -90,6 +98,11 @@ class PodGroupSpec(K8sModel):
         description="Pod name -> node it ran on, set by the operator when a pod must be re-placed "
         "(failover): the scheduler prefers that node, then its topology domain.",
     )
+    release: dict[str, str] = Field(
+        default_factory=dict,
+        description="Pod name -> uid of the Reservation the operator no longer needs; the scheduler "
+        "deletes exactly that Reservation (and places the pod again if its replica is still wanted).",
+    )
 
     def total_replicas(self) -> int:
         return sum(r.replicas for r in self.roles)
@@ -109,6 +122,11 @@ class PodGroupStatus(K8sModel):
     queued_at: datetime | None = None
     placed_at: datetime | None = None
     attempts: int = 0
+    evictions: dict[str, str] = Field(
+        default_factory=dict,
+        description="Pod name -> why the scheduler wants it stopped (preemption, reclaim, migration); "
+        "the operator stops the pod, then releases its Reservation through spec.release.",
+    )
 
 
 class PodGroup(Resource):

@@ -31,6 +31,7 @@ from datetime import datetime
 import structlog
 
 from gpuyard.apis.core import Pod, Service
+from gpuyard.apis.devicematching import unhealthy_indices
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.jobspecs import JobStatus, PodRestart
 from gpuyard.apis.meta import deep_copy
@@ -47,11 +48,10 @@ from gpuyard.state.backend import ClusterBackend
 from gpuyard.state.context import Context
 from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
 
-__all__ = ["ANNOTATION_UNHEALTHY_GPUS", "JobReconciler"]
+__all__ = ["JobReconciler"]
 
 log = structlog.get_logger(__name__)
 
-ANNOTATION_UNHEALTHY_GPUS = "gpuyard.io/unhealthy-gpus"  # node annotation: comma-separated GPU indices
 ACTIVE = ("Pending", "Running", "Unknown")
 
 
@@ -319,8 +319,7 @@ class JobReconciler(ReportingMixin, ApplyingMixin):
         node = self.store.get("Node", "", res.spec.node)
         if node is None or not node.ready:  # type: ignore[attr-defined]
             return False
-        raw = node.metadata.annotations.get(ANNOTATION_UNHEALTHY_GPUS, "")
-        bad = {int(x) for x in raw.split(",") if x.strip().isdigit()}
+        bad = set(unhealthy_indices(node))  # type: ignore[arg-type]
         if "NodeTopology" in self.store.kinds():
             topo = self.store.get("NodeTopology", "", res.spec.node)
             for gpu in getattr(getattr(topo, "spec", None), "gpus", None) or []:

@@ -3,7 +3,7 @@
 The embedded default backend, used by `gpuyard demo`, simulations and users' test suites.
 """
 
-from gpuyard.fakecluster.cluster import ANNOTATION_UNHEALTHY_GPUS, FakeCluster
+from gpuyard.fakecluster.cluster import FakeCluster
 from gpuyard.fakecluster.kubelet import ANNOTATION_DURATION, ANNOTATION_EXIT_CODE, ANNOTATION_START_DELAY
 from gpuyard.fakecluster.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 
@@ -11,7 +11,6 @@ __all__ = [
     "ANNOTATION_DURATION",
     "ANNOTATION_EXIT_CODE",
     "ANNOTATION_START_DELAY",
-    "ANNOTATION_UNHEALTHY_GPUS",
     "FakeCluster",
     "Scenario",
     "ScenarioError",

@@ -18,6 +18,7 @@ import json
 import structlog
 
 from gpuyard.apis.core import NodeCondition, Pod, PodStatus, Service
+from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unhealthy, unhealthy_indices
 from gpuyard.apis.scheduling import ANNOTATION_DEVICES
 from gpuyard.fakecluster.kubelet import FakeKubelet, terminate
 from gpuyard.fakecluster.scenario import Scenario
@@ -26,11 +27,10 @@ from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists, NotFound
 from gpuyard.state.workqueues import ControllerRunner
 
-__all__ = ["ANNOTATION_UNHEALTHY_GPUS", "FakeCluster"]
+__all__ = ["FakeCluster"]
 
 log = structlog.get_logger(__name__)
 
-ANNOTATION_UNHEALTHY_GPUS = "gpuyard.io/unhealthy-gpus"
 EXIT_CODES = {"OOMKilled": 137, "Error": 1}
 
 
@@ -180,13 +180,12 @@ class FakeCluster:
         return self.store.must_get("Pod", namespace, name)  # type: ignore[return-value]
 
     def unhealthy_gpus(self, node: str) -> set[int]:
-        raw = self.store.must_get("Node", "", node).metadata.annotations.get(ANNOTATION_UNHEALTHY_GPUS, "")
-        return {int(x) for x in raw.split(",") if x.strip().isdigit()}
+        return set(unhealthy_indices(self.store.must_get("Node", "", node)))  # type: ignore[arg-type]
 
     def _set_unhealthy(self, node: str, gpus: set[int]) -> None:
         def change(n):  # type: ignore[no-untyped-def]
             if gpus:
-                n.metadata.annotations[ANNOTATION_UNHEALTHY_GPUS] = ",".join(str(g) for g in sorted(gpus))
+                n.metadata.annotations[ANNOTATION_UNHEALTHY_GPUS] = format_unhealthy(gpus)
             else:
                 n.metadata.annotations.pop(ANNOTATION_UNHEALTHY_GPUS, None)
 

@@ -34,12 +34,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuyard.apis.core import GPU_RESOURCE
+from gpuyard.apis.devicematching import unhealthy_indices
 from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.quantity import QuantityError, parse_quantity
 from gpuyard.state.store import Store
 
 __all__ = [
-    "ANNOTATION_UNHEALTHY_GPUS",
     "LABEL_GPU_MODEL",
     "PENDING_PHASES",
     "ClusterCollector",
@@ -50,7 +50,6 @@ __all__ = [
 ]
 
 LABEL_GPU_MODEL = "gpuyard.io/gpu-model"
-ANNOTATION_UNHEALTHY_GPUS = "gpuyard.io/unhealthy-gpus"
 PENDING_PHASES = frozenset({"", "Created", "Queuing"})
 DEFAULT_REFERENCE_REQUEST = 2
 
@@ -126,10 +125,6 @@ class ClusterUsage:
         return stranded / free if free else 0.0
 
 
-def _unhealthy(raw: str) -> int:
-    return len({x for x in raw.split(",") if x.strip().isdigit()})
-
-
 def _q(value: Any) -> Decimal:
     if value is None:
         return Decimal(0)
@@ -183,7 +178,7 @@ def cluster_usage(store: Store) -> ClusterUsage:
                 ready=node.ready,  # type: ignore[attr-defined]
                 gpus=gpus,
                 gpus_allocated=len(holders),
-                gpus_unhealthy=_unhealthy(node.metadata.annotations.get(ANNOTATION_UNHEALTHY_GPUS, "")),
+                gpus_unhealthy=len(unhealthy_indices(node)),
                 cpu=_q(alloc.get("cpu")),
                 cpu_requested=cpu_used.get(name, Decimal(0)),
                 memory=_q(alloc.get("memory")),

@@ -30,6 +30,7 @@ from gpuyard.state.journal import Journal
 from gpuyard.state.kinds import register_kinds
 from gpuyard.state.store import Store, tune_gc
 from gpuyard.state.workqueues import ControllerRunner, Reconciler
+from gpuyard.state.writing import StoreWriter
 
 __all__ = ["Component", "Platform", "supervise"]
 
@@ -109,6 +110,7 @@ class Platform:
             loaded = self.journal.load_into(store)
             store.attach_journal(self.journal)
             self.ctx.journal = self.journal
+            self.ctx.writer = StoreWriter(store, journal=self.journal)
             log.info(
                 "journal.loaded",
                 path=str(self.journal.path),

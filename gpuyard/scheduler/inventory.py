@@ -22,7 +22,7 @@ from __future__ import annotations
 import structlog
 
 from gpuyard.apis.core import ContainerState, ContainerStatus, Node, Pod
-from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS
+from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unhealthy
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.scheduling import Reservation
 from gpuyard.state.clock import Clock
@@ -74,7 +74,7 @@ class DeviceInventory:
         return None
 
     def _mirror(self, node: Node, bad: list[int]) -> None:
-        want = ",".join(str(g) for g in bad)
+        want = format_unhealthy(bad)
         have = node.metadata.annotations.get(ANNOTATION_UNHEALTHY_GPUS, "")
         if want == have:
             return

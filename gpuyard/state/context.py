@@ -1,4 +1,4 @@
-"""What every component is built with: store, clock, config, metrics registry, backend.
+"""What every component is built with: store (reads), writer (writes), clock, config, metrics registry, backend.
 
 The runtime makes one :class:`Context` and hands it to each component factory, so components
 share nothing by import and tests build a context from plain parts (`Context.for_tests()`).
@@ -15,6 +15,7 @@ from gpuyard.state.clock import Clock, VirtualClock
 from gpuyard.state.config import Settings
 from gpuyard.state.kinds import register_kinds
 from gpuyard.state.store import Store
+from gpuyard.state.writing import StoreWriter, Writer
 
 if TYPE_CHECKING:
     from gpuyard.state.backend import ClusterBackend
@@ -30,7 +31,12 @@ class Context:
     settings: Settings
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     backend: ClusterBackend | None = None
-    journal: Journal | None = None  # set when a data dir is configured; `await journal.sync()`
+    journal: Journal | None = None  # set when a data dir is configured
+    writer: Writer | None = None  # the one write path; default: the store's own (fake semantics)
+
+    def __post_init__(self) -> None:
+        if self.writer is None:
+            self.writer = StoreWriter(self.store, journal=self.journal)
 
     @classmethod
     def for_tests(cls, *, settings: Settings | None = None, clock: Clock | None = None) -> Context:

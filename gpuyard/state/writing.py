@@ -1,0 +1,172 @@
+"""The one write path: every component writes through a :class:`Writer`, and reads the store.
+
+The store is the cache of what the backend holds. Writes go to the backend, which answers with
+the stored object (server-assigned resourceVersion) once the write is durable; the store then
+holds it too. Semantics are the Kubernetes API server's, whichever backend runs:
+
+* `create(obj)` -> the stored object; :class:`AlreadyExists` when the name is taken.
+* `update(obj)` replaces metadata and spec; `obj.metadata.resourceVersion` must be the stored one
+  (else :class:`Conflict`). For kinds with a `status`, the stored status is kept: status is a
+  subresource, written only with `patch_status`.
+* `patch_status(kind, namespace, name, changes)` merges `changes` (status field name -> value,
+  snake_case as in the models) into the status; with `resource_version` it is a precondition.
+  Owners of different status fields never overwrite each other's fields.
+* `delete(kind, namespace, name)`; :class:`NotFound` when it is not there.
+
+Conflicts are typed (:class:`~gpuyard.state.store.Conflict`); a caller re-reads, re-decides and
+retries (:func:`retry_on_conflict`). :class:`StoreWriter` implements the interface over the
+in-memory store (the fake backend's API server): a write is answered after the journal has made
+it durable, when a journal is attached (one group commit for all writes of a loop iteration).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from gpuyard.apis.meta import Resource
+from gpuyard.state.store import Conflict, NotFound, Store
+
+__all__ = ["StoreWriter", "Writer", "retry_on_conflict"]
+
+R = TypeVar("R", bound=Resource)
+T = TypeVar("T")
+
+
+@runtime_checkable
+class Writer(Protocol):
+    """What a component may do to the objects of the cluster (see the module docstring)."""
+
+    async def create(self, obj: R) -> R: ...
+
+    async def update(self, obj: R) -> R: ...
+
+    async def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        changes: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
+    ) -> Resource: ...
+
+    async def delete(
+        self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
+    ) -> None: ...
+
+
+class Durability(Protocol):
+    """A journal: `pending` writes not yet durable, `flush()` makes them durable."""
+
+    def pending(self) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+class StoreWriter:
+    """API-server semantics over the in-memory store (the fake backend's write path)."""
+
+    def __init__(self, store: Store, *, journal: Durability | None = None) -> None:
+        self.store = store
+        self.journal = journal
+        self._flush: asyncio.Future[None] | None = None
+
+    async def create(self, obj: R) -> R:
+        stored = self.store.create(obj)
+        await self._durable(stored.kind)
+        return stored
+
+    async def update(self, obj: R) -> R:
+        current = self.store.must_get(obj.kind, obj.metadata.namespace, obj.metadata.name)
+        if obj.metadata.resource_version != current.metadata.resource_version:
+            raise Conflict(
+                f"{obj.kind} {_fmt(obj)}: resourceVersion {obj.metadata.resource_version or '<none>'} "
+                f"is stale (current {current.metadata.resource_version})",
+                key=(obj.kind, current.metadata.namespace, current.metadata.name),
+            )
+        if "status" in type(obj).model_fields:
+            obj = obj.model_copy(update={"status": current.status})  # type: ignore[attr-defined]  # status is a subresource
+        stored = self.store.update(obj)
+        await self._durable(stored.kind)
+        return stored
+
+    async def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        changes: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
+    ) -> Resource:
+        current = self.store.must_get(kind, namespace, name)
+        if resource_version is not None and resource_version != current.metadata.resource_version:
+            raise Conflict(
+                f"{kind} {_fmt(current)}: resourceVersion {resource_version} is stale "
+                f"(current {current.metadata.resource_version})",
+                key=(kind, current.metadata.namespace, current.metadata.name),
+            )
+        status = current.status  # type: ignore[attr-defined]  # only kinds with a status get here
+        unknown = set(changes) - set(type(status).model_fields)
+        if unknown:
+            raise ValueError(f"{kind}.status has no field {', '.join(sorted(unknown))}")
+        new = current.model_copy(update={"status": status.model_copy(update=dict(changes))})
+        stored = self.store.update(new)
+        await self._durable(kind)
+        return stored
+
+    async def delete(
+        self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
+    ) -> None:
+        self.store.delete(kind, namespace, name, resource_version=resource_version)
+        await self._durable(kind)
+
+    async def _durable(self, kind: str) -> None:
+        """Wait until the journal holds this write: one flush per loop iteration for all writers."""
+        journal = self.journal
+        if journal is None or not self.store.is_journaled(kind) or not journal.pending():
+            return
+        fut = self._flush
+        if fut is None:
+            loop = asyncio.get_running_loop()
+            fut = self._flush = loop.create_future()
+            loop.call_soon(self._group_commit, fut)
+        await asyncio.shield(fut)
+
+    def _group_commit(self, fut: asyncio.Future[None]) -> None:
+        self._flush = None
+        try:
+            self.journal.flush()  # type: ignore[union-attr]  # only scheduled with a journal
+        except Exception as exc:  # the writers waiting on it learn the write is not durable
+            if not fut.done():
+                fut.set_exception(exc)
+            return
+        if not fut.done():
+            fut.set_result(None)
+
+
+async def retry_on_conflict(
+    write: Callable[[], Awaitable[T]], *, attempts: int = 5, on_missing: T | None = None
+) -> T | None:
+    """Run `write` (which re-reads the store and re-decides each time) until it does not conflict.
+
+    Returns `on_missing` when the object is gone (:class:`NotFound`); re-raises the last
+    :class:`Conflict` after `attempts` tries.
+    """
+    for attempt in range(attempts):
+        try:
+            return await write()
+        except NotFound:
+            return on_missing
+        except Conflict:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0)
+    raise AssertionError("unreachable")
+
+
+def _fmt(obj: Resource) -> str:
+    ns = obj.metadata.namespace
+    return f"{ns}/{obj.metadata.name}" if ns else obj.metadata.name
