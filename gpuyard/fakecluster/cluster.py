@@ -17,14 +17,14 @@ import json
 
 import structlog
 
-from gpuyard.apis.core import NodeCondition, Pod, PodStatus, Service
+from gpuyard.apis.core import NodeCondition, Pod, Service
 from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unhealthy, unhealthy_indices
 from gpuyard.apis.scheduling import ANNOTATION_DEVICES
 from gpuyard.fakecluster.kubelet import FakeKubelet, terminate
 from gpuyard.fakecluster.scenario import Scenario
-from gpuyard.state.backend import BackendError
+from gpuyard.fakecluster.writing import FakeWriter
 from gpuyard.state.context import Context
-from gpuyard.state.store import AlreadyExists, NotFound
+from gpuyard.state.store import NotFound
 from gpuyard.state.workqueues import ControllerRunner
 
 __all__ = ["FakeCluster"]
@@ -46,8 +46,7 @@ class FakeCluster:
         self.scenario = scenario
         self.synced = asyncio.Event()
         self.kubelet = FakeKubelet(store=ctx.store, clock=ctx.clock, defaults=scenario.kubelet)
-        self._fail_creates = 0
-        self.pods_created = 0
+        self.writer = FakeWriter(ctx.store, journal=ctx.journal)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -77,25 +76,12 @@ class FakeCluster:
 
     # --- ClusterBackend ----------------------------------------------------------------------
 
+    @property
+    def pods_created(self) -> int:
+        return self.writer.pods_created
+
     async def create_pod(self, pod: Pod) -> Pod:
-        if not pod.spec.node_name:
-            raise BackendError(
-                f"pod {pod.metadata.namespace}/{pod.metadata.name}: spec.nodeName is required (pods are created bound)"
-            )
-        if self.store.get("Node", "", pod.spec.node_name) is None:
-            raise BackendError(
-                f"pod {pod.metadata.namespace}/{pod.metadata.name}: node {pod.spec.node_name} does not exist"
-            )
-        if self._fail_creates > 0:
-            self._fail_creates -= 1
-            raise BackendError(f"pod {pod.metadata.namespace}/{pod.metadata.name}: injected create failure")
-        fresh = pod.model_copy(update={"status": PodStatus(phase="Pending")})
-        try:
-            stored = self.store.create(fresh)
-        except AlreadyExists as exc:
-            raise BackendError(str(exc)) from None
-        self.pods_created += 1
-        return stored
+        return await self.writer.create(pod)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         try:
@@ -119,7 +105,7 @@ class FakeCluster:
 
     def fail_next_creates(self, count: int = 1) -> None:
         """Make the next `count` pod creations fail with BackendError (tests the un-assume path)."""
-        self._fail_creates = count
+        self.writer.fail_creates = count
 
     def _pods_on(self, node: str) -> list[Pod]:
         return [

@@ -30,7 +30,6 @@ from gpuyard.state.journal import Journal
 from gpuyard.state.kinds import register_kinds
 from gpuyard.state.store import Store, tune_gc
 from gpuyard.state.workqueues import ControllerRunner, Reconciler
-from gpuyard.state.writing import StoreWriter
 
 __all__ = ["Component", "Platform", "supervise"]
 
@@ -110,7 +109,6 @@ class Platform:
             loaded = self.journal.load_into(store)
             store.attach_journal(self.journal)
             self.ctx.journal = self.journal
-            self.ctx.writer = StoreWriter(store, journal=self.journal)
             log.info(
                 "journal.loaded",
                 path=str(self.journal.path),
@@ -120,6 +118,7 @@ class Platform:
         tune_gc()
         self.backend = FakeCluster(self.ctx, self.scenario)
         self.ctx.backend = self.backend
+        self.ctx.writer = self.backend.writer
         self.metrics = CoreMetrics(self.ctx.registry, store)
         register_cluster_metrics(self.ctx.registry, store)
         self.serve_http = serve_http

@@ -18,6 +18,7 @@ import asyncio
 from typing import Protocol, runtime_checkable
 
 from gpuyard.apis.core import Pod, Service
+from gpuyard.state.writing import Writer
 
 __all__ = ["BackendError", "ClusterBackend"]
 
@@ -30,6 +31,7 @@ class BackendError(Exception):
 class ClusterBackend(Protocol):
     name: str
     synced: asyncio.Event
+    writer: Writer  # the one write path every component uses (Context.writer)
 
     async def run(self) -> None:
         """Sync into the store, set `synced`, then run until cancelled."""
