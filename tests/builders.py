@@ -19,7 +19,7 @@ from gpuyard.apis.core import (
 )
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.quantity import parse_quantity
-from gpuyard.fakecluster.scenario import (
+from gpuyard.devices.scenarios import (
     GPU_MODELS,
     LABEL_GPU_COUNT,
     LABEL_GPU_MEMORY,

@@ -58,7 +58,7 @@ async def test_a_failed_gpu_moves_the_worker_to_healthy_nvlinked_gpus(gpuyard_cl
 def test_job_files_are_valid():
     """The same check as `gpuyard validate jobs/*.yaml quotas.yaml --cluster cluster.yaml`."""
     from gpuyard.cli.validate import validate_files
-    from gpuyard.fakecluster import load_scenario
+    from gpuyard.devices.scenarios import load_scenario
 
     checked = validate_files(
         [*sorted(JOBS.glob("*.yaml")), HERE / "quotas.yaml"], scenario=load_scenario(HERE / "cluster.yaml")

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from gpuyard.cli.common import fail
-from gpuyard.fakecluster import ScenarioError, load_scenario
+from gpuyard.devices.scenarios import LABEL_GPU_MODEL, ScenarioError, load_scenario
 from gpuyard.state.config import ConfigError, Settings, load_settings
 from gpuyard.state.logs import configure_logging
 
@@ -68,7 +68,8 @@ async def _submit_demo_jobs(platform: Any, files: list[Path]) -> None:
     """Submit the demo's sample jobs through the HTTP API, as a user would."""
     import aiohttp
 
-    models = {g.gpu.model for g in platform.scenario.node_groups if g.gpu}
+    await platform.backend.synced.wait()
+    models = {n.metadata.labels.get(LABEL_GPU_MODEL) for n in platform.store.list("Node")} - {None, ""}
     for _ in range(100):  # the default ResourceClass per GPU model appears right after start
         if platform.store.count("ResourceClass") >= len(models):
             break
@@ -152,13 +153,17 @@ def serve(config, backend, cluster, host, port, data_dir, clock, insecure) -> No
 
 
 def _check_scenario(settings: Settings) -> None:
-    if settings.backend.kind == "fake":
-        try:
-            load_scenario(resolve_path(settings.backend.cluster))
-        except ScenarioError as exc:
-            fail(str(exc))
-    else:
-        fail("backend.kind: the kubernetes backend is not available in this build; allowed: fake")
+    """Check the backend settings (kind, the fake cluster's scenario) before anything starts."""
+    from gpuyard.platform.backends import plan_backend
+
+    cluster = str(resolve_path(settings.backend.cluster))
+    resolved = settings.model_copy(
+        update={"backend": settings.backend.model_copy(update={"cluster": cluster})}
+    )
+    try:
+        plan_backend(resolved)
+    except (ConfigError, ScenarioError) as exc:
+        fail(str(exc))
 
 
 @main.command()

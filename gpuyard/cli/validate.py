@@ -39,7 +39,7 @@ from gpuyard.apis.resourceclasses import (
     validate_resource_class,
 )
 from gpuyard.devices.presets import GPU_MODELS
-from gpuyard.fakecluster import Scenario, ScenarioError, load_scenario
+from gpuyard.devices.scenarios import Scenario, ScenarioError, load_scenario
 
 __all__ = ["Checked", "validate_command", "validate_documents", "validate_files"]
 

@@ -1,19 +1,10 @@
 """The in-memory fake cluster: scenario nodes, a simulated kubelet on the clock, fault injection.
 
-The embedded default backend, used by `gpuyard demo`, simulations and users' test suites.
+The embedded default backend, used by `gpuyard demo`, simulations and users' test suites. Only
+the backend factory (`gpuyard.platform.backends`) builds it; everything else sees the
+`ClusterBackend` protocol. The scenario it runs is described in `gpuyard.devices.scenarios`.
 """
 
 from gpuyard.fakecluster.cluster import FakeCluster
-from gpuyard.fakecluster.kubelet import ANNOTATION_DURATION, ANNOTATION_EXIT_CODE, ANNOTATION_START_DELAY
-from gpuyard.fakecluster.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 
-__all__ = [
-    "ANNOTATION_DURATION",
-    "ANNOTATION_EXIT_CODE",
-    "ANNOTATION_START_DELAY",
-    "FakeCluster",
-    "Scenario",
-    "ScenarioError",
-    "load_scenario",
-    "parse_scenario",
-]
+__all__ = ["FakeCluster"]

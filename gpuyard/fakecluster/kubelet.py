@@ -9,7 +9,8 @@ next transition is due (`Requeue(after=...)` on the clock):
 Per pod, annotations override the scenario defaults: `fake.gpuyard.io/duration` (seconds;
 `inf` runs forever), `fake.gpuyard.io/exit-code`, `fake.gpuyard.io/start-delay`. Because the
 decision depends only on the stored pod and the clock, a restarted process resumes every pod
-exactly where it was.
+exactly where it was. The kubelet is the only writer of pod status, and it writes it through
+the fake cluster's writer (`patch_status`, on the resourceVersion it read).
 """
 
 from __future__ import annotations
@@ -19,22 +20,21 @@ import zlib
 from datetime import datetime
 
 from gpuyard.apis.core import ContainerState, ContainerStatus, Node, Pod
-from gpuyard.fakecluster.scenario import KubeletDefaults
+from gpuyard.devices.scenarios import (
+    ANNOTATION_DURATION,
+    ANNOTATION_EXIT_CODE,
+    ANNOTATION_START_DELAY,
+    KubeletDefaults,
+)
 from gpuyard.state.clock import Clock
-from gpuyard.state.store import Store
+from gpuyard.state.store import Conflict, NotFound, Store
 from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
+from gpuyard.state.writing import Writer
 
 __all__ = [
-    "ANNOTATION_DURATION",
-    "ANNOTATION_EXIT_CODE",
-    "ANNOTATION_START_DELAY",
     "FakeKubelet",
     "terminate",
 ]
-
-ANNOTATION_DURATION = "fake.gpuyard.io/duration"
-ANNOTATION_EXIT_CODE = "fake.gpuyard.io/exit-code"
-ANNOTATION_START_DELAY = "fake.gpuyard.io/start-delay"
 
 
 def _float(annotations: dict[str, str], key: str, default: float | None) -> float | None:
@@ -74,8 +74,9 @@ class FakeKubelet:
     name = "fake-kubelet"
     concurrency = 1
 
-    def __init__(self, *, store: Store, clock: Clock, defaults: KubeletDefaults) -> None:
+    def __init__(self, *, store: Store, writer: Writer, clock: Clock, defaults: KubeletDefaults) -> None:
         self.store = store
+        self.writer = writer
         self.clock = clock
         self.defaults = defaults
         self.watches = (Watch("Pod"), Watch("Node", self._pending_pods_on))
@@ -91,6 +92,25 @@ class FakeKubelet:
         ]
 
     async def reconcile(self, key: ObjectKey) -> Requeue | None:
+        try:
+            return await self._step(key)
+        except Conflict:
+            return Requeue(after=0.0)  # someone wrote the pod in between: look again
+        except NotFound:
+            return None  # deleted in between
+
+    async def _write_status(self, pod: Pod, changed: Pod) -> Pod:
+        status = changed.status
+        stored = await self.writer.patch_status(
+            "Pod",
+            pod.metadata.namespace,
+            pod.metadata.name,
+            {name: getattr(status, name) for name in type(status).model_fields},
+            resource_version=pod.metadata.resource_version,
+        )
+        return stored  # type: ignore[return-value]  # a Pod
+
+    async def _step(self, key: ObjectKey) -> Requeue | None:
         pod = self.store.get("Pod", *key)
         if pod is None or pod.status.phase in ("Succeeded", "Failed") or not pod.spec.node_name:
             return None
@@ -119,8 +139,7 @@ class FakeKubelet:
                 )
                 for c in pod.spec.containers
             ]
-            self.store.update(running)
-            pod = running
+            pod = await self._write_status(pod, running)
         duration = _float(ann, ANNOTATION_DURATION, self.defaults.duration)
         if duration is None:
             return None  # runs until deleted or crashed
@@ -142,7 +161,7 @@ class FakeKubelet:
             message=None,
             now=self.clock.utcnow(),
         )
-        self.store.update(done)
+        await self._write_status(pod, done)
         return None
 
 

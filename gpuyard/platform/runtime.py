@@ -1,8 +1,11 @@
 """The process: a `Platform` built from settings that runs every component under one TaskGroup.
 
-Start-up order: validate config and scenario (nothing is written before both are valid), open
-the journal and reload what it holds, build the backend and the components, then run them all
-as supervised tasks. A component that crashes is logged and restarted with backoff; a component
+Start-up order: validate config and backend settings (the factory in `platform/backends.py`
+checks `backend.kind` and the fake cluster's scenario; nothing is written before all are valid),
+open the journal and reload what it holds, build the backend (its writer becomes `ctx.writer`,
+the one write path) and the components, then run them all as supervised tasks. A component
+that crashes is logged and restarted with backoff (tenacity: 0.2 s doubling to 30 s, back to
+the start after a healthy minute); a fatal component's crash stops the platform; a component
 that returns is logged and left stopped. `stop()` (SIGINT/SIGTERM in `serve`) cancels
 everything, flushes the journal and returns within a few seconds with no task left running.
 """
@@ -18,18 +21,21 @@ from typing import Any
 
 import structlog
 from aiohttp import web
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_never
 
-from gpuyard.fakecluster import FakeCluster, Scenario, load_scenario
+from gpuyard.devices.scenarios import Scenario
 from gpuyard.platform.api.app import make_app
+from gpuyard.platform.backends import build_backend, plan_backend
 from gpuyard.platform.cluster_metrics import register_cluster_metrics
 from gpuyard.platform.metrics import CoreMetrics
 from gpuyard.state.clock import Clock, RealClock, VirtualClock
-from gpuyard.state.config import ConfigError, Settings
+from gpuyard.state.config import Settings
 from gpuyard.state.context import Context
 from gpuyard.state.journal import Journal
 from gpuyard.state.kinds import register_kinds
 from gpuyard.state.store import Store, tune_gc
 from gpuyard.state.workqueues import ControllerRunner, Reconciler
+from gpuyard.state.writing import Writer
 
 __all__ = ["Component", "Platform", "supervise"]
 
@@ -45,28 +51,52 @@ class Component:
     restart: bool = True
 
 
-async def supervise(component: Component, *, clock: Clock, max_backoff: float = 30.0) -> None:
+class _Backoff:
+    """tenacity wait: 0.2 s doubling up to `max_backoff`, from the start again after a run
+    longer than `healthy_after` seconds (a component that crashes once a day restarts at once)."""
+
+    def __init__(self, *, max_backoff: float, healthy_after: float) -> None:
+        self.max_backoff = max_backoff
+        self.healthy_after = healthy_after
+        self.failures = 0
+        self.started = time.monotonic()  # when the current run began
+
+    def __call__(self, state: RetryCallState) -> float:
+        ran = time.monotonic() - self.started
+        self.failures = 0 if ran > self.healthy_after else self.failures + 1
+        return min(self.max_backoff, 0.1 * 2**self.failures)
+
+
+async def supervise(
+    component: Component, *, clock: Clock, max_backoff: float = 30.0, healthy_after: float = 60.0
+) -> None:
     """Run a component; on an unexpected exception log it and restart with backoff.
 
     A component with `restart=False` is fatal: its exception ends the platform.
     """
-    failures = 0
-    while True:
-        started = time.monotonic()
-        try:
-            await component.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            if not component.restart:
-                raise  # a fatal component (the HTTP listener) stops the platform
-            failures = 0 if time.monotonic() - started > 60 else failures + 1
-            delay = min(max_backoff, 0.1 * 2**failures)
-            log.exception("component.crashed", component=component.name, restart_in=round(delay, 2))
-            await clock.sleep(delay)
-            continue
+    if not component.restart:
+        await component.run()  # a fatal component (the HTTP listener) stops the platform
         log.info("component.exited", component=component.name)
         return
+    backoff = _Backoff(max_backoff=max_backoff, healthy_after=healthy_after)
+
+    def crashed(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        log.error("component.crashed", component=component.name, restart_in=round(delay, 2), exc_info=exc)
+
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception_type(Exception),  # never CancelledError: cancelling stops it
+        wait=backoff,
+        stop=stop_never,
+        sleep=clock.sleep,
+        before_sleep=crashed,
+        reraise=True,
+    ):
+        with attempt:
+            backoff.started = time.monotonic()
+            await component.run()
+    log.info("component.exited", component=component.name)
 
 
 def _component_factories() -> list[Callable[[Context], list[Any]]]:
@@ -92,10 +122,8 @@ class Platform:
         """`drive_clock`: run a virtual clock automatically (default: when serving HTTP);
         tests and simulations leave it off and move time with `advance` / `run_until`."""
         self.settings = settings
-        if settings.backend.kind != "fake":
-            raise ConfigError("backend.kind: only 'fake' is available in this build; allowed: fake")
         # 1. validate everything before anything is written
-        self.scenario = scenario or load_scenario(settings.backend.cluster)
+        plan = plan_backend(settings, scenario=scenario)
         self.clock: Clock = clock or (VirtualClock() if settings.backend.clock == "virtual" else RealClock())
         store = Store(now=self.clock.utcnow)
         register_kinds(store)
@@ -116,9 +144,7 @@ class Platform:
                 resource_version=store.resource_version,
             )
         tune_gc()
-        self.backend = FakeCluster(self.ctx, self.scenario)
-        self.ctx.backend = self.backend
-        self.ctx.writer = self.backend.writer
+        self.backend = build_backend(self.ctx, plan)  # also ctx.backend and ctx.writer
         self.metrics = CoreMetrics(self.ctx.registry, store)
         register_cluster_metrics(self.ctx.registry, store)
         self.serve_http = serve_http
@@ -131,6 +157,11 @@ class Platform:
     @property
     def store(self) -> Store:
         return self.ctx.store
+
+    @property
+    def writer(self) -> Writer:
+        """The one write path (the backend's writer)."""
+        return self.backend.writer
 
     def _build_components(self) -> list[Component]:
         components = [Component("backend", self.backend.run)]

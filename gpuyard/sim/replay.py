@@ -45,9 +45,7 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION
 from gpuyard.apis.resourceclasses import SHARE_MILLI, validate_gang_request
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
-from gpuyard.fakecluster import Scenario
-from gpuyard.fakecluster.kubelet import ANNOTATION_DURATION
-from gpuyard.fakecluster.scenario import LABEL_GPU_MODEL
+from gpuyard.devices.scenarios import ANNOTATION_DURATION, LABEL_GPU_MODEL, Scenario
 from gpuyard.platform.runtime import Platform
 from gpuyard.scheduler.packing import GPU_MILLI
 from gpuyard.sim.replay_trace import Trace, TraceJob
@@ -289,9 +287,9 @@ async def run_replay(
     given = {(d.KIND, d.metadata.name) for d in documents}
     for doc in queue_documents(policy, trace.queues):
         if ("Queue", doc["metadata"]["name"]) not in given:
-            platform.store.create(_queue(doc))
+            await platform.writer.create(_queue(doc))
     for obj in documents:
-        platform.store.create(obj)
+        await platform.writer.create(obj)
     task = asyncio.create_task(platform.run(), name="gpuyard-replay-platform")
     watcher: asyncio.Task[None] | None = None
     try:
@@ -378,7 +376,7 @@ async def _drive(
         now = clock.now()
         if i < n and arrivals[i] <= now:
             while i < n and arrivals[i] <= now:
-                _submit(platform, jobs[i], rec, policy=policy, model_label=model_label)
+                await _submit(platform, jobs[i], rec, policy=policy, model_label=model_label)
                 i += 1
             await settle()
             continue
@@ -404,7 +402,9 @@ async def _drive(
             await clock.advance(1e-6)  # a timer due within rounding of now: step past it
 
 
-def _submit(platform: Platform, job: TraceJob, rec: _Recorder, *, policy: str, model_label: str) -> None:
+async def _submit(
+    platform: Platform, job: TraceJob, rec: _Recorder, *, policy: str, model_label: str
+) -> None:
     record = rec.records[(job.queue, job.name)]
     record.submit = rec.now()  # the trace's time as the clock holds it
     queue, priority = _queue_of(policy, job)
@@ -421,7 +421,7 @@ def _submit(platform: Platform, job: TraceJob, rec: _Recorder, *, policy: str, m
     if problems:
         record.phase, record.message = "Rejected", "; ".join(f"{p.field}: {p.reason}" for p in problems)
         return
-    platform.store.create(parsed)
+    await platform.writer.create(parsed)
     record.phase = "Created"
     rec.unfinished += 1
 

@@ -28,8 +28,13 @@ import structlog
 from gpuyard.apis.jobs import JobValidationError, load_documents
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
-from gpuyard.fakecluster import ScenarioError, load_scenario
-from gpuyard.fakecluster.scenario import LABEL_GPU_MODEL, LABEL_GPU_PRODUCT, describe
+from gpuyard.devices.scenarios import (
+    LABEL_GPU_MODEL,
+    LABEL_GPU_PRODUCT,
+    ScenarioError,
+    describe,
+    load_scenario,
+)
 from gpuyard.sim.replay import (
     POLICIES,
     ReplayResult,

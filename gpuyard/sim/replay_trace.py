@@ -25,8 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuyard.fakecluster import Scenario
-from gpuyard.fakecluster.scenario import GPU_MODELS, LABEL_GPU_MODEL, LABEL_GPU_PRODUCT, parse_scenario
+from gpuyard.devices.scenarios import GPU_MODELS, LABEL_GPU_MODEL, LABEL_GPU_PRODUCT, Scenario, parse_scenario
 from gpuyard.sim.traces import (
     TraceError,
     check_gpu_request,

@@ -1,15 +1,21 @@
-"""The `ClusterBackend` protocol: what the fake cluster and the Kubernetes backend both do.
+"""The `ClusterBackend` protocol: what the fake cluster and the Kubernetes backend both offer.
 
-A backend runs pods and services and reports what really happened:
+A backend is where the cluster's objects really live; the store is its cache. It offers:
 
-* `run()` syncs the cluster's nodes (and, for Kubernetes, existing pods and services) into the
-  store, sets `synced` once the first sync is complete (`/readyz`), and keeps them current.
-* `create_pod(pod)` creates a pod already bound to `spec.nodeName` (the scheduler placed it) and
-  writes it into the store; it raises :class:`BackendError` if the cluster refuses, and then the
-  caller un-assumes the placement and requeues (Kueue's admit pattern).
-* Pod phases, exit codes and reasons come back into each pod's `status` in the store, written by
-  the backend only (the fake kubelet, or the Kubernetes informer).
-* `delete_pod` stops a pod and removes it; services are created, updated and deleted likewise.
+* `writer` — the one write path (:class:`~gpuyard.state.writing.Writer`) every component uses
+  (`Context.writer`). Pods are created through it already bound to `spec.nodeName` (the
+  scheduler placed them); the backend refuses a pod it cannot run with :class:`BackendError`,
+  and the caller then un-assumes the placement and requeues (Kueue's admit pattern). Services,
+  jobs, quotas and every other object go through the same writer.
+* `run()` — syncs the cluster's nodes (and, for Kubernetes, every watched kind) into the store,
+  sets `synced` once the first sync is complete (`/readyz`), keeps them current, and runs the
+  pods the store says should run. Pod phases, exit codes and reasons, and node status and
+  device health, are written by the backend only (the fake or the real kubelet).
+* `faults` — a :class:`FaultInjector` where the backend can inject faults (the fake cluster),
+  or None (a real cluster): the HTTP fault routes and the test harness ask it, never a class.
+
+Which backend runs is decided once, by the factory in `gpuyard.platform.backends`; nothing
+above the backend imports one.
 """
 
 from __future__ import annotations
@@ -17,14 +23,51 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol, runtime_checkable
 
-from gpuyard.apis.core import Pod, Service
+from gpuyard.apis.core import Pod
 from gpuyard.state.writing import Writer
 
-__all__ = ["BackendError", "ClusterBackend"]
+__all__ = ["BackendError", "ClusterBackend", "FaultError", "FaultInjector"]
 
 
 class BackendError(Exception):
     """A backend write that failed (the caller un-assumes and retries)."""
+
+
+class FaultError(ValueError):
+    """A fault that cannot be injected as asked (e.g. crashing a pod that already finished)."""
+
+
+@runtime_checkable
+class FaultInjector(Protocol):
+    """Faults a backend can inject, each reported exactly as the real failure would be.
+
+    A lost node turns NotReady and its pods fail (`NodeLost`); a failed GPU turns unhealthy and
+    the pods using it fail (`DeviceUnhealthy`); a crashed pod fails with an exit code or reason.
+    Methods raise :class:`~gpuyard.state.store.NotFound` for an unknown node or pod and
+    :class:`FaultError` for a fault that does not apply.
+    """
+
+    async def fail_node(self, name: str, *, reason: str = "NodeLost") -> int:
+        """Turn the node NotReady and fail its running pods; return how many pods failed."""
+        ...
+
+    async def recover_node(self, name: str) -> None: ...
+
+    async def fail_gpu(self, node: str, index: int) -> int:
+        """Mark one GPU unhealthy and fail the pods using it; return how many pods failed."""
+        ...
+
+    async def recover_gpu(self, node: str, index: int) -> None: ...
+
+    async def crash_pod(
+        self, namespace: str, name: str, *, exit_code: int | None = None, reason: str | None = None
+    ) -> Pod:
+        """Fail a running pod now; return it as stored."""
+        ...
+
+    def fail_next_creates(self, count: int = 1) -> None:
+        """Make the next `count` pod creations fail with :class:`BackendError`."""
+        ...
 
 
 @runtime_checkable
@@ -32,21 +75,8 @@ class ClusterBackend(Protocol):
     name: str
     synced: asyncio.Event
     writer: Writer  # the one write path every component uses (Context.writer)
+    faults: FaultInjector | None  # None where the backend cannot inject faults
 
     async def run(self) -> None:
         """Sync into the store, set `synced`, then run until cancelled."""
         ...
-
-    async def create_pod(self, pod: Pod) -> Pod:
-        """Create the bound pod in the cluster and the store; return the stored object."""
-        ...
-
-    async def delete_pod(self, namespace: str, name: str) -> None:
-        """Stop the pod (terminal phase) and remove it from the cluster and the store."""
-        ...
-
-    async def apply_service(self, service: Service) -> Service:
-        """Create or replace a service in the cluster and the store."""
-        ...
-
-    async def delete_service(self, namespace: str, name: str) -> None: ...

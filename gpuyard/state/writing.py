@@ -22,13 +22,13 @@ it durable, when a journal is attached (one group commit for all writes of a loo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from gpuyard.apis.meta import Resource
 from gpuyard.state.store import Conflict, NotFound, Store
 
-__all__ = ["StoreWriter", "Writer", "retry_on_conflict"]
+__all__ = ["Durability", "StoreWriter", "Writer", "create_all", "retry_on_conflict", "write_together"]
 
 R = TypeVar("R", bound=Resource)
 T = TypeVar("T")
@@ -60,6 +60,7 @@ class Writer(Protocol):
 class Durability(Protocol):
     """A journal: `pending` writes not yet durable, `flush()` makes them durable."""
 
+    @property
     def pending(self) -> int: ...
 
     def flush(self) -> None: ...
@@ -108,7 +109,9 @@ class StoreWriter:
                 f"(current {current.metadata.resource_version})",
                 key=(kind, current.metadata.namespace, current.metadata.name),
             )
-        status = current.status  # type: ignore[attr-defined]  # only kinds with a status get here
+        if "status" not in type(current).model_fields:
+            raise ValueError(f"{kind} has no status")
+        status = current.status  # type: ignore[attr-defined]
         unknown = set(changes) - set(type(status).model_fields)
         if unknown:
             raise ValueError(f"{kind}.status has no field {', '.join(sorted(unknown))}")
@@ -126,7 +129,7 @@ class StoreWriter:
     async def _durable(self, kind: str) -> None:
         """Wait until the journal holds this write: one flush per loop iteration for all writers."""
         journal = self.journal
-        if journal is None or not self.store.is_journaled(kind) or not journal.pending():
+        if journal is None or not self.store.is_journaled(kind) or not journal.pending:
             return
         fut = self._flush
         if fut is None:
@@ -165,6 +168,34 @@ async def retry_on_conflict(
                 raise
             await asyncio.sleep(0)
     raise AssertionError("unreachable")
+
+
+async def write_together(writes: Iterable[Awaitable[T]]) -> list[T | BaseException]:
+    """Issue several writes at once and wait for all: each result, or the exception it raised.
+
+    The writes reach the store in the order given, one after another with nothing in between
+    (each is a task whose first step is the store write), and share one journal commit instead
+    of one each. Use it for a batch a reader must see whole: a multi-document submit, a policy
+    file, a scenario's nodes.
+    """
+    return await asyncio.gather(*writes, return_exceptions=True)
+
+
+async def create_all(writer: Writer, objects: Sequence[R]) -> list[R]:
+    """Create every object or none: if any create is refused, the ones created are deleted
+    again and the first error is raised."""
+    results = await write_together(writer.create(obj) for obj in objects)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if not errors:
+        return results  # type: ignore[return-value]  # no exceptions among them
+    for created in results:
+        if isinstance(created, BaseException):
+            continue
+        try:
+            await writer.delete(created.kind, created.metadata.namespace, created.metadata.name)
+        except NotFound:
+            pass
+    raise errors[0]
 
 
 def _fmt(obj: Resource) -> str:

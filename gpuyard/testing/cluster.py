@@ -25,11 +25,13 @@ from gpuyard.apis.core import Pod
 from gpuyard.apis.jobkinds import TrainingJob, find_job
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
-from gpuyard.fakecluster import Scenario
+from gpuyard.devices.scenarios import Scenario
 from gpuyard.platform.runtime import Platform
+from gpuyard.state.backend import ClusterBackend, FaultError, FaultInjector
 from gpuyard.state.clock import VirtualClock, settle
 from gpuyard.state.config import Settings
 from gpuyard.state.store import AlreadyExists
+from gpuyard.state.writing import Writer, create_all
 from gpuyard.testing.asserting import Assertions
 from gpuyard.testing.inputs import BadInput, NodeSpec, Source, parse_jobs, parse_policies, scenario_of
 from gpuyard.testing.observing import (
@@ -93,8 +95,7 @@ class Cluster(Assertions):
         platform = Platform(
             built, scenario=parsed, clock=VirtualClock(), serve_http=serve_http, drive_clock=False
         )
-        for obj in policies:
-            _create(platform, obj)
+        await _create_policies(platform.writer, policies)
         cluster = cls(platform)
         await cluster._start()
         return cluster
@@ -148,8 +149,13 @@ class Cluster(Assertions):
         return self.platform.store
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> ClusterBackend:
         return self.platform.backend
+
+    @property
+    def writer(self) -> Writer:
+        """The one write path (the backend's), as every component uses it."""
+        return self.platform.writer
 
     @property
     def url(self) -> str:
@@ -183,7 +189,7 @@ class Cluster(Assertions):
             detail = [f"{k} already exists; job names are unique in a namespace" for k in taken]
             detail += [f"{k} is given twice in this submission" for k in twice]
             raise BadInput("job manifest rejected: " + "; ".join(detail))
-        created = [self.store.create(j) for j in jobs]  # no await between: all or nothing
+        created = await create_all(self.writer, jobs)
         await settle()
         return created
 
@@ -197,7 +203,7 @@ class Cluster(Assertions):
 
     async def delete(self, job: JobRef) -> None:
         found = self.job(job)
-        self.store.delete(found.kind, found.metadata.namespace, found.metadata.name)
+        await self.writer.delete(found.kind, found.metadata.namespace, found.metadata.name)
         await settle()
 
     def job(self, job: JobRef) -> TrainingJob:
@@ -290,8 +296,8 @@ class Cluster(Assertions):
             if self.store.get("Pod", ns, name) is None:
                 raise BadInput(f"inject: no pod {ns}/{name}; pods: {', '.join(self._pod_names()) or 'none'}")
             try:
-                self.backend.crash_pod(ns, name, exit_code=exit_code, reason=reason)
-            except ValueError as exc:
+                await self._faults().crash_pod(ns, name, exit_code=exit_code, reason=reason)
+            except FaultError as exc:
                 raise BadInput(f"inject: {exc}") from None
             failed = 1
         else:
@@ -302,16 +308,23 @@ class Cluster(Assertions):
                 count = int(self.store.must_get("Node", "", target).status.capacity.get("nvidia.com/gpu", 0))
                 if gpu is None or not 0 <= gpu < count:
                     raise BadInput(f"inject: {fault} needs gpu=<index>; allowed: 0..{count - 1} on {target}")
+            faults = self._faults()
             if fault == "node-fail":
-                failed = self.backend.fail_node(target)
+                failed = await faults.fail_node(target)
             elif fault == "node-recover":
-                self.backend.recover_node(target)
+                await faults.recover_node(target)
             elif fault == "gpu-fail":
-                failed = self.backend.fail_gpu(target, gpu)
+                failed = await faults.fail_gpu(target, gpu)  # type: ignore[arg-type]  # checked above
             else:
-                self.backend.recover_gpu(target, gpu)
+                await faults.recover_gpu(target, gpu)  # type: ignore[arg-type]
         await settle()
         return failed
+
+    def _faults(self) -> FaultInjector:
+        faults = self.backend.faults
+        if faults is None:
+            raise BadInput(f"inject: the {self.backend.name} backend cannot inject faults")
+        return faults
 
     def _pod_names(self) -> list[str]:
         return sorted(f"{p.metadata.namespace}/{p.metadata.name}" for p in self.store.list("Pod"))
@@ -325,8 +338,9 @@ def _sources(value: Source | Sequence[Source]) -> list[Source]:
     return list(value)  # type: ignore[arg-type]
 
 
-def _create(platform: Platform, obj: Resource) -> None:
-    try:
-        platform.store.create(obj)
-    except AlreadyExists:
-        raise BadInput(f"{obj.KIND} {obj.metadata.name} is given twice") from None
+async def _create_policies(writer: Writer, objects: Sequence[Resource]) -> None:
+    for obj in objects:
+        try:
+            await writer.create(obj)
+        except AlreadyExists:
+            raise BadInput(f"{obj.KIND} {obj.metadata.name} is given twice") from None

@@ -21,7 +21,7 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
 from gpuyard.apis.resourceclasses import ResourceClass, validate_gang_request, validate_resource_class
 from gpuyard.devices.presets import PRESETS
-from gpuyard.fakecluster import Scenario, ScenarioError, load_scenario, parse_scenario
+from gpuyard.devices.scenarios import Scenario, ScenarioError, load_scenario, parse_scenario
 
 __all__ = [
     "BadInput",

@@ -15,8 +15,8 @@ from typing import Any
 
 from gpuyard.apis.jobkinds import TrainingJob, find_job
 from gpuyard.apis.scheduling import Reservation
+from gpuyard.devices.scenarios import LABEL_GPU_MODEL, LABEL_GPU_PRODUCT
 from gpuyard.devices.tiers import Link, LinkTier, gpu_link
-from gpuyard.fakecluster.scenario import LABEL_GPU_MODEL, LABEL_GPU_PRODUCT
 
 __all__ = [
     "Explanation",

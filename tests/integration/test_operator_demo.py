@@ -116,7 +116,7 @@ async def test_hostnetwork_tfjob_through_the_cli(demo: Demo) -> None:
         )
 
     old_port = pods["mnist-worker-1"]["summary"]["hostPort"]
-    demo.platform.backend.crash_pod("kubedl", "mnist-worker-1", exit_code=137)
+    await demo.platform.backend.faults.crash_pod("kubedl", "mnist-worker-1", exit_code=137)
 
     def back_on_new_port() -> bool:
         pod = demo.platform.store.get("Pod", "kubedl", "mnist-worker-1")
@@ -144,7 +144,7 @@ async def test_exit_code_1_fails_the_job(demo: Demo, tmp_path) -> None:  # type:
     assert (await demo.cli("submit", str(JOBS / "tf-mnist-hostnetwork.yaml"))).exit_code == 0
     await demo.until(lambda: demo.phase("kubedl", "mnist") == "Running")
     await demo.clock.advance(5)
-    demo.platform.backend.crash_pod("kubedl", "mnist-worker-0", exit_code=1)
+    await demo.platform.backend.faults.crash_pod("kubedl", "mnist-worker-0", exit_code=1)
     await demo.until(lambda: demo.phase("kubedl", "mnist") == "Failed")
     result = await demo.cli("get", "jobs", "--phase", "Failed", "-o", "json")
     assert [j["metadata"]["name"] for j in json.loads(result.output)] == ["mnist"]

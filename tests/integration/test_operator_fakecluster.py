@@ -16,7 +16,8 @@ import pytest_asyncio
 
 from gpuyard.apis.jobkinds import TrainingJob, find_job
 from gpuyard.controllers.reconciling import JobReconciler
-from gpuyard.fakecluster import FakeCluster, load_scenario
+from gpuyard.devices.scenarios import load_scenario
+from gpuyard.fakecluster import FakeCluster
 from gpuyard.state.clock import VirtualClock
 from gpuyard.state.context import Context
 from gpuyard.state.workqueues import ControllerRunner
@@ -107,7 +108,7 @@ async def test_crash_137_comes_back_on_a_new_port_and_exit_1_fails(cluster: Clus
     await cluster.clock.advance(10)
     old = store.must_get("Pod", "kubedl", "mnist-worker-1")
     old_port = old.spec.containers[0].ports[0].host_port  # type: ignore[attr-defined]
-    cluster.fake.crash_pod("kubedl", "mnist-worker-1", exit_code=137)
+    await cluster.fake.faults.crash_pod("kubedl", "mnist-worker-1", exit_code=137)
 
     def replaced() -> bool:
         pod = store.get("Pod", "kubedl", "mnist-worker-1")
@@ -123,7 +124,7 @@ async def test_crash_137_comes_back_on_a_new_port_and_exit_1_fails(cluster: Clus
         f":{new_port}"
     )  # type: ignore[attr-defined]
     assert cluster.job("kubedl", "mnist").status.restarts == 1
-    cluster.fake.crash_pod("kubedl", "mnist-worker-2", exit_code=1)
+    await cluster.fake.faults.crash_pod("kubedl", "mnist-worker-2", exit_code=1)
     await cluster.until(lambda: phase(cluster, "kubedl", "mnist") == "Failed")
     job = cluster.job("kubedl", "mnist")
     assert (
@@ -145,7 +146,7 @@ async def test_lost_node_fails_its_pods_and_they_come_back_elsewhere(cluster: Cl
     )  # type: ignore[attr-defined]
     worker = store.must_get("Pod", "kubeflow", "pytorch-simple-worker-0")
     lost = worker.spec.node_name  # type: ignore[attr-defined]
-    assert cluster.fake.fail_node(lost) >= 1
+    assert await cluster.fake.faults.fail_node(lost) >= 1
 
     def moved() -> bool:
         pod = store.get("Pod", "kubeflow", "pytorch-simple-worker-0")

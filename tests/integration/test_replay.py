@@ -10,7 +10,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from gpuyard.fakecluster.scenario import parse_scenario
+from gpuyard.devices.scenarios import parse_scenario
 from gpuyard.sim.replay import JobRecord, run_replay
 from gpuyard.sim.replay_cli import replay
 from gpuyard.sim.replay_trace import load_trace

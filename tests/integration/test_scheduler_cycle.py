@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.fakecluster import FakeCluster, load_scenario
+from gpuyard.devices.scenarios import load_scenario
+from gpuyard.fakecluster import FakeCluster
 from gpuyard.scheduler import SchedulerLoop, components
 from gpuyard.state.clock import VirtualClock
 from gpuyard.state.config import Settings

@@ -2,8 +2,8 @@
 
 The body is a multi-document YAML (or a JSON list): every document is validated first by
 :func:`apply_documents` (the quotas as one tree: the tree in force with all of the file's quotas
-in it), then all are stored in one synchronous block — ResourceClasses, Queues, ResourceQuotas,
-then ElasticQuotas — or none. A problem is a 422 whose `details` name the object and the field
+in it), then all are written together through the writer — ResourceClasses, Queues, ResourceQuotas,
+then ElasticQuotas, one after another with nothing in between — or none is. A problem is a 422 whose `details` name the object and the field
 `documents[I].<field>`. Needs the admin role. Decoding and storing are shared with the quota
 routes (`manifests`).
 """
@@ -22,9 +22,10 @@ from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
-from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas, synced
+from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas
 from gpuyard.platform.api.openapi import operation
 from gpuyard.state.store import Store
+from gpuyard.state.writing import write_together
 
 __all__ = ["apply_documents", "setup"]
 
@@ -192,10 +193,17 @@ async def apply(request: web.Request) -> web.Response:
     objects, problems = apply_documents(store, docs)
     if problems:
         raise ApiError(422, f"{len(problems)} problem(s); nothing was applied", details=problems)
+    ctx = request.app[CTX]
+    # written together, in order, with nothing in between: the scheduler sees the whole file at
+    # once; one journal commit makes it durable before the answer
+    results = await write_together(
+        put_object(ctx, obj) for obj in sorted(objects, key=lambda o: _ORDER[o.kind])
+    )
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        raise errors[0]
     applied = []
-    # one synchronous block: the scheduler sees the whole file at once or not at all
-    for obj in sorted(objects, key=lambda o: _ORDER[o.kind]):
-        stored, action = put_object(store, obj)
+    for stored, action in results:  # type: ignore[misc]  # no exceptions among them
         applied.append(
             {
                 "kind": stored.kind,
@@ -204,7 +212,6 @@ async def apply(request: web.Request) -> web.Response:
                 "action": action,
             }
         )
-    await synced(request)
     return web.json_response({"applied": applied})
 
 

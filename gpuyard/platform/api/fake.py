@@ -1,19 +1,20 @@
-"""Fault injection on the fake backend (HTTP): lose and recover nodes, fail GPUs, crash pods.
+"""Fault injection (HTTP): lose and recover nodes, fail GPUs, crash pods.
 
 `POST /api/v1/fake/nodes/{name}:fail`, `.../{name}:recover`, `.../{name}/gpus/{idx}:fail`,
 `.../{name}/gpus/{idx}:recover`, `POST /api/v1/fake/pods/{ns}/{name}:crash?exitCode=137&reason=OOMKilled`.
-Available only when the backend is the fake cluster (404 otherwise).
+The routes ask the backend's `faults` (the :class:`~gpuyard.state.backend.FaultInjector`
+protocol); a backend that cannot inject faults (a real cluster) answers 501 naming why.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from gpuyard.fakecluster import FakeCluster
 from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
+from gpuyard.state.backend import FaultError, FaultInjector
 from gpuyard.state.store import NotFound
 
 __all__ = ["setup"]
@@ -21,12 +22,20 @@ __all__ = ["setup"]
 CRASH_REASONS = ("Error", "OOMKilled", "Evicted")
 
 
-def _fake(request: web.Request) -> FakeCluster:
+def _faults(request: web.Request) -> FaultInjector:
     authorize(request, "admin")
     backend = request.app[CTX].backend
-    if not isinstance(backend, FakeCluster):
-        raise ApiError(404, "fault injection is available only on the fake backend")
-    return backend
+    faults = getattr(backend, "faults", None)
+    if faults is None:
+        name = getattr(backend, "name", None)
+        raise ApiError(
+            501,
+            f"fault injection is not available: the {name} backend cannot inject faults"
+            if name
+            else "fault injection is not available: no cluster backend is running",
+            details=[{"field": "backend.kind", "reason": "fault injection needs the fake backend"}],
+        )
+    return faults
 
 
 def _node(request: web.Request, name: str) -> str:
@@ -41,18 +50,18 @@ def _action(request: web.Request, allowed: tuple[str, ...]) -> str:
     return action
 
 
-@operation("Fail or recover a node (fake backend; action: fail | recover)", tags=["fake"], errors=[404])
+@operation("Fail or recover a node (fake backend; action: fail | recover)", tags=["fake"], errors=[404, 501])
 async def node_action(request: web.Request) -> web.Response:
-    fake = _fake(request)
+    faults = _faults(request)
     name = _node(request, request.match_info["name"])
     if _action(request, ("fail", "recover")) == "fail":
-        failed = fake.fail_node(name)
+        failed = await faults.fail_node(name)
         return web.json_response({"node": name, "ready": False, "podsFailed": failed})
-    fake.recover_node(name)
+    await faults.recover_node(name)
     return web.json_response({"node": name, "ready": True})
 
 
-def _gpu_index(fake: FakeCluster, node: str, raw: str) -> int:
+def _gpu_index(request: web.Request, node: str, raw: str) -> int:
     try:
         index = int(raw)
     except ValueError:
@@ -61,7 +70,7 @@ def _gpu_index(fake: FakeCluster, node: str, raw: str) -> int:
             f"GPU index {raw!r} is not a number",
             details=[{"field": "idx", "reason": "must be an integer"}],
         ) from None
-    count = int(fake.store.must_get("Node", "", node).status.capacity.get("nvidia.com/gpu", 0))  # type: ignore[attr-defined]
+    count = int(request.app[CTX].store.must_get("Node", "", node).status.capacity.get("nvidia.com/gpu", 0))  # type: ignore[attr-defined]
     if not 0 <= index < count:
         raise ApiError(
             422,
@@ -71,15 +80,15 @@ def _gpu_index(fake: FakeCluster, node: str, raw: str) -> int:
     return index
 
 
-@operation("Fail or recover one GPU (fake backend)", tags=["fake"], errors=[404, 422])
+@operation("Fail or recover one GPU (fake backend)", tags=["fake"], errors=[404, 422, 501])
 async def gpu_action(request: web.Request) -> web.Response:
-    fake = _fake(request)
+    faults = _faults(request)
     node = _node(request, request.match_info["name"])
-    index = _gpu_index(fake, node, request.match_info["idx"])
+    index = _gpu_index(request, node, request.match_info["idx"])
     if _action(request, ("fail", "recover")) == "fail":
-        failed = fake.fail_gpu(node, index)
+        failed = await faults.fail_gpu(node, index)
         return web.json_response({"node": node, "gpu": index, "healthy": False, "podsFailed": failed})
-    fake.recover_gpu(node, index)
+    await faults.recover_gpu(node, index)
     return web.json_response({"node": node, "gpu": index, "healthy": True})
 
 
@@ -87,10 +96,10 @@ async def gpu_action(request: web.Request) -> web.Response:
     "Crash a pod (fake backend; action: crash)",
     tags=["fake"],
     params=[Param("exitCode", type="integer"), Param("reason", description="Error | OOMKilled | Evicted")],
-    errors=[404, 409, 422],
+    errors=[404, 409, 422, 501],
 )
 async def pod_action(request: web.Request) -> web.Response:
-    fake = _fake(request)
+    faults = _faults(request)
     _action(request, ("crash",))
     ns, name = request.match_info["ns"], request.match_info["name"]
     exit_code = None
@@ -118,10 +127,10 @@ async def pod_action(request: web.Request) -> web.Response:
             details=[{"field": "reason", "reason": f"allowed: {', '.join(CRASH_REASONS)}"}],
         )
     try:
-        pod = fake.crash_pod(ns, name, exit_code=exit_code, reason=reason)
+        pod = await faults.crash_pod(ns, name, exit_code=exit_code, reason=reason)
     except NotFound:
         raise ApiError(404, f"pod {ns}/{name} not found") from None
-    except ValueError as exc:
+    except FaultError as exc:
         raise ApiError(409, str(exc)) from None
     return web.json_response(
         {

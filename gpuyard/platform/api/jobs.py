@@ -3,13 +3,15 @@
 * `POST /api/v1/jobs` — a body of one or more job documents (YAML `---`, a JSON object or array,
   or a `List`). Every document is validated first; any bad one rejects the whole body (422 with
   each offending field path and the allowed values; 409 for a name already taken) and nothing is
-  stored. Then all are created in one synchronous step.
+  stored. Then all are created together through the writer (:func:`create_all`: one after
+  another with nothing in between, one journal commit; if one is refused, none stays).
 * `GET /api/v1/jobs?namespace=&phase=&queue=&kind=` — jobs of every kind.
 * `GET|DELETE /api/v1/namespaces/{ns}/jobs/{name}` — one job; deleting it makes the operator
   delete its PodGroup, reservations, pods and services.
 * `GET /api/v1/namespaces/{ns}/jobs/{name}/pods` and `.../events`.
 
-Handlers only touch the store; the job operator reacts to what they write.
+Handlers read the store and write through the context's writer, and answer once the write is
+durable; the job operator reacts to what they write.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from gpuyard.apis.scheduling import (
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.manifests import delete_object, writer_of
 from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.state.store import AlreadyExists
+from gpuyard.state.writing import create_all
 
 __all__ = ["pod_view", "setup", "summarize"]
 
@@ -196,17 +200,10 @@ async def submit(request: web.Request) -> web.Response:
         seen.add(key)
     if conflicts:
         raise ApiError(409, "a job with this name already exists: nothing was stored", details=conflicts)
-    created: list[TrainingJob] = []
     try:
-        for job in jobs:  # no await in between: all or nothing within the event loop
-            created.append(ctx.store.create(job))
-    except AlreadyExists as exc:  # pragma: no cover - checked above, kept for safety
-        for job in created:
-            ctx.store.delete(job.kind, job.metadata.namespace, job.metadata.name)
-        raise ApiError(409, str(exc)) from None
-    journal = getattr(ctx, "journal", None)
-    if journal is not None:
-        await journal.sync()
+        created = await create_all(writer_of(ctx), jobs)
+    except AlreadyExists as exc:  # created by someone else since the check above
+        raise ApiError(409, f"{exc}: nothing was stored") from None
     return web.json_response({"items": [summarize(j) for j in created]}, status=201)
 
 
@@ -272,7 +269,8 @@ async def get_job(request: web.Request) -> web.Response:
 @operation("Delete a job with its pods, services, reservations and PodGroup", tags=["jobs"], errors=[404])
 async def delete_job(request: web.Request) -> web.Response:
     job = _job(request, "write")
-    request.app[CTX].store.delete(job.kind, job.metadata.namespace, job.metadata.name)
+    ns, name = job.metadata.namespace, job.metadata.name
+    await delete_object(request.app[CTX], job.kind, ns, name, what=f"job {ns}/{name}")
     return web.json_response(
         {"deleted": {"kind": job.kind, "namespace": job.metadata.namespace, "name": job.metadata.name}}
     )

@@ -6,10 +6,11 @@ Shared by the quota routes (`quotas`) and `apply` (`applying`):
   malformed), :func:`one_document`, :func:`prepare_document` (kind/apiVersion defaulted,
   metadata.name/namespace checked against the URL; 422 naming the field), :func:`rejected_fields`
   (a validation error as 422 `details`);
-* storing: :func:`put_object` creates an object or replaces the stored one's spec, labels and
-  annotations, keeping the status the scheduler wrote (conditional on a resourceVersion: 409
-  when stale), :func:`synced` waits for the journal; :func:`find_quota` finds an ElasticQuota by
-  its cluster-wide name in whichever namespace it lives;
+* storing, through the context's writer (answered once durable): :func:`put_object` creates an
+  object or replaces the stored one's spec, labels and annotations, keeping the status the
+  scheduler wrote (conditional on a resourceVersion: 409 when stale), :func:`delete_object`
+  deletes one (404 when gone); :func:`find_quota` finds an ElasticQuota by its cluster-wide
+  name in whichever namespace it lives;
 * listing: :func:`list_response` (one page), :func:`list_schema` and :data:`PAGING` for the
   OpenAPI document.
 """
@@ -30,11 +31,14 @@ from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param
 from gpuyard.platform.api.paging import list_body, paginate
-from gpuyard.state.store import Conflict, Store
+from gpuyard.state.context import Context
+from gpuyard.state.store import Conflict, NotFound, Store
+from gpuyard.state.writing import Writer
 
 __all__ = [
     "PAGING",
     "decode_body",
+    "delete_object",
     "find_quota",
     "list_response",
     "list_schema",
@@ -43,7 +47,6 @@ __all__ = [
     "put_object",
     "rejected_fields",
     "stored_quotas",
-    "synced",
 ]
 
 _API_VERSIONS = {
@@ -180,11 +183,16 @@ def _existing(store: Store, obj: Resource) -> Resource | None:
     return store.get(obj.kind, ns, obj.metadata.name)
 
 
-def put_object(store: Store, obj: Resource, *, conditional: bool = False) -> tuple[Resource, str]:
+def writer_of(ctx: Context) -> Writer:
+    assert ctx.writer is not None, "Context always has a writer"
+    return ctx.writer
+
+
+async def put_object(ctx: Context, obj: Resource, *, conditional: bool = False) -> tuple[Resource, str]:
     """Create `obj`, or replace the stored one's spec, labels and annotations (keeping its status)."""
-    existing = _existing(store, obj)
+    existing = _existing(ctx.store, obj)
     if existing is None:
-        return store.create(obj), "created"
+        return await writer_of(ctx).create(obj), "created"
     if not conditional and _same(existing, obj):
         return existing, "unchanged"
     fresh = existing.model_copy(
@@ -202,15 +210,17 @@ def put_object(store: Store, obj: Resource, *, conditional: bool = False) -> tup
         }
     )
     try:
-        return store.update(fresh, check_version=conditional), "configured"
+        return await writer_of(ctx).update(fresh), "configured"
     except Conflict as exc:
         raise ApiError(409, str(exc)) from None
 
 
-async def synced(request: web.Request) -> None:
-    journal = getattr(request.app[CTX], "journal", None)
-    if journal is not None:
-        await journal.sync()
+async def delete_object(ctx: Context, kind: str, namespace: str, name: str, *, what: str) -> None:
+    """Delete through the writer (answered once the journal holds it); 404 naming `what`."""
+    try:
+        await writer_of(ctx).delete(kind, namespace, name)
+    except NotFound:
+        raise ApiError(404, f"{what} not found") from None
 
 
 def find_quota(store: Store, name: str) -> ElasticQuota | None:

@@ -15,7 +15,7 @@ and keeps the status the scheduler wrote; a `metadata.resourceVersion` makes it 
 stored changes. Deleting a quota that still has children is a 409. Changes need the admin
 role, reads the read role (ResourceQuotas: in their namespace).
 
-Handlers only read and write the store; the scheduler applies the change at its next cycle. Body
+Handlers read the store and write through the context's writer; the scheduler applies the change at its next cycle. Body
 decoding and storing are in `manifests`.
 """
 
@@ -30,6 +30,7 @@ from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.manifests import (
     PAGING,
+    delete_object,
     find_quota,
     list_response,
     list_schema,
@@ -38,7 +39,6 @@ from gpuyard.platform.api.manifests import (
     put_object,
     rejected_fields,
     stored_quotas,
-    synced,
 )
 from gpuyard.platform.api.openapi import Param, operation
 
@@ -100,8 +100,7 @@ async def put_quota(request: web.Request) -> web.Response:
         raise ApiError(
             422, f"{exc.message}: nothing was stored", details=rejected_fields("ElasticQuota", name, exc)
         ) from None
-    stored, action = put_object(store, obj, conditional=bool(obj.metadata.resource_version))
-    await synced(request)
+    stored, action = await put_object(request.app[CTX], obj, conditional=bool(obj.metadata.resource_version))
     return web.json_response(stored.to_dict(), status=201 if action == "created" else 200)
 
 
@@ -125,8 +124,9 @@ async def delete_quota(request: web.Request) -> web.Response:
             f"elastic quota {name} was not deleted",
             details=[{"object": f"ElasticQuota/{o}", "field": f, "reason": r} for o, f, r in problems],
         )
-    store.delete("ElasticQuota", obj.metadata.namespace, name)
-    await synced(request)
+    await delete_object(
+        request.app[CTX], "ElasticQuota", obj.metadata.namespace, name, what=f"elastic quota {name}"
+    )
     return web.json_response(
         {"deleted": {"kind": "ElasticQuota", "namespace": obj.metadata.namespace, "name": name}}
     )
@@ -172,8 +172,7 @@ async def put_queue(request: web.Request) -> web.Response:
         raise ApiError(
             422, f"{exc.message}: nothing was stored", details=rejected_fields("Queue", name, exc)
         ) from None
-    stored, action = put_object(request.app[CTX].store, obj, conditional=bool(obj.metadata.resource_version))
-    await synced(request)
+    stored, action = await put_object(request.app[CTX], obj, conditional=bool(obj.metadata.resource_version))
     return web.json_response(stored.to_dict(), status=201 if action == "created" else 200)
 
 
@@ -181,10 +180,8 @@ async def put_queue(request: web.Request) -> web.Response:
 async def delete_queue(request: web.Request) -> web.Response:
     authorize(request, "admin")
     name = request.match_info["name"]
-    store = request.app[CTX].store
     stored(request, "Queue", "", name, what=f"queue {name}")
-    store.delete("Queue", "", name)
-    await synced(request)
+    await delete_object(request.app[CTX], "Queue", "", name, what=f"queue {name}")
     return web.json_response({"deleted": {"kind": "Queue", "name": name}})
 
 
@@ -245,8 +242,7 @@ async def put_resource_quota(request: web.Request) -> web.Response:
             f"{exc.message}: nothing was stored",
             details=rejected_fields("ResourceQuota", f"{ns}/{name}", exc),
         ) from None
-    stored, action = put_object(request.app[CTX].store, obj, conditional=bool(obj.metadata.resource_version))
-    await synced(request)
+    stored, action = await put_object(request.app[CTX], obj, conditional=bool(obj.metadata.resource_version))
     return web.json_response(stored.to_dict(), status=201 if action == "created" else 200)
 
 
@@ -254,10 +250,8 @@ async def put_resource_quota(request: web.Request) -> web.Response:
 async def delete_resource_quota(request: web.Request) -> web.Response:
     authorize(request, "admin")
     ns, name = request.match_info["ns"], request.match_info["name"]
-    store = request.app[CTX].store
     stored(request, "ResourceQuota", ns, name, what=f"resource quota {ns}/{name}")
-    store.delete("ResourceQuota", ns, name)
-    await synced(request)
+    await delete_object(request.app[CTX], "ResourceQuota", ns, name, what=f"resource quota {ns}/{name}")
     return web.json_response({"deleted": {"kind": "ResourceQuota", "namespace": ns, "name": name}})
 
 

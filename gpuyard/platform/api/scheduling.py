@@ -26,6 +26,7 @@ from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.manifests import delete_object, writer_of
 from gpuyard.platform.api.openapi import operation
 from gpuyard.state.store import Conflict
 
@@ -146,8 +147,9 @@ async def put_class(request: web.Request) -> web.Response:
         )
     obj = ResourceClass.model_validate(data)
     existing = store.get("ResourceClass", "", name)
+    writer = writer_of(request.app[CTX])
     if existing is None:
-        stored = store.create(obj)
+        stored = await writer.create(obj)
         status = 201
     else:
         wanted_rv = obj.metadata.resource_version
@@ -165,13 +167,10 @@ async def put_class(request: web.Request) -> web.Response:
         if wanted_rv:
             fresh.metadata.resource_version = wanted_rv
         try:
-            stored = store.update(fresh, check_version=bool(wanted_rv))
+            stored = await writer.update(fresh)
         except Conflict as exc:
             raise ApiError(409, str(exc)) from None
         status = 200
-    journal = getattr(request.app[CTX], "journal", None)
-    if journal is not None:
-        await journal.sync()
     return web.json_response(stored.to_dict(), status=status)
 
 
@@ -179,9 +178,8 @@ async def put_class(request: web.Request) -> web.Response:
 async def delete_class(request: web.Request) -> web.Response:
     authorize(request, "admin")
     name = request.match_info["name"]
-    store = request.app[CTX].store
     stored(request, "ResourceClass", "", name, what=f"resource class {name}")
-    store.delete("ResourceClass", "", name)
+    await delete_object(request.app[CTX], "ResourceClass", "", name, what=f"resource class {name}")
     return web.json_response({"deleted": {"kind": ResourceClass.KIND, "name": name}})
 
 

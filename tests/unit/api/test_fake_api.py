@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from gpuyard.fakecluster import FakeCluster, parse_scenario
+from gpuyard.devices.scenarios import parse_scenario
 from gpuyard.platform.api.app import make_app
+from gpuyard.platform.backends import BackendPlan, build_backend
 from gpuyard.state.context import Context
 from tests.builders import make_pod
 
@@ -20,11 +21,10 @@ SCENARIO = {
 @pytest.fixture
 async def client(aiohttp_client):
     ctx = Context.for_tests()
-    fake = FakeCluster(ctx, parse_scenario(SCENARIO, source="t"))
-    ctx.backend = fake
+    fake = build_backend(ctx, BackendPlan(kind="fake", scenario=parse_scenario(SCENARIO, source="t")))
     task = asyncio.create_task(fake.run())
     await fake.synced.wait()
-    await fake.create_pod(make_pod("p", node="n-0"))
+    await ctx.writer.create(make_pod("p", node="n-0"))
     await ctx.clock.advance(1)
     yield await aiohttp_client(make_app(ctx)), ctx
     task.cancel()

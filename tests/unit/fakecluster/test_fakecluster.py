@@ -9,8 +9,9 @@ import time
 import pytest
 
 from gpuyard.apis.scheduling import ANNOTATION_DEVICES
-from gpuyard.fakecluster import FakeCluster, ScenarioError, load_scenario, parse_scenario
-from gpuyard.state.backend import BackendError
+from gpuyard.devices.scenarios import ScenarioError, load_scenario, parse_scenario
+from gpuyard.fakecluster import FakeCluster
+from gpuyard.state.backend import BackendError, ClusterBackend, FaultError, FaultInjector
 from gpuyard.state.context import Context
 from tests.builders import make_pod
 
@@ -27,7 +28,7 @@ SCENARIO = {
 async def cluster():
     ctx = Context.for_tests()
     fake = FakeCluster(ctx, parse_scenario(SCENARIO, source="test"))
-    ctx.backend = fake
+    ctx.backend, ctx.writer = fake, fake.writer
     task = asyncio.create_task(fake.run())
     await fake.synced.wait()
     yield ctx, fake
@@ -47,7 +48,7 @@ async def test_nodes_come_from_the_scenario(cluster):
 async def test_an_hour_long_pod_completes_in_well_under_a_second(cluster):
     ctx, fake = cluster
     pod = make_pod("long", node="gpu-0", annotations={"fake.gpuyard.io/duration": "3600"})
-    await fake.create_pod(pod)
+    await fake.writer.create(pod)
     started = time.perf_counter()
     await ctx.clock.advance(4)
     assert ctx.store.get("Pod", "default", "long").status.phase == "Pending"
@@ -63,7 +64,7 @@ async def test_an_hour_long_pod_completes_in_well_under_a_second(cluster):
 
 async def test_exit_code_annotation_fails_the_pod(cluster):
     ctx, fake = cluster
-    await fake.create_pod(make_pod("bad", node="gpu-0", annotations={"fake.gpuyard.io/exit-code": "3"}))
+    await fake.writer.create(make_pod("bad", node="gpu-0", annotations={"fake.gpuyard.io/exit-code": "3"}))
     await ctx.clock.advance(200)
     pod = ctx.store.get("Pod", "default", "bad")
     assert (pod.status.phase, pod.status.exit_code, pod.status.reason) == ("Failed", 3, "Error")
@@ -72,31 +73,31 @@ async def test_exit_code_annotation_fails_the_pod(cluster):
 async def test_create_pod_requires_a_known_node_and_can_be_made_to_fail(cluster):
     ctx, fake = cluster
     with pytest.raises(BackendError, match="nodeName"):
-        await fake.create_pod(make_pod("unbound"))
+        await fake.writer.create(make_pod("unbound"))
     with pytest.raises(BackendError, match="does not exist"):
-        await fake.create_pod(make_pod("ghost", node="nope"))
-    fake.fail_next_creates(1)
+        await fake.writer.create(make_pod("ghost", node="nope"))
+    fake.faults.fail_next_creates(1)
     with pytest.raises(BackendError, match="injected"):
-        await fake.create_pod(make_pod("p", node="gpu-0"))
-    await fake.create_pod(make_pod("p", node="gpu-0"))
+        await fake.writer.create(make_pod("p", node="gpu-0"))
+    await fake.writer.create(make_pod("p", node="gpu-0"))
     assert ctx.store.get("Pod", "default", "p") is not None
 
 
 async def test_node_failure_fails_its_pods_with_node_lost_and_recovers(cluster):
     ctx, fake = cluster
-    await fake.create_pod(make_pod("a", node="gpu-0"))
-    await fake.create_pod(make_pod("b", node="gpu-1"))
+    await fake.writer.create(make_pod("a", node="gpu-0"))
+    await fake.writer.create(make_pod("b", node="gpu-1"))
     await ctx.clock.advance(10)
-    assert fake.fail_node("gpu-0") == 1
+    assert await fake.faults.fail_node("gpu-0") == 1
     a, b = ctx.store.get("Pod", "default", "a"), ctx.store.get("Pod", "default", "b")
     assert (a.status.phase, a.status.reason) == ("Failed", "NodeLost")
     assert b.status.phase == "Running"
     assert not ctx.store.get("Node", "", "gpu-0").ready
     # a pod bound to a NotReady node does not start
-    await fake.create_pod(make_pod("c", node="gpu-0"))
+    await fake.writer.create(make_pod("c", node="gpu-0"))
     await ctx.clock.advance(50)
     assert ctx.store.get("Pod", "default", "c").status.phase == "Pending"
-    fake.recover_node("gpu-0")
+    await fake.faults.recover_node("gpu-0")
     await ctx.clock.advance(1)
     assert ctx.store.get("Node", "", "gpu-0").ready
     assert ctx.store.get("Pod", "default", "c").status.phase == "Running"
@@ -105,34 +106,34 @@ async def test_node_failure_fails_its_pods_with_node_lost_and_recovers(cluster):
 async def test_crash_with_exit_code_or_reason(cluster):
     ctx, fake = cluster
     for name in ("x", "y", "z"):
-        await fake.create_pod(make_pod(name, node="gpu-0"))
+        await fake.writer.create(make_pod(name, node="gpu-0"))
     await ctx.clock.advance(10)
-    assert fake.crash_pod("default", "x", exit_code=137).status.exit_code == 137
-    oom = fake.crash_pod("default", "y", reason="OOMKilled")
+    assert (await fake.faults.crash_pod("default", "x", exit_code=137)).status.exit_code == 137
+    oom = await fake.faults.crash_pod("default", "y", reason="OOMKilled")
     assert (oom.status.reason, oom.status.exit_code) == ("OOMKilled", 137)
-    evicted = fake.crash_pod("default", "z", reason="Evicted")
+    evicted = await fake.faults.crash_pod("default", "z", reason="Evicted")
     assert (evicted.status.phase, evicted.status.reason, evicted.status.exit_code) == (
         "Failed",
         "Evicted",
         None,
     )
-    with pytest.raises(ValueError, match="already finished"):
-        fake.crash_pod("default", "x", exit_code=1)
+    with pytest.raises(FaultError, match="already finished"):
+        await fake.faults.crash_pod("default", "x", exit_code=1)
 
 
 async def test_gpu_failure_fails_only_pods_on_that_gpu(cluster):
     ctx, fake = cluster
     on3 = make_pod("on3", node="gpu-0", annotations={ANNOTATION_DEVICES: json.dumps({"gpus": [2, 3]})})
     on5 = make_pod("on5", node="gpu-0", annotations={ANNOTATION_DEVICES: json.dumps({"gpus": [5]})})
-    await fake.create_pod(on3)
-    await fake.create_pod(on5)
+    await fake.writer.create(on3)
+    await fake.writer.create(on5)
     await ctx.clock.advance(10)
-    assert fake.fail_gpu("gpu-0", 3) == 1
+    assert await fake.faults.fail_gpu("gpu-0", 3) == 1
     assert ctx.store.get("Pod", "default", "on3").status.reason == "DeviceUnhealthy"
     assert ctx.store.get("Pod", "default", "on5").status.phase == "Running"
-    assert fake.unhealthy_gpus("gpu-0") == {3}
-    fake.recover_gpu("gpu-0", 3)
-    assert fake.unhealthy_gpus("gpu-0") == set()
+    assert fake.faults.unhealthy_gpus("gpu-0") == {3}
+    await fake.faults.recover_gpu("gpu-0", 3)
+    assert fake.faults.unhealthy_gpus("gpu-0") == set()
 
 
 def test_bundled_scenarios_load():
@@ -188,9 +189,9 @@ async def test_topology_presets_become_node_topologies(cluster):
     assert [t.metadata.name for t in topos] == ["dgx-0", "dgx-1"]
     assert topos[0].spec.gpus[0].uuid != topos[1].spec.gpus[0].uuid
     other = FakeCluster(ctx, scenario)
-    other.sync_nodes()
+    await other.sync_nodes()
     assert ctx.store.get("NodeTopology", "", "dgx-1") is not None
-    other.fail_gpu("dgx-1", 2)
+    await other.faults.fail_gpu("dgx-1", 2)
     health = [g.health for g in ctx.store.get("NodeTopology", "", "dgx-1").spec.gpus]
     assert health[2] == "Unhealthy" and health.count("Healthy") == 7
 
@@ -221,3 +222,41 @@ def test_topology_file_is_imported_and_errors_name_line_and_column(tmp_path):
     )
     with pytest.raises(ScenarioError, match=r"nodeGroups\.0\.topologyFile: bad\.txt:2:\d+: "):
         load_scenario(tmp_path / "b.yaml")
+
+
+async def test_the_fake_cluster_is_a_backend_with_faults_and_no_pod_methods_in_the_protocol(cluster):
+    ctx, fake = cluster
+    assert isinstance(fake, ClusterBackend)
+    assert isinstance(fake.faults, FaultInjector)
+    assert ctx.writer is fake.writer
+    for gone in ("create_pod", "delete_pod", "apply_service", "delete_service"):
+        assert not hasattr(ClusterBackend, gone), f"{gone} goes through the writer"
+
+
+async def test_a_gpu_marked_unhealthy_in_its_topology_fails_the_pods_using_it():
+    """Whoever writes the health (an agent through the writer), the fake kubelet fails the pods."""
+    ctx = Context.for_tests()
+    scenario = parse_scenario(
+        {"nodeGroups": [{"name": "dgx", "count": 1, "topology": "dgx1-v100"}]}, source="t"
+    )
+    fake = FakeCluster(ctx, scenario)
+    ctx.backend, ctx.writer = fake, fake.writer
+    task = asyncio.create_task(fake.run())
+    try:
+        await fake.synced.wait()
+        for name, gpus in (("on1", [0, 1]), ("on4", [4])):
+            pod = make_pod(name, node="dgx-0", annotations={ANNOTATION_DEVICES: json.dumps({"gpus": gpus})})
+            await ctx.writer.create(pod)
+        await ctx.clock.advance(5)
+        topo = ctx.store.get("NodeTopology", "", "dgx-0").clone()
+        topo.spec.gpus[1].health = "Unhealthy"
+        await ctx.writer.update(topo)
+        await ctx.clock.advance(0.1)
+        on1, on4 = ctx.store.get("Pod", "default", "on1"), ctx.store.get("Pod", "default", "on4")
+        assert (on1.status.phase, on1.status.reason) == ("Failed", "DeviceUnhealthy")
+        assert on4.status.phase == "Running"
+        node = ctx.store.get("Node", "", "dgx-0")
+        assert node.metadata.annotations["gpuyard.io/unhealthy-gpus"] == "1"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,8 +1,11 @@
-"""Cluster scenarios: the YAML files under `configs/clusters/` that describe a fake cluster.
+"""Cluster scenarios: the YAML files under `configs/clusters/` that describe a synthetic cluster.
 
 A scenario lists node groups (count, CPU, memory, GPUs and their model, labels, taints,
 network block, topology preset) and the simulated kubelet's defaults (start delay, pod
-duration, exit code). `load_scenario` validates the file and names the file and field path of
+duration, exit code; per pod, the `fake.gpuyard.io/*` annotations override them).
+It is plain data built from the device presets, so it lives here, below every backend: the
+fake backend runs it, while the simulator, the test harness and the CLI read it (node counts,
+GPU models) without knowing which backend runs. `load_scenario` validates the file and names the file and field path of
 any mistake; `Scenario.nodes()` expands the groups into Node objects with the labels the
 scheduler relies on (GPU model, product, memory, count, topology preset, network block).
 """
@@ -23,6 +26,9 @@ from gpuyard.devices.presets import GPU_MODELS, PRESET_MODELS, PRESETS, get_pres
 from gpuyard.devices.topo_import import TopologyParseError, load_topology_file
 
 __all__ = [
+    "ANNOTATION_DURATION",
+    "ANNOTATION_EXIT_CODE",
+    "ANNOTATION_START_DELAY",
     "GPU_MODELS",
     "LABEL_BLOCK",
     "LABEL_GPU_COUNT",
@@ -47,6 +53,11 @@ LABEL_TOPOLOGY_PRESET = "gpuyard.io/topology-preset"
 LABEL_BLOCK = "topology.gpuyard.io/block"
 LABEL_SPINE = "topology.gpuyard.io/spine"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
+
+# Per-pod overrides of the simulated kubelet's defaults (seconds; `inf` runs forever).
+ANNOTATION_DURATION = "fake.gpuyard.io/duration"
+ANNOTATION_EXIT_CODE = "fake.gpuyard.io/exit-code"
+ANNOTATION_START_DELAY = "fake.gpuyard.io/start-delay"
 
 
 class ScenarioError(Exception):
