@@ -55,30 +55,37 @@ class _Backoff:
     """tenacity wait: 0.2 s doubling up to `max_backoff`, from the start again after a run
     longer than `healthy_after` seconds (a component that crashes once a day restarts at once)."""
 
-    def __init__(self, *, max_backoff: float, healthy_after: float) -> None:
+    def __init__(self, *, max_backoff: float, healthy_after: float, now: Callable[[], float]) -> None:
         self.max_backoff = max_backoff
         self.healthy_after = healthy_after
+        self.now = now
         self.failures = 0
-        self.started = time.monotonic()  # when the current run began
+        self.started = now()  # when the current run began
 
     def __call__(self, state: RetryCallState) -> float:
-        ran = time.monotonic() - self.started
+        ran = self.now() - self.started
         self.failures = 0 if ran > self.healthy_after else self.failures + 1
         return min(self.max_backoff, 0.1 * 2**self.failures)
 
 
 async def supervise(
-    component: Component, *, clock: Clock, max_backoff: float = 30.0, healthy_after: float = 60.0
+    component: Component,
+    *,
+    clock: Clock,
+    max_backoff: float = 30.0,
+    healthy_after: float = 60.0,
+    now: Callable[[], float] = time.monotonic,
 ) -> None:
     """Run a component; on an unexpected exception log it and restart with backoff.
 
-    A component with `restart=False` is fatal: its exception ends the platform.
+    A component with `restart=False` is fatal: its exception ends the platform. Backoff waits
+    on `clock`; how long a run lasted is measured with `now` (real time by default).
     """
     if not component.restart:
         await component.run()  # a fatal component (the HTTP listener) stops the platform
         log.info("component.exited", component=component.name)
         return
-    backoff = _Backoff(max_backoff=max_backoff, healthy_after=healthy_after)
+    backoff = _Backoff(max_backoff=max_backoff, healthy_after=healthy_after, now=now)
 
     def crashed(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
@@ -94,7 +101,7 @@ async def supervise(
         reraise=True,
     ):
         with attempt:
-            backoff.started = time.monotonic()
+            backoff.started = now()
             await component.run()
     log.info("component.exited", component=component.name)
 

@@ -12,9 +12,13 @@ import time
 import aiohttp
 import pytest
 
+from gpuyard.devices.scenarios import ScenarioError
+from gpuyard.platform.backends import BackendPlan, build_backend, plan_backend
 from gpuyard.platform.runtime import Component, Platform, supervise
+from gpuyard.state.backend import ClusterBackend
 from gpuyard.state.clock import VirtualClock
-from gpuyard.state.config import Settings
+from gpuyard.state.config import ConfigError, Settings
+from gpuyard.state.context import Context
 
 
 def settings(tmp_path=None, **backend) -> Settings:
@@ -77,6 +81,32 @@ async def test_restart_reloads_journaled_state(tmp_path):
     await task
 
 
+async def test_an_http_write_is_durable_when_it_is_answered(tmp_path):
+    """Answered means journaled: a process reading the journal right then sees the write."""
+    from gpuyard.state.journal import Journal
+    from gpuyard.state.kinds import register_kinds
+    from gpuyard.state.store import Store
+
+    def journaled_queues() -> list[str]:
+        store = Store()
+        register_kinds(store)
+        Journal(tmp_path / "journal.db").load_into(store)
+        return [q.metadata.name for q in store.list("Queue")]
+
+    platform = Platform(settings(tmp_path))
+    task = await start(platform)
+    async with aiohttp.ClientSession(platform.url) as http:
+        for name in ("kept", "gone"):
+            async with http.put(f"/api/v1/queues/{name}", json={"spec": {}}) as r:
+                assert r.status == 201, await r.text()
+        assert journaled_queues() == ["gone", "kept"]
+        async with http.delete("/api/v1/queues/gone") as r:
+            assert r.status == 200
+        assert journaled_queues() == ["kept"], "a DELETE is answered once the journal holds it"
+    platform.stop()
+    await task
+
+
 async def test_a_crashing_component_is_restarted():
     runs = []
 
@@ -90,6 +120,57 @@ async def test_a_crashing_component_is_restarted():
     await clock.advance(10)
     await task
     assert len(runs) == 3
+
+
+async def test_a_fatal_component_stops_and_backoff_restarts_from_the_start_after_a_healthy_run():
+    async def fatal() -> None:
+        raise RuntimeError("port in use")
+
+    with pytest.raises(RuntimeError, match="port in use"):
+        await supervise(Component("http", fatal, restart=False), clock=VirtualClock())
+
+    now = [0.0]
+    delays: list[float] = []
+    runs = iter([0, 0, 0, 120, 0])  # how long each run lasts before it crashes (seconds)
+
+    async def crashes() -> None:
+        try:
+            now[0] += next(runs)
+        except StopIteration:
+            return
+        raise RuntimeError("boom")
+
+    class Recording(VirtualClock):
+        async def sleep(self, seconds: float) -> None:
+            delays.append(seconds)
+
+    await supervise(Component("flaky", crashes), clock=Recording(), now=lambda: now[0])
+    assert delays == [0.2, 0.4, 0.8, 0.1, 0.2], "doubling, then from the start after 120 s healthy"
+
+
+def test_the_factory_names_backend_kind_and_the_allowed_values():
+    with pytest.raises(ConfigError) as err:
+        plan_backend(settings(kind="kubernetes"))
+    assert str(err.value) == "backend.kind: 'kubernetes' is not available in this build; allowed: fake"
+    with pytest.raises(ScenarioError, match=r"missing\.yaml: cannot read"):
+        plan_backend(settings(cluster="missing.yaml"))
+
+
+def test_an_unavailable_backend_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ConfigError, match=r"backend\.kind"):
+        Platform(settings(tmp_path / "data", kind="kubernetes"))
+    assert not (tmp_path / "data").exists()
+
+
+async def test_the_factory_makes_the_backend_the_contexts_writer():
+    ctx = Context.for_tests()
+    plan = plan_backend(settings())
+    assert plan.kind == "fake" and plan.scenario is not None
+    backend = build_backend(ctx, plan)
+    assert isinstance(backend, ClusterBackend)
+    assert ctx.backend is backend and ctx.writer is backend.writer
+    assert backend.faults is not None
+    assert BackendPlan(kind="fake", scenario=plan.scenario) == plan
 
 
 def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:

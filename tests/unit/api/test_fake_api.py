@@ -78,3 +78,30 @@ async def test_bad_requests_use_the_error_shape(client, path, status, field):
     if field:
         assert body["error"]["details"][0]["field"] == field
     assert ctx.store.resource_version == before, "a rejected request changes nothing"
+
+
+class _NoFaults:
+    """A backend that cannot inject faults (as a real cluster)."""
+
+    name = "kubernetes"
+    faults = None
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/fake/nodes/n-0:fail",
+        "/api/v1/fake/nodes/n-0/gpus/1:fail",
+        "/api/v1/fake/pods/default/p:crash?exitCode=1",
+    ],
+)
+async def test_a_backend_without_faults_says_so(aiohttp_client, path):
+    ctx = Context.for_tests()
+    ctx.backend = _NoFaults()  # type: ignore[assignment]
+    http = await aiohttp_client(make_app(ctx))
+    r = await http.post(path)
+    assert r.status == 501
+    error = (await r.json())["error"]
+    assert "the kubernetes backend cannot inject faults" in error["message"]
+    assert error["details"] == [{"field": "backend.kind", "reason": "fault injection needs the fake backend"}]
+    assert ctx.store.resource_version == 0, "nothing was written"
