@@ -4,8 +4,8 @@ Each helper raises `AssertionError` with what was expected, what is, and the evi
 job's placement table, the link matrix of its GPUs, the scheduler's reason, or the quota
 arithmetic. `__tracebackhide__` keeps pytest's traceback on the user's line, not ours.
 
-A mixin of :class:`gpuyard.testing.cluster.Cluster`: it relies on `store`, `phase`,
-`placement` and `explain`.
+The helpers read only the store (through `gpuyard.testing.observing`), so they hold nothing but
+the store; :class:`gpuyard.testing.cluster.Cluster` offers them as its `assert_*` methods.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuyard.apis.quantity import format_quantity
 from gpuyard.scheduler.quota import usage_of_requests, vector_of
-from gpuyard.testing.observing import Explanation, JobPlacement, JobRef, job_key
+from gpuyard.testing.observing import JobPlacement, JobRef, explanation_of, job_key, phase_of, placement_of
 
 if TYPE_CHECKING:
     from gpuyard.apis.quotakinds import ElasticQuota, ResourceQuota
@@ -32,27 +32,24 @@ def _fmt(name: str, amount: int) -> str:
 class Assertions:
     """`assert_*` helpers; every one names the job and shows why it failed."""
 
-    store: Any
-
-    def phase(self, job: JobRef) -> str: ...  # pragma: no cover - provided by Cluster
-    def placement(self, job: JobRef) -> JobPlacement: ...  # pragma: no cover
-    def explain(self, job: JobRef) -> Explanation: ...  # pragma: no cover
+    def __init__(self, store: Any) -> None:
+        self.store = store
 
     def _placed(self, job: JobRef) -> JobPlacement:
         __tracebackhide__ = True
-        placed = self.placement(job)
+        placed = placement_of(self.store, job)
         if not placed:
             ns, name = job_key(job)
-            raise AssertionError(f"job {ns}/{name} is not placed ({self.explain(job)})")
+            raise AssertionError(f"job {ns}/{name} is not placed ({explanation_of(self.store, job)})")
         return placed
 
     def assert_phase(self, job: JobRef, phase: str) -> None:
         __tracebackhide__ = True
-        now = self.phase(job)
+        now = phase_of(self.store, job)
         if now != phase:
             ns, name = job_key(job)
             raise AssertionError(
-                f"job {ns}/{name} is {now or 'missing'}, expected {phase}\n  scheduler: {self.explain(job)}"
+                f"job {ns}/{name} is {now or 'missing'}, expected {phase}\n  scheduler: {explanation_of(self.store, job)}"
             )
 
     def assert_on_model(self, job: JobRef, model: str) -> None:
@@ -109,11 +106,11 @@ class Assertions:
         """The job holds no placement and the scheduler's reason mentions `text` (case-insensitive)."""
         __tracebackhide__ = True
         ns, name = job_key(job)
-        placed = self.placement(job)
-        why = self.explain(job)
+        placed = placement_of(self.store, job)
+        why = explanation_of(self.store, job)
         if placed:
             raise AssertionError(
-                f"job {ns}/{name} is placed ({self.phase(job)}), expected pending because of {text!r}\n{placed}"
+                f"job {ns}/{name} is placed ({phase_of(self.store, job)}), expected pending because of {text!r}\n{placed}"
             )
         if text.lower() not in why.text.lower():
             raise AssertionError(

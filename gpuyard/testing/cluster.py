@@ -9,8 +9,8 @@ server would. Time stands still until the test moves it: `advance(seconds)` and
 cluster time takes milliseconds. `stop()` cancels every task the platform started.
 
 Jobs go in through the same validation as `POST /api/v1/jobs` (`submit`); what happened comes
-back through `placement`, `explain`, `phase`, `pods`; faults go in through `inject`. The
-assertion helpers live in :mod:`gpuyard.testing.asserting` (a mixin of this class).
+back through `placement`, `explain`, `phase`, `pods`; faults go in through `inject` (the
+backend's `faults`). The `assert_*` methods hand over to :mod:`gpuyard.testing.asserting`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from gpuyard.testing.observing import (
     JobRef,
     explanation_of,
     job_key,
+    phase_of,
     placement_of,
 )
 
@@ -50,7 +51,7 @@ FAULTS = ("node-fail", "node-recover", "gpu-fail", "gpu-recover", "pod-crash")
 _START_TIMEOUT = 10.0  # real seconds for the backend to list its nodes
 
 
-class Cluster(Assertions):
+class Cluster:
     """A started in-process platform on the fake cluster; see the module docstring."""
 
     def __init__(self, platform: Platform) -> None:
@@ -58,6 +59,7 @@ class Cluster(Assertions):
         clock = platform.clock
         assert isinstance(clock, VirtualClock), "the harness runs on a VirtualClock"
         self.clock: VirtualClock = clock
+        self.checks = Assertions(platform.store)
         self._task: asyncio.Task[None] | None = None
 
     # --- life cycle -----------------------------------------------------------------------------
@@ -223,9 +225,7 @@ class Cluster(Assertions):
 
     def phase(self, job: JobRef) -> str:
         """The job's phase (`Created`, `Queuing`, `Running`, ...), or "" if it does not exist."""
-        ns, name = job_key(job)
-        found = find_job(self.store, ns, name)
-        return (found.status.phase or "Created") if found is not None else ""
+        return phase_of(self.store, job)
 
     def pods(self, job: JobRef) -> list[Pod]:
         ns, name = job_key(job)
@@ -239,6 +239,36 @@ class Cluster(Assertions):
     def explain(self, job: JobRef) -> Explanation:
         """The PodGroup's phase, reason and message, and the job's current condition."""
         return explanation_of(self.store, job)
+
+    # --- assertions (gpuyard.testing.asserting) ---------------------------------------------------
+
+    def assert_phase(self, job: JobRef, phase: str) -> None:
+        __tracebackhide__ = True
+        self.checks.assert_phase(job, phase)
+
+    def assert_on_model(self, job: JobRef, model: str) -> None:
+        """Every GPU pod of the job is on a node whose GPU model or product contains `model`."""
+        __tracebackhide__ = True
+        self.checks.assert_on_model(job, model)
+
+    def assert_nvlink_connected(self, job: JobRef) -> None:
+        """On every node, each pair of the job's GPUs there is joined by NVLink (NV#)."""
+        __tracebackhide__ = True
+        self.checks.assert_nvlink_connected(job)
+
+    def assert_on_one_node(self, job: JobRef) -> None:
+        __tracebackhide__ = True
+        self.checks.assert_on_one_node(job)
+
+    def assert_pending_because(self, job: JobRef, text: str) -> None:
+        """The job holds no placement and the scheduler's reason mentions `text` (case-insensitive)."""
+        __tracebackhide__ = True
+        self.checks.assert_pending_because(job, text)
+
+    def assert_within_quota(self, quota: str) -> None:
+        """What placed jobs use in the quota's namespaces is within its max / hard limits."""
+        __tracebackhide__ = True
+        self.checks.assert_within_quota(quota)
 
     # --- time -----------------------------------------------------------------------------------
 

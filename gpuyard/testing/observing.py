@@ -25,6 +25,7 @@ __all__ = [
     "explanation_of",
     "job_key",
     "link_table",
+    "phase_of",
     "placement_of",
 ]
 
@@ -110,6 +111,13 @@ def link_table(topology: Any, gpus: list[int]) -> tuple[Link | None, str]:
 def _reservations(store: Any, namespace: str, name: str) -> list[Reservation]:
     found = [r for r in store.list("Reservation", namespace=namespace) if r.spec.pod_group == name]
     return sorted(found, key=lambda r: (r.spec.role, r.spec.index))
+
+
+def phase_of(store: Any, job: JobRef) -> str:
+    """The job's phase (`Created`, `Queuing`, `Running`, ...), or "" if it does not exist."""
+    ns, name = job_key(job)
+    found = find_job(store, ns, name)
+    return (found.status.phase or "Created") if found is not None else ""
 
 
 def placement_of(store: Any, job: JobRef) -> JobPlacement:
