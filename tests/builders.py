@@ -17,15 +17,11 @@ from gpuyard.apis.core import (
     ResourceRequirements,
     Taint,
 )
+from gpuyard.apis.devicematching import LABEL_GPU_MEMORY, LABEL_GPU_MODEL, LABEL_GPU_PRODUCT
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.quantity import parse_quantity
-from gpuyard.devices.scenarios import (
-    GPU_MODELS,
-    LABEL_GPU_COUNT,
-    LABEL_GPU_MEMORY,
-    LABEL_GPU_MODEL,
-    LABEL_GPU_PRODUCT,
-)
+from gpuyard.devices.presets import GPU_MODELS
+from gpuyard.devices.scenarios import LABEL_GPU_COUNT
 from gpuyard.state.context import Context
 
 __all__ = ["make_context", "make_node", "make_pod"]

@@ -16,8 +16,9 @@ from typing import Any
 
 import click
 
+from gpuyard.apis.devicematching import LABEL_GPU_MODEL
 from gpuyard.cli.common import fail
-from gpuyard.devices.scenarios import LABEL_GPU_MODEL, ScenarioError, load_scenario
+from gpuyard.devices.scenarios import ScenarioError, load_scenario
 from gpuyard.state.config import ConfigError, Settings, load_settings
 from gpuyard.state.logs import configure_logging
 

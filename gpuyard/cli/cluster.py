@@ -17,6 +17,7 @@ from typing import Any
 import click
 import yaml
 
+from gpuyard.apis.devicematching import LABEL_GPU_MODEL
 from gpuyard.cli.client import ApiClient, ClientError
 from gpuyard.cli.common import call, client_options, fail, mount
 from gpuyard.cli.output import age as _age
@@ -26,7 +27,6 @@ from gpuyard.cli.output import table as _table
 __all__ = ["events", "get", "register", "top", "watch"]
 
 GPU = "nvidia.com/gpu"
-MODEL_LABEL = "gpuyard.io/gpu-model"
 
 
 def _split_ref(ref: str) -> tuple[str, str]:
@@ -87,7 +87,7 @@ def get_nodes(selector: str | None, output: str, server: str | None, token: str 
             row = [
                 name,
                 "Ready" if ready else "NotReady",
-                labels.get(MODEL_LABEL) if u.get("gpus") else "-",
+                labels.get(LABEL_GPU_MODEL) if u.get("gpus") else "-",
                 u.get("gpus", 0),
                 u.get("gpusAllocated", 0),
                 u.get("gpusFree", 0),

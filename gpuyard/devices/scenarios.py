@@ -19,6 +19,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gpuyard.apis.core import GPU_RESOURCE, Node, NodeCondition, NodeSpec, NodeStatus, Taint
+from gpuyard.apis.devicematching import LABEL_GPU_MEMORY, LABEL_GPU_MODEL, LABEL_GPU_PRODUCT
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import ObjectMeta, StrictK8sModel
 from gpuyard.apis.quantity import Quantity, format_quantity
@@ -29,12 +30,8 @@ __all__ = [
     "ANNOTATION_DURATION",
     "ANNOTATION_EXIT_CODE",
     "ANNOTATION_START_DELAY",
-    "GPU_MODELS",
     "LABEL_BLOCK",
     "LABEL_GPU_COUNT",
-    "LABEL_GPU_MEMORY",
-    "LABEL_GPU_MODEL",
-    "LABEL_GPU_PRODUCT",
     "LABEL_SPINE",
     "LABEL_TOPOLOGY_PRESET",
     "GpuSpec",
@@ -45,9 +42,6 @@ __all__ = [
     "load_scenario",
 ]
 
-LABEL_GPU_MODEL = "gpuyard.io/gpu-model"
-LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
-LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 LABEL_TOPOLOGY_PRESET = "gpuyard.io/topology-preset"
 LABEL_BLOCK = "topology.gpuyard.io/block"

@@ -34,13 +34,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuyard.apis.core import GPU_RESOURCE
-from gpuyard.apis.devicematching import unhealthy_indices
+from gpuyard.apis.devicematching import LABEL_GPU_MODEL, unhealthy_indices
 from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.quantity import QuantityError, parse_quantity
 from gpuyard.state.store import Store
 
 __all__ = [
-    "LABEL_GPU_MODEL",
     "PENDING_PHASES",
     "ClusterCollector",
     "ClusterUsage",
@@ -49,7 +48,6 @@ __all__ = [
     "register_cluster_metrics",
 ]
 
-LABEL_GPU_MODEL = "gpuyard.io/gpu-model"
 PENDING_PHASES = frozenset({"", "Created", "Queuing"})
 DEFAULT_REFERENCE_REQUEST = 2
 

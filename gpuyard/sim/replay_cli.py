@@ -25,12 +25,11 @@ from typing import Any
 import click
 import structlog
 
+from gpuyard.apis.devicematching import LABEL_GPU_MODEL, LABEL_GPU_PRODUCT
 from gpuyard.apis.jobs import JobValidationError, load_documents
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
 from gpuyard.devices.scenarios import (
-    LABEL_GPU_MODEL,
-    LABEL_GPU_PRODUCT,
     ScenarioError,
     describe,
     load_scenario,

@@ -25,7 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuyard.devices.scenarios import GPU_MODELS, LABEL_GPU_MODEL, LABEL_GPU_PRODUCT, Scenario, parse_scenario
+from gpuyard.apis.devicematching import LABEL_GPU_MODEL, LABEL_GPU_PRODUCT
+from gpuyard.devices.presets import GPU_MODELS
+from gpuyard.devices.scenarios import Scenario, parse_scenario
 from gpuyard.sim.traces import (
     TraceError,
     check_gpu_request,

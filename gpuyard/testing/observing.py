@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
+from gpuyard.apis.devicematching import LABEL_GPU_MODEL, LABEL_GPU_PRODUCT
 from gpuyard.apis.jobkinds import TrainingJob, find_job
 from gpuyard.apis.scheduling import Reservation
-from gpuyard.devices.scenarios import LABEL_GPU_MODEL, LABEL_GPU_PRODUCT
 from gpuyard.devices.tiers import Link, LinkTier, gpu_link
 
 __all__ = [
