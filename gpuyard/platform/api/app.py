@@ -1,6 +1,8 @@
 """Builds the aiohttp application: error middleware, health, metrics, and the API routes.
 
-State shared with handlers is stored under typed `web.AppKey`s (`CTX`, `READY`).
+State shared with handlers is stored under typed `web.AppKey`s (`CTX`, `READY`). Handlers read
+the store (`stored`) and write only through the context's writer (`writer_of`, `delete_object`),
+which answers once the write is durable.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from gpuyard.platform.api.auth import make_auth_middleware
 from gpuyard.platform.api.errors import ApiError, error_response
 from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
 from gpuyard.state.context import Context
+from gpuyard.state.store import NotFound
+from gpuyard.state.writing import Writer
 
-__all__ = ["CTX", "READY", "make_app", "stored"]
+__all__ = ["CTX", "READY", "delete_object", "make_app", "stored", "writer_of"]
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +72,20 @@ def stored(request: web.Request, kind: str, namespace: str, name: str, *, what: 
     if obj is None:
         raise ApiError(404, f"{what} not found")
     return obj
+
+
+def writer_of(ctx: Context) -> Writer:
+    """The one write path (the backend's writer); handlers never write the store themselves."""
+    assert ctx.writer is not None, "Context always has a writer"
+    return ctx.writer
+
+
+async def delete_object(ctx: Context, kind: str, namespace: str, name: str, *, what: str) -> None:
+    """Delete through the writer (answered once the journal holds it); 404 naming `what`."""
+    try:
+        await writer_of(ctx).delete(kind, namespace, name)
+    except NotFound:
+        raise ApiError(404, f"{what} not found") from None
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -28,10 +28,9 @@ from gpuyard.apis.scheduling import (
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
 )
-from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.app import CTX, delete_object, writer_of
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
-from gpuyard.platform.api.manifests import delete_object, writer_of
 from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.state.store import AlreadyExists
 from gpuyard.state.writing import create_all

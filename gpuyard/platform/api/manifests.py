@@ -8,8 +8,7 @@ Shared by the quota routes (`quotas`) and `apply` (`applying`):
   (a validation error as 422 `details`);
 * storing, through the context's writer (answered once durable): :func:`put_object` creates an
   object or replaces the stored one's spec, labels and annotations, keeping the status the
-  scheduler wrote (conditional on a resourceVersion: 409 when stale), :func:`delete_object`
-  deletes one (404 when gone); :func:`find_quota` finds an ElasticQuota by its cluster-wide
+  scheduler wrote (conditional on a resourceVersion: 409 when stale); :func:`find_quota` finds an ElasticQuota by its cluster-wide
   name in whichever namespace it lives;
 * listing: :func:`list_response` (one page), :func:`list_schema` and :data:`PAGING` for the
   OpenAPI document.
@@ -27,18 +26,16 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError
 from gpuyard.apis.quotakinds import API_ELASTIC_QUOTA, API_QUEUE, ElasticQuota
 from gpuyard.apis.resourceclasses import ResourceClass
-from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.app import CTX, writer_of
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param
 from gpuyard.platform.api.paging import list_body, paginate
 from gpuyard.state.context import Context
-from gpuyard.state.store import Conflict, NotFound, Store
-from gpuyard.state.writing import Writer
+from gpuyard.state.store import Conflict, Store
 
 __all__ = [
     "PAGING",
     "decode_body",
-    "delete_object",
     "find_quota",
     "list_response",
     "list_schema",
@@ -183,11 +180,6 @@ def _existing(store: Store, obj: Resource) -> Resource | None:
     return store.get(obj.kind, ns, obj.metadata.name)
 
 
-def writer_of(ctx: Context) -> Writer:
-    assert ctx.writer is not None, "Context always has a writer"
-    return ctx.writer
-
-
 async def put_object(ctx: Context, obj: Resource, *, conditional: bool = False) -> tuple[Resource, str]:
     """Create `obj`, or replace the stored one's spec, labels and annotations (keeping its status)."""
     existing = _existing(ctx.store, obj)
@@ -213,14 +205,6 @@ async def put_object(ctx: Context, obj: Resource, *, conditional: bool = False) 
         return await writer_of(ctx).update(fresh), "configured"
     except Conflict as exc:
         raise ApiError(409, str(exc)) from None
-
-
-async def delete_object(ctx: Context, kind: str, namespace: str, name: str, *, what: str) -> None:
-    """Delete through the writer (answered once the journal holds it); 404 naming `what`."""
-    try:
-        await writer_of(ctx).delete(kind, namespace, name)
-    except NotFound:
-        raise ApiError(404, f"{what} not found") from None
 
 
 def find_quota(store: Store, name: str) -> ElasticQuota | None:

@@ -25,12 +25,11 @@ from aiohttp import web
 
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document, validate_quota_deletion
 from gpuyard.apis.quotakinds import ElasticQuota, Queue, ResourceQuota
-from gpuyard.platform.api.app import CTX, stored
+from gpuyard.platform.api.app import CTX, delete_object, stored
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.manifests import (
     PAGING,
-    delete_object,
     find_quota,
     list_response,
     list_schema,

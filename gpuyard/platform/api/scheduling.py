@@ -23,10 +23,9 @@ from aiohttp import web
 
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.platform.api.app import CTX, stored
+from gpuyard.platform.api.app import CTX, delete_object, stored, writer_of
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
-from gpuyard.platform.api.manifests import delete_object, writer_of
 from gpuyard.platform.api.openapi import operation
 from gpuyard.state.store import Conflict
 
