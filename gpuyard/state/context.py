@@ -2,6 +2,9 @@
 
 The runtime makes one :class:`Context` and hands it to each component factory, so components
 share nothing by import and tests build a context from plain parts (`Context.for_tests()`).
+Components read `store` and write only through `writer`: the backend factory
+(`gpuyard.platform.backends`) sets it to the running backend's writer; until then (unit tests
+without a backend) it is a :class:`~gpuyard.state.writing.StoreWriter` over the store.
 """
 
 from __future__ import annotations
