@@ -200,6 +200,16 @@ def test_bad_scenario_exits_2(tmp_path):
     assert not data.exists()
 
 
+def test_an_unavailable_backend_exits_2_naming_backend_kind(tmp_path):
+    data = tmp_path / "data"
+    result = run_cli("serve", "--backend", "kubernetes", "--data-dir", str(data))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: backend.kind: 'kubernetes' is not available in this build; allowed: fake"
+    )
+    assert not data.exists()
+
+
 def test_non_loopback_without_insecure_is_refused():
     result = run_cli("serve", "--host", "0.0.0.0", "--data-dir", "")
     assert result.returncode == 2
