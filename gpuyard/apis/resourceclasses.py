@@ -295,7 +295,7 @@ def _capacity(
     return _Capacity(largest, gpus, per_class)
 
 
-_LAST_CAPACITY: list[tuple[tuple, _Capacity, dict[str, ResourceClass]]] = []
+_LAST_CAPACITY: list[tuple[tuple[object, ...], _Capacity, dict[str, ResourceClass]]] = []
 
 
 def _capacity_cached(
