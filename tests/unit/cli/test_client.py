@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,18 @@ class Server:
         await resp.write_eof()
         return resp
 
+    async def quiet(self, request: web.Request) -> web.StreamResponse:
+        """Two events a minute apart with a keep-alive comment every 15 seconds of silence between them."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'event: ADDED\ndata: {"name": "a"}\n\n')
+        for _ in range(4):
+            await asyncio.sleep(15)
+            await resp.write(b": keep-alive\n\n")
+        await resp.write(b'event: DELETED\ndata: {"name": "a"}\n\nevent: GONE\ndata: {}\n\n')
+        await resp.write_eof()
+        return resp
+
     async def broken(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -96,6 +109,7 @@ class Server:
         app.router.add_get("/api/v1/slow", self.slow)
         app.router.add_get("/api/v1/moved", self.moved)
         app.router.add_get("/api/v1/watch", self.watch)
+        app.router.add_get("/api/v1/quiet", self.quiet)
         app.router.add_get("/api/v1/broken", self.broken)
         return app
 
@@ -107,7 +121,9 @@ async def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
     monkeypatch.delenv("GPUYARD_SERVER", raising=False)
     state = Server()
     test_server = TestServer(state.app(), host="127.0.0.1")
-    await test_server.start_server()
+    # No keep-alive timer on connections: under looptime it would fire as soon as the loop idles,
+    # before the client (in a thread) has sent its request. The client opens a connection per call.
+    await test_server.start_server(keepalive_timeout=0)
     state.url = str(test_server.make_url("")).rstrip("/")
     try:
         yield state
@@ -216,6 +232,40 @@ async def test_a_server_that_is_not_a_url_is_bad_input(server: Server) -> None:
 async def test_stream_follows_events_until_gone(server: Server) -> None:
     got = await collect(ApiClient(server.url, token="t"), "/api/v1/watch")
     assert got == [("ADDED", {"name": "a"}), ("MODIFIED", {"name": "b"}), ("message", [1, 2])]
+
+
+async def in_thread(fn: Callable[[], Any]) -> Any:
+    """Run `fn` in a thread of its own, not the loop's executor: looptime (fake loop time) waits
+    in real time while an executor job runs, but jumps ahead while the loop only awaits sockets."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def run() -> None:
+        try:
+            result = fn()
+        except BaseException as exc:
+            loop.call_soon_threadsafe(done.set_exception, exc)
+        else:
+            loop.call_soon_threadsafe(done.set_result, result)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        return await done
+    finally:
+        thread.join()
+
+
+@pytest.mark.looptime
+async def test_stream_outlives_quiet_minutes_with_keep_alives(server: Server) -> None:
+    # The server is silent for a minute of loop time (passed at once with looptime), sending a
+    # keep-alive comment every 15 s; comments are not events, and the watch goes on.
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    client = ApiClient(server.url, token="t", timeout=5)
+    got = await in_thread(lambda: list(client.stream("/api/v1/quiet")))
+    assert got == [("ADDED", {"name": "a"}), ("DELETED", {"name": "a"})]
+    assert loop.time() - start >= 60
 
 
 async def test_stream_errors(server: Server) -> None:
