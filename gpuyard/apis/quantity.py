@@ -8,7 +8,7 @@ converts to integers once, at the edge (:func:`to_milli`, :func:`to_int`).
 from __future__ import annotations
 
 import re
-from decimal import ROUND_CEILING, ROUND_UP, Context, Decimal
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, ROUND_UP, Context, Decimal
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
@@ -28,9 +28,11 @@ _RE = re.compile(
 _MAX_EXPONENT = 2**31 - 1
 # What a Kubernetes Quantity can hold: magnitudes are capped at 2**63 - 1 and rounded up (away from
 # zero) to whole nano units, so `1e30` is 9223372036854775807 and `0.1n` is `1n`.
-_LARGEST = Decimal(2**63 - 1)
+_LARGEST_INT = 2**63 - 1
+_LARGEST = Decimal(_LARGEST_INT)
 _NANO = Decimal("1e-9")
-_EXACT = Context(prec=40)  # 19 integer and 9 fractional digits fit
+# Exact arithmetic on parsed numbers: products of up to 100 digits, any exponent.
+_WIDE = Context(prec=200, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 ALLOWED = "a number with an optional suffix: n u m k M G T P E, Ki Mi Gi Ti Pi Ei, or an exponent (e.g. 500m, 2Gi, 1.5)"
 
@@ -52,53 +54,63 @@ def parse_quantity(value: Any) -> Decimal:
     0.1), as a JSON number reaches Kubernetes. The result is what a Kubernetes Quantity holds: at
     most 2**63 - 1 in magnitude, rounded up to whole nano units.
     """
-    return _bounded(_parse(value))
-
-
-def _parse(value: Any) -> Decimal:
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            raise QuantityError(f"{value!r} is not a finite quantity; allowed: {ALLOWED}")
-        return value
+    if isinstance(value, str):
+        return _parse_text(value, value.strip())
     if isinstance(value, bool):
         raise QuantityError(f"expected a quantity, got a boolean; allowed: {ALLOWED}")
     if isinstance(value, int):
-        return Decimal(value)
+        if abs(value) <= _LARGEST_INT:
+            return Decimal(value)
+        return -_LARGEST if value < 0 else _LARGEST
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise QuantityError(f"{value!r} is not a finite quantity; allowed: {ALLOWED}")
-        return Decimal(repr(value))
-    if not isinstance(value, str):
-        raise QuantityError(f"expected a quantity, got {type(value).__name__}; allowed: {ALLOWED}")
-    match = _RE.fullmatch(value.strip())
+        return _parse_text(value, repr(value))
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise QuantityError(f"{value!r} is not a finite quantity; allowed: {ALLOWED}")
+        return _bounded(value, decimals=-int(value.as_tuple().exponent))
+    raise QuantityError(f"expected a quantity, got {type(value).__name__}; allowed: {ALLOWED}")
+
+
+def _parse_text(value: object, text: str) -> Decimal:
+    match = _RE.fullmatch(text)
     if match is None:
         raise QuantityError(f"{value!r} is not a quantity; allowed: {ALLOWED}")
-    number = Decimal(match["sign"] + match["number"])
-    if match["binary"]:
-        return _scaled(number, factor=_BINARY[match["binary"]])
-    if match["exponent"] is not None:
-        power = int(match["exponent"])
+    sign, number, binary, exponent, decimal = match.groups()
+    point = number.find(".")
+    decimals = 0 if point < 0 else len(number) - point - 1
+    if binary:
+        if len(number) <= _WIDE.prec // 2:
+            amount = _WIDE.multiply(Decimal(sign + number), _BINARY[binary])
+        else:
+            amount = _scaled(Decimal(sign + number), factor=_BINARY[binary])
+        return _bounded(amount, decimals=decimals)
+    if exponent is not None:
+        power = int(exponent)
         if abs(power) > _MAX_EXPONENT:
             raise QuantityError(f"{value!r}: the exponent is out of range; allowed: {ALLOWED}")
-        return _scaled(number, power=power)
-    return _scaled(number, power=_DECIMAL_POWER[match["decimal"] or ""])
+    else:
+        power = _DECIMAL_POWER[decimal or ""]
+    amount = Decimal(f"{sign}{number}e{power}" if power else sign + number)  # exact: no context
+    return _bounded(amount, decimals=decimals - power)
 
 
-def _bounded(amount: Decimal) -> Decimal:
-    """Cap the magnitude at 2**63 - 1 and round up (away from zero) to whole nano units, as Kubernetes does."""
+def _bounded(amount: Decimal, *, decimals: int) -> Decimal:
+    """Cap the magnitude at 2**63 - 1 and round up (away from zero) to whole nano units, as Kubernetes
+    does; `decimals` is the number of digits `amount` has after the decimal point."""
     if amount.copy_abs() > _LARGEST:
         return _LARGEST.copy_sign(amount)
-    exponent = amount.as_tuple().exponent
-    if isinstance(exponent, int) and exponent < -9:
-        return amount.quantize(_NANO, rounding=ROUND_UP, context=_EXACT)
+    if decimals > 9:
+        return amount.quantize(_NANO, rounding=ROUND_UP, context=_WIDE)
     return amount
 
 
-def _scaled(number: Decimal, *, factor: int = 1, power: int = 0) -> Decimal:
-    """number * factor * 10**power, exactly (no context precision, rounding or overflow)."""
+def _scaled(number: Decimal, *, factor: int) -> Decimal:
+    """number * factor, exactly, however many digits `number` has."""
     sign, digits, exponent = number.as_tuple()
     mantissa = int("".join(map(str, digits))) * factor
-    return Decimal((sign, tuple(int(d) for d in str(mantissa)), int(exponent) + power))
+    return Decimal((sign, tuple(int(d) for d in str(mantissa)), int(exponent)))
 
 
 def format_quantity(value: Decimal) -> str:

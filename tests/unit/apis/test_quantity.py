@@ -146,6 +146,16 @@ def test_values_are_held_as_kubernetes_holds_them():
     assert parse_quantity("1.5n") == Decimal("2e-9")
     assert parse_quantity("-0.0000000015") == Decimal("-2e-9")  # away from zero
     assert parse_quantity("1e-2000000000") == Decimal("1e-9")
+    assert parse_quantity(Decimal("0.0000000001")) == Decimal("1e-9")
+
+
+def test_long_numbers_and_floats_are_exact():
+    assert parse_quantity("0" * 150 + "1Ki") == 1024
+    assert parse_quantity("0." + "0" * 150 + "1Ki") == Decimal("1e-9")
+    assert parse_quantity("1" * 27 + "n") == Decimal("1" * 18 + "." + "1" * 9)
+    assert parse_quantity(1e-05) == Decimal("0.00001")
+    assert parse_quantity(1e16) == 10**16
+    assert parse_quantity(1e300) == 2**63 - 1
 
 
 _SUFFIX_VALUES = {
