@@ -1,8 +1,10 @@
-"""Kubernetes resource quantities (`500m`, `2Gi`, `1.5`, `1e3`), parsed exactly.
+"""Kubernetes resource quantities (`500m`, `2Gi`, `1.5`, `1e3`), parsed exactly as Kubernetes does.
 
-Quantities are kept as :class:`decimal.Decimal` so that `0.1 + 0.2` CPU is exactly `300m` and
-`2Gi` is exactly 2147483648 bytes. Models use the annotated :data:`Quantity` type; the scheduler
-converts to integers once, at the edge (:func:`to_milli`, :func:`to_int`).
+Every quantity in a job, pod, node, quota or resource class passes through :func:`parse_quantity`
+(the annotated :data:`Quantity` type of the models), which accepts and rejects what the API server
+accepts and rejects and yields the value a Kubernetes Quantity holds. Quantities are kept as
+:class:`decimal.Decimal` so that `0.1 + 0.2` CPU is exactly `300m` and `2Gi` is exactly 2147483648
+bytes; the scheduler converts to integers once, at the edge (:func:`to_milli`, :func:`to_int`).
 """
 
 from __future__ import annotations
