@@ -20,10 +20,11 @@ run: $(STAMP)  ## the demo on the embedded fake cluster at http://127.0.0.1:8080
 test: $(STAMP)  ## the whole test suite
 	$(BIN)/python -m pytest
 
-lint: $(STAMP)  ## ruff + import-linter layer contracts
+lint: $(STAMP)  ## ruff + import-linter layer contracts + mypy (configured in pyproject.toml)
 	$(BIN)/ruff check gpuyard tests bench
 	$(BIN)/ruff format --check gpuyard tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix gpuyard tests bench

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -60,7 +60,7 @@ TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 class EnvVar(K8sModel):
     name: str
     value: str | None = None
-    value_from: dict | None = None
+    value_from: dict[str, Any] | None = None
 
 
 class ContainerPort(K8sModel):
@@ -123,7 +123,7 @@ class NodeSelector(K8sModel):
 
 class NodeAffinity(K8sModel):
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
-    preferred_during_scheduling_ignored_during_execution: list[dict] = Field(default_factory=list)
+    preferred_during_scheduling_ignored_during_execution: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Affinity(K8sModel):
@@ -180,9 +180,9 @@ class PodSpec(K8sModel):
 
 
 class ContainerState(K8sModel):
-    waiting: dict | None = None
-    running: dict | None = None
-    terminated: dict | None = None
+    waiting: dict[str, Any] | None = None
+    running: dict[str, Any] | None = None
+    terminated: dict[str, Any] | None = None
 
 
 class ContainerStatus(K8sModel):
@@ -201,7 +201,7 @@ class PodStatus(K8sModel):
     pod_ip: str | None = None
     start_time: datetime | None = None
     container_statuses: list[ContainerStatus] = Field(default_factory=list)
-    conditions: list[dict] = Field(default_factory=list)
+    conditions: list[dict[str, Any]] = Field(default_factory=list)
 
     @property
     def exit_code(self) -> int | None:
@@ -223,7 +223,7 @@ class Pod(Resource):
 
 
 class PodTemplateSpec(K8sModel):
-    metadata: dict = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
     spec: PodSpec = Field(default_factory=PodSpec)
 
 

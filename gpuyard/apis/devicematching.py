@@ -140,9 +140,13 @@ def _requirement_test(req: DeviceRequirement) -> Callable[[Mapping[str, str]], b
     return lambda p: (n := _number(p.get(key))) is not None and n < bound
 
 
+def _label_test(key: str, value: str) -> Callable[[Mapping[str, str]], bool]:
+    return lambda p: p.get(key) == value
+
+
 def compile_selector(selector: DeviceSelector) -> Matcher:
     """A fast predicate over a device's properties (all requirements must hold)."""
-    tests = [(lambda p, k=k, v=v: p.get(k) == v) for k, v in selector.match_labels.items()]
+    tests = [_label_test(k, v) for k, v in selector.match_labels.items()]
     tests += [_requirement_test(r) for r in selector.match_expressions]
     keys = frozenset(selector.match_labels) | frozenset(r.key for r in selector.match_expressions)
     if not tests:

@@ -23,6 +23,7 @@ Conventions of the model (see docs/topology.md):
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -166,7 +167,11 @@ class NodeTopologySpec(StrictK8sModel):
             if sw.parent is not None and sw.parent not in switches:
                 raise ValueError(f"pcieSwitches[{sw.name}].parent {sw.parent!r} is not a declared switch")
         self._check_switch_cycles()
-        for kind, devices in (("gpus", self.gpus), ("nics", self.nics)):
+        placed: tuple[tuple[str, Sequence[GPUDevice | NICDevice]], ...] = (
+            ("gpus", self.gpus),
+            ("nics", self.nics),
+        )
+        for kind, devices in placed:
             for pos, dev in enumerate(devices):
                 if dev.pcie_switch is not None and dev.pcie_switch not in switches:
                     raise ValueError(

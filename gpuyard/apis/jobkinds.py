@@ -76,7 +76,8 @@ class TrainingJob(Resource):
 
     @property
     def replica_specs(self) -> dict[str, ReplicaSpec]:
-        return getattr(self.spec, self.REPLICA_FIELD)
+        specs: dict[str, ReplicaSpec] = getattr(self.spec, self.REPLICA_FIELD)
+        return specs
 
     @property
     def info(self) -> JobKindInfo:
@@ -289,7 +290,7 @@ def job_classes() -> list[type[TrainingJob]]:
 def find_job(store: Any, namespace: str, name: str) -> TrainingJob | None:
     """The job named `name` in `namespace`, whatever its kind (names are unique per namespace)."""
     for kind in KIND_INFO:
-        obj = store.get(kind, namespace, name)
+        obj: TrainingJob | None = store.get(kind, namespace, name)
         if obj is not None:
-            return obj  # type: ignore[no-any-return]
+            return obj
     return None

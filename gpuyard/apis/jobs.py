@@ -116,13 +116,12 @@ def parse_job(doc: Any) -> TrainingJob:
         )
     kind = doc.get("kind")
     api_version = doc.get("apiVersion")
-    info = KIND_INFO.get(kind) if isinstance(kind, str) else None
-    if info is None:
+    if not isinstance(kind, str) or (info := KIND_INFO.get(kind)) is None:
         raise JobValidationError(
             f"unknown kind {kind!r}",
             [{"field": "kind", "reason": f"unknown kind {kind!r}; allowed: {', '.join(sorted(KIND_INFO))}"}],
         )
-    if api_version not in info.flavors:
+    if not isinstance(api_version, str) or api_version not in info.flavors:
         raise JobValidationError(
             f"unknown apiVersion {api_version!r} for {kind}",
             [
@@ -327,8 +326,8 @@ def apply_defaults(job: TrainingJob) -> None:
     target = job.spec.run_policy if job.spec.run_policy is not None else job.spec
     if job.run_policy.clean_pod_policy is None:
         target.clean_pod_policy = "Running"
-    if job.KIND == "PyTorchJob" and job.flavor == "kubeflow":
-        _default_pytorch_kubeflow(job)  # type: ignore[arg-type]
+    if isinstance(job, PyTorchJob) and job.flavor == "kubeflow":
+        _default_pytorch_kubeflow(job)
 
 
 def _default_port(spec: ReplicaSpec, port: PortDefault) -> None:

@@ -14,7 +14,7 @@ import copy
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from enum import Enum
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -36,27 +36,31 @@ def deep_copy(value: _T) -> _T:
     operator's reconcile; this walks the model's fields directly: immutable values are shared,
     models, lists, dicts, tuples and sets are copied, anything else falls back to `deepcopy`.
     """
+    return cast(_T, _copy(value))
+
+
+def _copy(value: Any) -> Any:
     if isinstance(value, _ATOMIC):
         return value
     if isinstance(value, BaseModel):
         cls = value.__class__
         new = cls.__new__(cls)
         setattr_ = object.__setattr__
-        setattr_(new, "__dict__", {k: deep_copy(v) for k, v in value.__dict__.items()})
+        setattr_(new, "__dict__", {k: _copy(v) for k, v in value.__dict__.items()})
         setattr_(new, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
         extra = value.__pydantic_extra__
-        setattr_(new, "__pydantic_extra__", deep_copy(extra) if extra is not None else None)
+        setattr_(new, "__pydantic_extra__", _copy(extra) if extra is not None else None)
         private = value.__pydantic_private__
-        setattr_(new, "__pydantic_private__", deep_copy(private) if private is not None else None)
-        return new  # type: ignore[return-value]
+        setattr_(new, "__pydantic_private__", _copy(private) if private is not None else None)
+        return new
     if isinstance(value, list):
-        return [deep_copy(v) for v in value]  # type: ignore[return-value]
+        return [_copy(v) for v in value]
     if isinstance(value, dict):
-        return {k: deep_copy(v) for k, v in value.items()}  # type: ignore[return-value]
+        return {k: _copy(v) for k, v in value.items()}
     if isinstance(value, tuple):
-        return tuple(deep_copy(v) for v in value)  # type: ignore[return-value]
+        return tuple(_copy(v) for v in value)
     if isinstance(value, set):
-        return {deep_copy(v) for v in value}  # type: ignore[return-value]
+        return {_copy(v) for v in value}
     return copy.deepcopy(value)
 
 

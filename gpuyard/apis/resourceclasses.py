@@ -17,7 +17,7 @@ models.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -295,7 +295,7 @@ def _capacity(
     return _Capacity(largest, gpus, per_class)
 
 
-_LAST_CAPACITY: list[tuple[tuple, _Capacity, dict[str, ResourceClass]]] = []
+_LAST_CAPACITY: list[tuple[tuple[object, ...], _Capacity, dict[str, ResourceClass]]] = []
 
 
 def _capacity_cached(
@@ -362,7 +362,7 @@ def validate_gang_request(
     classes: Iterable[ResourceClass] | None = None,
     nodes: Iterable[Node] | None = None,
     *,
-    topologies: Iterable[NodeTopology] = (),
+    topologies: Collection[NodeTopology] = (),
     store: Any = None,
 ) -> list[Problem]:
     """`[(field, reason)]` for pod requests that could never be placed; empty when all is well.

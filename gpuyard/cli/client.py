@@ -1,6 +1,6 @@
 """A small HTTP client for the gpuyard API, for the CLI's client commands.
 
-Synchronous (`urllib`), no session state: one request per command. Server errors come back as
+Synchronous (`httpx`, with `httpx-sse` for watches), no session state: one connection per call. Server errors come back as
 :class:`ClientError` with a one-line message built from the API's error body
 (`{"error": {"code", "message", "details"}}`) and the exit code the CLI must use: 2 for bad input
 (4xx), 1 for server or network trouble (5xx, refused connection, timeout).
@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import httpx
 import yaml
+from httpx_sse import EventSource, SSEError
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -117,6 +118,8 @@ def error_line(status: int, body: bytes) -> str:
 
 
 class ApiClient:
+    """The gpuyard API over HTTP: one short-lived connection per call, no state between calls."""
+
     def __init__(self, server: str | None = None, *, token: str | None = None, timeout: float = 30.0) -> None:
         file: dict[str, str] = {}
         self._config_error: ClientError | None = None
@@ -131,54 +134,82 @@ class ApiClient:
         self.token = token if token is not None else (os.environ.get("GPUYARD_TOKEN") or file.get("token"))
         self.timeout = timeout
 
-    def _open(self, method: str, path: str, query: dict[str, str | None] | None, **kw: Any) -> Any:
+    @contextmanager
+    def _open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | None] | None = None,
+        accept: str = "application/json",
+        body: bytes | None = None,
+        content_type: str | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[httpx.Response]:
+        """Send one request and yield its response with the body not yet read (an SSE stream stays open).
+
+        A 4xx/5xx answer, an unreachable server and a malformed server URL become :class:`ClientError`."""
         if self._config_error is not None:
             raise self._config_error
-        url = self.server + path
-        params = {k: v for k, v in (query or {}).items() if v}
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        headers = {"Accept": kw.pop("accept", "application/json")}
-        if kw.get("content_type"):
-            headers["Content-Type"] = kw["content_type"]
+        headers = {"Accept": accept}
+        if content_type:
+            headers["Content-Type"] = content_type
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        req = urllib.request.Request(url, data=kw.get("body"), method=method, headers=headers)
+        params = {k: v for k, v in (query or {}).items() if v}
         try:
-            return urllib.request.urlopen(req, timeout=kw.get("timeout", self.timeout))
-        except urllib.error.HTTPError as exc:
-            data = exc.read()
-            code = 2 if 400 <= exc.code < 500 else 1
-            raise ClientError(error_line(exc.code, data), exit_code=code, status=exc.code) from None
-        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
+            with httpx.Client(
+                timeout=timeout if timeout is not None else self.timeout, follow_redirects=True
+            ) as http:
+                request = http.build_request(
+                    method, self.server + path, params=params, headers=headers, content=body
+                )
+                response = http.send(request, stream=True)
+                try:
+                    if response.status_code >= 400:
+                        data = response.read()
+                        code = 2 if response.status_code < 500 else 1
+                        raise ClientError(
+                            error_line(response.status_code, data),
+                            exit_code=code,
+                            status=response.status_code,
+                        )
+                    yield response
+                finally:
+                    response.close()
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
             raise ClientError(
-                f"cannot reach the gpuyard server at {self.server}: {reason}", exit_code=1
+                f"{self.server!r} is not a server URL (http://HOST:PORT): {exc}", exit_code=2
+            ) from None
+        except httpx.TransportError as exc:
+            raise ClientError(
+                f"cannot reach the gpuyard server at {self.server}: {_reason(exc)}", exit_code=1
             ) from None
 
-    def stream(self, path: str, *, query: dict[str, str | None] | None = None) -> Iterator[tuple[str, Any]]:
-        """Follow an SSE watch: yield (event type, decoded data) until the server ends the stream."""
-        resp = self._open("GET", path, query, accept="text/event-stream", timeout=max(self.timeout, 60.0))
-        event, data = "message", []
-        try:
-            with resp:
-                for raw in resp:
-                    line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                    if not line:
-                        if data:
-                            if event == "GONE":
-                                return
-                            try:
-                                yield event, json.loads("\n".join(data))
-                            except ValueError:
-                                pass
-                        event, data = "message", []
-                    elif line.startswith("event:"):
-                        event = line[6:].strip()
-                    elif line.startswith("data:"):
-                        data.append(line[5:].lstrip())
-        except (TimeoutError, ConnectionError, OSError) as exc:
-            raise ClientError(f"lost the watch stream from {self.server}: {exc}", exit_code=1) from None
+    def stream(
+        self, path: str, *, query: Mapping[str, str | None] | None = None
+    ) -> Iterator[tuple[str, Any]]:
+        """Follow an SSE watch: yield (event type, decoded data) until the server ends the stream.
+
+        Events without data or with data that is not JSON are skipped; a `GONE` event ends the watch."""
+        with self._open(
+            "GET", path, query=query, accept="text/event-stream", timeout=max(self.timeout, 60.0)
+        ) as response:
+            try:
+                for sse in EventSource(response).iter_sse():
+                    if not sse.data:
+                        continue
+                    if sse.event == "GONE":
+                        return
+                    try:
+                        data = json.loads(sse.data)
+                    except ValueError:
+                        continue
+                    yield sse.event, data
+            except (httpx.TransportError, httpx.StreamError, SSEError) as exc:
+                raise ClientError(
+                    f"lost the watch stream from {self.server}: {_reason(exc)}", exit_code=1
+                ) from None
 
     def request(
         self,
@@ -187,14 +218,16 @@ class ApiClient:
         *,
         body: bytes | None = None,
         content_type: str | None = None,
-        query: dict[str, str | None] | None = None,
+        query: Mapping[str, str | None] | None = None,
     ) -> Any:
-        resp = self._open(method, path, query, body=body, content_type=content_type)
-        try:
-            with resp:
-                raw = resp.read()
-        except (TimeoutError, ConnectionError, OSError) as exc:
-            raise ClientError(f"cannot read the answer of {self.server}: {exc}", exit_code=1) from None
+        """One call: the decoded JSON answer, or None for an empty one."""
+        with self._open(method, path, query=query, body=body, content_type=content_type) as response:
+            try:
+                raw = response.read()
+            except (httpx.TransportError, httpx.StreamError) as exc:
+                raise ClientError(
+                    f"cannot read the answer of {self.server}: {_reason(exc)}", exit_code=1
+                ) from None
         if not raw:
             return None
         try:
@@ -247,4 +280,12 @@ class ApiClient:
 
 
 def _q(part: str) -> str:
-    return urllib.parse.quote(part, safe="")
+    return quote(part, safe="")
+
+
+def _reason(exc: Exception) -> str:
+    """The cause of a transport error in a few words (`[Errno 111] Connection refused`, `timed out`)."""
+    text = str(exc)
+    if not text and isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    return text or type(exc).__name__

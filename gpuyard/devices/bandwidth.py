@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuyard.apis.devices import GPUDevice, NodeTopology
+from gpuyard.apis.devices import GPUDevice, NICDevice, NodeTopology
 from gpuyard.devices.tiers import Link, LinkTier, Resolver, gpu_link, nic_link
 
 __all__ = [
@@ -108,9 +108,8 @@ def link_gbps(link: Link, *, pcie_gen: int, same_socket: bool, smp_gbps: float =
     return pcie
 
 
-def _same_socket(a: object, b: object) -> bool:
-    sa, sb = a.socket, b.socket  # type: ignore[attr-defined]
-    return sa >= 0 and sa == sb
+def _same_socket(a: GPUDevice | NICDevice, b: GPUDevice | NICDevice) -> bool:
+    return a.socket >= 0 and a.socket == b.socket
 
 
 def bandwidth_matrix(topology: NodeTopology) -> np.ndarray:

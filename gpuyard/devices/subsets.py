@@ -23,6 +23,7 @@ allocation scopes, and :func:`select` combines both.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -219,7 +220,7 @@ def _build(
     bandwidth = np.where(none, 0.0, ring_arr[choice]).astype(np.float32)
     tier = np.where(none, -1, set_tier_arr[choice]).astype(np.int8)
     locality = np.where(none, -1, set_loc_arr[choice]).astype(np.int8)
-    arrays = [choice, bandwidth, tier, locality, ring_arr, set_loc_arr, set_tier_arr]
+    arrays: list[np.ndarray] = [choice, bandwidth, tier, locality, ring_arr, set_loc_arr, set_tier_arr]
     allowed_arr = np.array(allowed, dtype=bool)
     for arr in (*arrays, allowed_arr):
         arr.setflags(write=False)
@@ -287,7 +288,8 @@ def pick_gpus(table: SubsetTable, free: int, k: int) -> tuple[int, ...] | None:
 
 def pick_many(table: SubsetTable, free: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Vectorised :func:`pick`: chosen masks for arrays of free masks and sizes (0 = none)."""
-    return table.choice[free, k]
+    chosen: np.ndarray = table.choice[free, k]
+    return chosen
 
 
 def _best_of(
@@ -300,6 +302,18 @@ def _best_of(
         if best_key is None or key > best_key:
             best, best_key = cand, key
     return best
+
+
+def _closeness(
+    g: int, *, chosen: Sequence[int], bw: np.ndarray, loc: np.ndarray
+) -> tuple[float, float, float, int]:
+    """How well GPU `g` joins `chosen`: its weakest link, then locality, then total bandwidth."""
+    return (
+        min(bw[g, s] for s in chosen),
+        -max(loc[g, s] for s in chosen),
+        sum(bw[g, s] for s in chosen),
+        -g,
+    )
 
 
 def greedy_pick(topology: NodeTopology, free: int, k: int) -> tuple[int, ...] | None:
@@ -333,12 +347,7 @@ def greedy_pick(topology: NodeTopology, free: int, k: int) -> tuple[int, ...] | 
         while len(chosen) < k:
             nxt = max(
                 (g for g in gpus if g not in chosen),
-                key=lambda g, c=chosen: (
-                    min(bw[g, s] for s in c),
-                    -max(loc[g, s] for s in c),
-                    sum(bw[g, s] for s in c),
-                    -g,
-                ),
+                key=functools.partial(_closeness, chosen=chosen, bw=bw, loc=loc),
             )
             chosen.append(nxt)
         pairs = list(itertools.combinations(chosen, 2))
@@ -474,16 +483,17 @@ def select(
     gpus = choose(free)
     if gpus is None:
         return None
-    nics: list[str] | None = []
+    nics: list[str] = []
     if rdma or nic_scope is not None:
-        nics = pick_nics(topology, gpus, nic_scope, free_nics=free_nics)
-        if nics is None:
+        found = pick_nics(topology, gpus, nic_scope, free_nics=free_nics)
+        if found is None:
             gpus = choose(free & _eligible_gpus(topology, nic_scope, free_nics))
             if gpus is None:
                 return None
-            nics = pick_nics(topology, gpus, nic_scope, free_nics=free_nics)
-            if nics is None:  # pragma: no cover - eligible GPUs always satisfy the scope
+            found = pick_nics(topology, gpus, nic_scope, free_nics=free_nics)
+            if found is None:  # pragma: no cover - eligible GPUs always satisfy the scope
                 return None
+        nics = found
     mask = mask_of(gpus)
     if table is not None:
         bandwidth, tier = float(table.ring[mask]), LinkTier(int(table.set_tier[mask]))

@@ -500,8 +500,9 @@ def _numa_ids(gpu_count: int, d: int, node: _UnionFind, numa_in: list[int | None
     """NUMA id per device: the GPUs' NUMA Affinity where given, else numbered; NIC-only groups -1."""
     group_numa: dict[int, int] = {}
     for i in range(gpu_count):
-        if numa_in[i] is not None:
-            group_numa.setdefault(node.find(i), numa_in[i])
+        numa = numa_in[i]
+        if numa is not None:
+            group_numa.setdefault(node.find(i), numa)
     used = set(group_numa.values())
     nxt = 0
     for i in range(gpu_count):
