@@ -2,7 +2,9 @@
 
 Accepted input is the matrix exactly as printed by current and older drivers, tab- or
 space-separated: a header of device columns (`GPU0..`, then NICs as `mlx5_*` or `NIC#`), optional
-`CPU Affinity`, `NUMA Affinity` and `GPU NUMA ID` columns, one row per device, then the optional
+`CPU Affinity`, `NUMA Affinity` and `GPU NUMA ID` columns (a cell may be empty: some drivers
+print no CPU affinity on HGX H100; in a space-aligned copy a CPU list is told from a NUMA id by its
+form), one row per device, then the optional
 `Legend:` and `NIC Legend:` blocks (`NIC0: mlx5_0` renames the NIC columns). Blank lines and lines
 ending in `:` (e.g. `GPU Topology:`) may precede the header.
 
@@ -48,6 +50,7 @@ MAX_DIRECT_NVLINKS = 18
 _GPU_RE = re.compile(r"^GPU(\d+)$")
 _NIC_NAME_RE = re.compile(r"^[A-Za-z][\w.:-]*$")
 _CPUS_RE = re.compile(r"^(N/A|\d+(-\d+)?(,\d+(-\d+)?)*)$")
+_CPU_LIST_RE = re.compile(r"^\d+(-\d+|(,\d+(-\d+)?)+)(,\d+(-\d+)?)*$")  # a range or a list: not a NUMA id
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TITLES = (("CPU", "Affinity"), ("NUMA", "Affinity"), ("GPU", "NUMA", "ID"))
 _TITLES_ALLOWED = "CPU Affinity, NUMA Affinity, GPU NUMA ID"
@@ -86,6 +89,7 @@ def _tokens(line: str) -> list[tuple[str, int]]:
 
 
 def _parse_header(toks: list[tuple[str, int]], lineno: int) -> tuple[list[str], list[str]]:
+    """The device columns and the titles of the value columns after them."""
     devices: list[str] = []
     pos = 0
     while pos < len(toks):
@@ -128,6 +132,30 @@ def _parse_header(toks: list[tuple[str, int]], lineno: int) -> tuple[list[str], 
                 column=toks[pos][1],
             )
     return devices, titles
+
+
+def _row_values(line: str, toks: list[tuple[str, int]], *, links: int, titles: list[str]) -> list[str] | None:
+    """A row's values of the title columns after its `links` link cells, an empty cell as `N/A`
+    (drivers leave CPU Affinity, or GPU NUMA ID, empty on some systems). In a tab-separated row
+    every cell keeps its tab, so an empty one shows; in a space-aligned copy a CPU list (`0-47`,
+    `0,2`) is the CPU Affinity and the other values fill the remaining titles in order. None when
+    the row has more values than titles, or a tab-separated row lacks a cell."""
+    extra = [t for t, _ in toks[1 + links :]]
+    if len(extra) == len(titles):
+        return extra
+    if len(extra) > len(titles):
+        return None
+    if "\t" in line:
+        fields = line.split("\t")[1 + links :]
+        if len(fields) < len(titles) or any(f.strip() for f in fields[len(titles) :]):
+            return None
+        return [f.strip() or "N/A" for f in fields[: len(titles)]]
+    values = dict.fromkeys(titles, "N/A")
+    if "CPU Affinity" in values and extra and _CPU_LIST_RE.match(extra[0]):
+        values["CPU Affinity"] = extra.pop(0)
+    for title, value in zip([t for t in titles if t != "CPU Affinity"], extra, strict=False):
+        values[title] = value
+    return list(values.values())
 
 
 def parse_link_or_none(text: str) -> Link | None:
@@ -202,12 +230,14 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
                 )
             cells.append(link)
             cols.append(ccol)
-        extra = [t for t, _ in toks[1 + d :]]
         is_gpu = devices.index(name) < gpu_count
-        if (is_gpu and len(extra) != len(titles)) or (not is_gpu and extra and len(extra) != len(titles)):
+        extra: list[str] | None = []
+        if is_gpu or len(toks) > 1 + d:
+            extra = _row_values(lines[idx], toks, links=d, titles=titles)
+        if extra is None:
             where = toks[1 + d][1] if len(toks) > 1 + d else len(lines[idx]) + 1
             raise TopologyParseError(
-                f"row {name!r} has {len(extra)} values after its {d} link cells; expected {len(titles)} ({', '.join(titles) or 'none'})",
+                f"row {name!r} has {len(toks) - 1 - d} values after its {d} link cells; expected {len(titles)} ({', '.join(titles) or 'none'})",
                 line=lineno,
                 column=where,
             )

@@ -68,16 +68,20 @@ def share_choice(snapshot: Snapshot, row: int, shape: PodShape) -> GPUChoice | N
 class LowestIndexChooser:
     name = "lowest-index"
 
-    def choose(self, snapshot: Snapshot, row: int, shape: PodShape) -> GPUChoice | None:
+    def choose(
+        self, snapshot: Snapshot, row: int, shape: PodShape, *, within: int | None = None
+    ) -> GPUChoice | None:
         if not shape.gpus:
             return NO_GPUS
         if shape.shared:
             return share_choice(snapshot, row, shape)
         ok = usable_row(snapshot, row, shape.gpu_class)
         free = snapshot.gpu_free_milli[row].tolist()
-        picked = [i for i, (u, f) in enumerate(zip(ok, free, strict=True)) if u and f == GPU_MILLI][
-            : shape.gpus
-        ]
+        picked = [
+            i
+            for i, (u, f) in enumerate(zip(ok, free, strict=True))
+            if u and f == GPU_MILLI and (within is None or within >> i & 1)
+        ][: shape.gpus]
         return GPUChoice(tuple(picked)) if len(picked) == shape.gpus else None
 
 

@@ -135,7 +135,11 @@ class GPUChooser(Protocol):
 
     name: str
 
-    def choose(self, snapshot: Snapshot, row: int, shape: PodShape) -> GPUChoice | None: ...
+    def choose(
+        self, snapshot: Snapshot, row: int, shape: PodShape, *, within: int | None = None
+    ) -> GPUChoice | None:
+        """`within`: a bit mask the pod's GPUs must come from (a gang's chosen set), or None."""
+        ...
 
 
 # --- job-level plugins ------------------------------------------------------------------------

@@ -7,7 +7,13 @@ returns (every trial allocation is undone), so the caller decides whether to ass
 The algorithm, per gang:
 
 1. job-level PreFilter plugins may reject the gang outright;
-2. the *required* pods of every role part, part by part: the pods of a part share one shape, so
+2. a gang of several whole-GPU pods is first tried as one pod would be (`_place_together`): the
+   GPU roles' pods summed into one shape, filtered and scored once, the node's best GPU subset for
+   the sum chosen by the GPU chooser (NVLink quad, partition, NICs), and every pod's GPUs then taken
+   from that subset. So 1 Master + 3 Workers of one GPU each land on one node's NVLinked quad, like
+   one 4-GPU pod. CPU-only roles (PS, launcher) do not count and are placed afterwards. Only when
+   no single node can take the GPU pods does the gang fall back to step 3;
+3. the *required* pods of every role part, part by part: the pods of a part share one shape, so
    the filters run once per part and give, per node, how many pods of the shape fit (integer
    arithmetic on the free arrays); the score plugins rank the candidates once; then the part is
    *filled*: "pack" puts the whole part on the best node that can take all of it, otherwise on the
@@ -16,8 +22,8 @@ The algorithm, per gang:
    each (so least-allocated moves on), or for large groups deals one pod per node round-robin.
    Pods with a failover preference are filled as their own group so the preference can win. If
    any part falls short, nothing is placed and the reason is explained;
-3. the *optional* pods (above the minimum), best effort, in the same way;
-4. GPUs inside each chosen node come from the profile's GPU chooser, host ports round-robin from
+4. the *optional* pods (above the minimum), best effort, in the same way;
+5. GPUs inside each chosen node come from the profile's GPU chooser, host ports round-robin from
    the configured range.
 """
 
@@ -29,11 +35,11 @@ import numpy as np
 
 from gpuyard.scheduler.filtering import capacity, explain
 from gpuyard.scheduler.framework import ALL, CycleState, Profile
-from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot, RolePart
+from gpuyard.scheduler.gang_requests import GPU_MILLI, GangRequest, PodShape, PodSlot, RolePart
 from gpuyard.scheduler.outcomes import Placement, PodPlacement, Unschedulable
 from gpuyard.scheduler.scores import normalize
 from gpuyard.scheduler.snapshot import Alloc, Snapshot
-from gpuyard.scheduler.topology import TopologyChooser, best_split, colocated_set
+from gpuyard.scheduler.topology import best_split, colocated_set
 
 __all__ = ["place", "score_candidates"]
 
@@ -60,10 +66,7 @@ def place(
     try:
         result = _place(state, undo)
     finally:
-        for alloc, cursor in reversed(undo):
-            row = alloc.row
-            snapshot.unapply(alloc)
-            snapshot.port_cursor[row] = cursor
+        _rollback(snapshot, undo, 0)
     if isinstance(result, Unschedulable):
         failed = state.data.get("failed_part")
         if failed is not None:
@@ -76,9 +79,9 @@ def place(
 
 
 def _place(state: CycleState, undo: _Undo) -> Placement | Unschedulable:
-    placed: list[PodPlacement] = []
+    together, placed = _place_together(state, undo)
     for part in state.gang.parts:
-        if part.required == 0:
+        if part.required == 0 or any(part is p for p in together):
             continue
         got = _place_part(state, part, part.pods[: part.required], undo, required=True)
         if got is None:
@@ -95,6 +98,91 @@ def _place(state: CycleState, undo: _Undo) -> Placement | Unschedulable:
         done = {p.pod.name for p in got}
         deferred.extend(p for p in optional if p.name not in done)
     return Placement(state.gang, placed, deferred)
+
+
+def _together_shape(parts: list[RolePart]) -> PodShape | None:
+    """The one-pod shape of the required pods of `parts` summed, or None when they cannot be
+    treated as one pod (shares, GPU classes or node constraints that differ, failover preferences)."""
+    first = parts[0].shape
+    for part in parts:
+        shape = part.shape
+        if (
+            shape.shared
+            or shape.gpu_class != first.gpu_class
+            or shape.constraints != first.constraints
+            or shape.nic_scope != first.nic_scope
+            or any(pod.preferred_node is not None for pod in part.pods[: part.required])
+        ):
+            return None
+    ext: dict[str, int] = {}
+    for part in parts:
+        for name, amount in part.shape.ext:
+            ext[name] = ext.get(name, 0) + amount * part.required
+    return replace(
+        first,
+        cpu_milli=sum(p.shape.cpu_milli * p.required for p in parts),
+        mem_mib=sum(p.shape.mem_mib * p.required for p in parts),
+        gpus=sum(p.shape.gpus * p.required for p in parts),
+        gpu_milli=GPU_MILLI,
+        ext=tuple(sorted(ext.items())),
+        host_ports=sum(p.shape.host_ports * p.required for p in parts),
+        rdma=any(p.shape.rdma for p in parts),
+        flexible=False,
+    )
+
+
+_TOGETHER_TRIES = 3  # nodes tried (best score first) before falling back to part-by-part
+
+
+def _place_together(state: CycleState, undo: _Undo) -> tuple[list[RolePart], list[PodPlacement]]:
+    """The required pods of the gang's whole-GPU roles on one node inside one GPU set, chosen as
+    for one pod of their summed shape (see the module docstring); [] when that does not apply or no
+    node takes them (nothing then stays allocated). Returns the parts placed and their pods."""
+    parts = [p for p in state.gang.parts if p.required and p.shape.gpus]
+    if sum(p.required for p in parts) < 2:
+        return [], []
+    shape = _together_shape(parts)
+    if shape is None or state.profile.fill_for(shape) == "spread":
+        return [], []
+    state.want = 1
+    cap = capacity(state, shape).astype(np.int64)
+    if state.gang.topology_required is not None:
+        cap = _required_domain(state, cap, 1)
+    cand = np.flatnonzero(cap)
+    if not len(cand):
+        return [], []
+    take = np.ones(len(cand), dtype=np.int64)
+    order = np.argsort(-score_candidates(state, shape, cand, take), kind="stable")
+    snap = state.snapshot
+    for i in order[:_TOGETHER_TRIES].tolist():
+        row = int(cand[i])
+        choice = state.profile.chooser.choose(snap, row, shape)
+        if choice is None or len(choice.gpus) != shape.gpus:
+            continue
+        within = 0
+        for g in choice.gpus:
+            within |= 1 << g
+        mark = len(undo)
+        out: list[PodPlacement] = []
+        for part in parts:
+            pods = part.pods[: part.required]
+            if _assign(state, part, row, pods, undo, out, within=within) < len(pods):
+                break
+        else:
+            if state.gang.topology_required is not None and "domain" not in state.data:
+                state.data["domain"] = int(_level(snap, state.gang.topology_required)[row])
+            return parts, out
+        _rollback(snap, undo, mark)
+    return [], []
+
+
+def _rollback(snapshot: Snapshot, undo: _Undo, mark: int) -> None:
+    """Undo the trial allocations made since `undo` had `mark` entries."""
+    while len(undo) > mark:
+        alloc, cursor = undo.pop()
+        row = alloc.row
+        snapshot.unapply(alloc)
+        snapshot.port_cursor[row] = cursor
 
 
 def _place_part(
@@ -477,10 +565,11 @@ def _assign(
     chooser = state.profile.chooser
     node = snap.names[row] or ""
     done = 0
-    bounded = within is not None and isinstance(chooser, TopologyChooser)
     for pod in pods:
         choice = (
-            chooser.choose(snap, row, shape, within=within) if bounded else chooser.choose(snap, row, shape)  # type: ignore[call-arg]
+            chooser.choose(snap, row, shape)
+            if within is None
+            else chooser.choose(snap, row, shape, within=within)
         )
         if choice is None:
             break

@@ -5,22 +5,28 @@ the workload (95% coverage), score = ``int(sigmoid(dF / 1000) * 100)`` where dF 
 the node's fragmentation, a shared pod tried on every GPU that fits (first best GPU wins), a
 whole-GPU pod on the node's first fully free GPUs, and ties between nodes broken by node name.
 
-``gpuyard`` is FGD plus the resource FGD does not see: **CPU stranding**. FGD's fragmentation asks
-only whether a typical pod still fits *once* on a node, so it cannot tell that a CPU-heavy pod on a
-node with little CPU per GPU leaves that node's remaining GPUs without the CPU their future pods
-need. On the openb trace that is the largest loss: the 8-GPU G2 nodes (71% of the GPUs) have 12
-cores per GPU, the average GPU pod asks for about 10.9 cores per GPU, and whole idle GPUs end up
-stranded on CPU-exhausted G2 nodes while the 2-GPU T4 nodes (52 cores per GPU) sit with CPU to
-spare. gpuyard ranks candidate nodes, lexicographically, by:
+``gpuyard`` is FGD plus what FGD does not see: **CPU stranding** and **room kept for
+model-constrained pods**. FGD's fragmentation asks only whether a typical pod still fits *once* on
+a node, so it cannot tell that a CPU-heavy pod on a node with little CPU per GPU leaves that node's
+remaining GPUs without the CPU their future pods need. On the openb trace that is the largest
+loss: the 8-GPU G2 nodes (71% of the GPUs) have 12 cores per GPU, the average GPU pod asks for
+about 10.9 cores per GPU, and whole idle GPUs end up stranded on CPU-exhausted G2 nodes while the
+2-GPU T4 nodes (52 cores per GPU) sit with CPU to spare. gpuyard ranks candidate nodes,
+lexicographically, by:
 
-1. the increase of the node's **CPU deficit**, ``max(0, free GPUs x r - free CPU)``, where r is the
-   workload's CPU per GPU (total CPU of its GPU pods / their total GPUs); smaller is better, and a
-   negative increase (a GPU-heavy, CPU-light pod on a node short of CPU) is best. Nodes with CPU to
-   spare all score 0 here, so FGD decides among them;
-2. FGD's truncated score, unchanged (its integer buckets and the name order are what keep packing
+1. for a GPU pod that accepts any model: whether the node's GPU model keeps, after the pod, at
+   least the free GPU milli the workload's pods restricted to that model still need (their demand,
+   split evenly over the models each accepts, times the share of the cluster's GPUs still free).
+   Steering such pods to CPU-rich nodes of another model would otherwise starve the pods that can
+   only run there (validated on the `spec-P` workload variants, `bench/packing_variants.py`);
+2. for a GPU pod, the increase of the node's **CPU deficit**, ``max(0, free GPUs x r - free CPU)``,
+   where r is the workload's CPU per GPU (total CPU of its GPU pods / their total GPUs); smaller is
+   better, and a negative increase (a GPU-heavy, CPU-light pod on a node short of CPU) is best.
+   Nodes with CPU to spare all score 0 here, so FGD decides among them. CPU-only pods skip this
+   key: FGD already counts what their CPU takes from the GPU pods' fit, and reserving CPU against
+   them loses on CPU-heavy workloads (the `cpu-P` variants);
+3. FGD's truncated score, unchanged (its integer buckets and the name order are what keep packing
    consolidated; breaking its ties by the exact fragmentation decrease measurably loses);
-3. GPU-model scarcity, for a pod that accepts any model: prefer nodes whose model is least asked
-   for by the workload's model-constrained pods (a no-op when no pod is constrained);
 4. node name, as FGD.
 
 The keys are exact integers packed into one int64 score, so the scheduler can use it as is.
@@ -88,17 +94,16 @@ class FgdPolicy(PackingPolicy):
 
 
 class GpuyardPolicy(FgdPolicy):
-    """FGD with CPU-stranding and model-scarcity awareness (see the module docstring)."""
+    """FGD with model-room and CPU-stranding awareness (see the module docstring)."""
 
     name = "gpuyard"
     _FGD_LEVELS = 101  # FGD scores are 0..100
-    _SCARCITY_LEVELS = 101  # scarcity key is 0..100
+    _ROOM_KEY = 1 << 50  # above every deficit x FGD key
 
     def __init__(self, *, coverage: float = 0.95) -> None:
         super().__init__(coverage=coverage)
         self.cpu_per_gpu = 0
         self.model_demand: dict[int, int] = {}
-        self._scarcity: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def prepare(self, workload: Iterable[PodRequest]) -> None:
         pods = list(workload)
@@ -114,7 +119,6 @@ class GpuyardPolicy(FgdPolicy):
                 for m in p.allowed_models:
                     demand[m] = demand.get(m, 0) + share
         self.model_demand = demand
-        self._scarcity = None
 
     def deficit_increase(self, state: ClusterState, pod: PodRequest, candidates: np.ndarray) -> np.ndarray:
         """int64[K]: increase of ``1000 x max(0, free GPUs x r - free CPU)`` if ``pod`` goes there."""
@@ -125,35 +129,34 @@ class GpuyardPolicy(FgdPolicy):
         after = np.maximum(0, (gpu - pod.total_gpu_milli) * r - (cpu - pod.cpu_milli * 1000))
         return after - before
 
-    def scarcity(self, state: ClusterState, pod: PodRequest, candidates: np.ndarray) -> np.ndarray:
-        """int64[K] in 0..100: 100 - constrained demand on the node's model in % of its supply."""
+    def leaves_room(self, state: ClusterState, pod: PodRequest, candidates: np.ndarray) -> np.ndarray:
+        """bool[K]: after ``pod``, the candidate's GPU model still has the free GPU milli that the
+        model-constrained pods still need (always True for constrained, CPU-only or when no pod
+        of the workload is constrained)."""
+        ok = np.ones(len(candidates), dtype=bool)
         if not self.model_demand or pod.allowed_models is not None or pod.num_gpu == 0:
-            return np.zeros(len(candidates), dtype=np.int64)
-        cached = self._scarcity
-        if cached is not None and cached[0] is state.gpu_model and cached[1] is state.gpu_count:
-            return cached[2][state.gpu_model[candidates]]  # models and GPU counts never change in a state
-        table = self._scarcity_table(state)
-        self._scarcity = (state.gpu_model, state.gpu_count, table)
-        return table[state.gpu_model[candidates]]
-
-    def _scarcity_table(self, state: ClusterState) -> np.ndarray:
-        """int64[models + 1]: the scarcity key per model index (the last entry: no model)."""
+            return ok
         n_models = len(state.model_names)
+        has_model = state.gpu_model >= 0
+        models = state.gpu_model[has_model]
+        free = np.bincount(models, weights=state.gpu_free[has_model].sum(axis=1), minlength=n_models)
         supply = np.bincount(
-            state.gpu_model[state.gpu_model >= 0],
-            weights=state.gpu_count[state.gpu_model >= 0].astype(np.float64) * 1000.0,
-            minlength=n_models,
+            models, weights=state.gpu_count[has_model].astype(np.float64) * 1000.0, minlength=n_models
         )
-        demand = np.zeros(n_models + 1)
+        still_free = float(free.sum()) / max(float(supply.sum()), 1.0)
+        need = np.zeros(n_models + 1)
         for m, milli in self.model_demand.items():
             if m < n_models:
-                demand[m] = milli
-        pressure = np.divide(demand[:n_models], supply, out=np.ones(n_models), where=supply > 0)
-        key = 100 - np.round(100 * np.minimum(pressure, 1.0)).astype(np.int64)
-        return np.append(key, 0)
+                need[m] = milli * still_free
+        cand_models = state.gpu_model[candidates]
+        modelled = cand_models >= 0
+        after = free[np.where(modelled, cand_models, 0)] - pod.total_gpu_milli
+        ok[modelled] = after[modelled] >= need[cand_models[modelled]]
+        return ok
 
     def score(self, state: ClusterState, pod: PodRequest, candidates: np.ndarray) -> np.ndarray:
         fgd = self._fgd(state, pod, candidates)
-        key = -self.deficit_increase(state, pod, candidates)
-        key = key * self._FGD_LEVELS + fgd
-        return key * self._SCARCITY_LEVELS + self.scarcity(state, pod, candidates)
+        key = fgd.astype(np.int64)
+        if pod.num_gpu:
+            key = key - self.deficit_increase(state, pod, candidates) * self._FGD_LEVELS
+        return key + self.leaves_room(state, pod, candidates) * self._ROOM_KEY

@@ -1,5 +1,5 @@
 """FGD: typical pods, fragmentation values worked by hand, the vectorised model against a naive one,
-FGD's choices, and what gpuyard adds (CPU-stranding and model-scarcity keys)."""
+FGD's choices, and what gpuyard adds (room for model-constrained pods, CPU stranding)."""
 
 from __future__ import annotations
 
@@ -246,14 +246,18 @@ def gpu_workload() -> list[PodRequest]:
 def test_gpuyard_keeps_cpu_for_the_gpus_that_need_it():
     # "a" has 12 cores per GPU, exactly what its GPUs' pods need; "b" has CPU to spare.
     s = cluster(("a", 96000, [1000] * 8, "G2"), ("b", 200000, [1000] * 2, "T4"))
-    cpu_pod = PodRequest(name="cpu", cpu_milli=32000, memory_mib=1, num_gpu=0, gpu_milli=0)
+    heavy = PodRequest(name="heavy", cpu_milli=40000, memory_mib=1, num_gpu=1, gpu_milli=1000)
     fgd, ours = FgdPolicy(), GpuyardPolicy()
     fgd.prepare(gpu_workload())
     ours.prepare(gpu_workload())
     assert ours.cpu_per_gpu == 12000 * 20 * 1000 // 20000
-    assert fgd.place(s, cpu_pod)[0] == 0  # FGD: no typical pod stops fitting on a; a sorts first
-    assert ours.place(s, cpu_pod)[0] == 1  # gpuyard: 32 cores on a would strand 2.7 GPUs
-    assert ours.deficit_increase(s, cpu_pod, np.array([0, 1])).tolist() == [32000 * 1000, 0]
+    # 40 cores for one GPU on a would leave its other 7 GPUs 28 cores short
+    assert ours.deficit_increase(s, heavy, np.array([0, 1])).tolist() == [28000 * 1000, 0]
+    assert fgd.place(s, heavy)[0] == 0  # FGD: a sorts first and no typical pod stops fitting once
+    assert ours.place(s, heavy)[0] == 1
+    # a CPU-only pod is FGD's to place (FGD already counts the GPU pods it would stop fitting)
+    cpu_pod = PodRequest(name="cpu", cpu_milli=32000, memory_mib=1, num_gpu=0, gpu_milli=0)
+    assert ours.place(s, cpu_pod)[0] == fgd.place(s, cpu_pod)[0]
     # a GPU-heavy, CPU-light pod is welcome where CPU is short
     s.allocate(0, (), cpu_pod)
     light = PodRequest(name="light", cpu_milli=1000, memory_mib=1, num_gpu=1, gpu_milli=1000)
@@ -275,10 +279,8 @@ def test_gpuyard_keeps_scarce_models_for_constrained_pods():
     pod = PodRequest(name="any", cpu_milli=1000, memory_mib=1, num_gpu=1, gpu_milli=500)
     assert fgd.place(s, pod)[0] == 0
     assert ours.place(s, pod)[0] == 1
-    assert ours.scarcity(s, pod, np.array([0, 1])).tolist() == [
-        0,
-        100,
-    ]  # V100 fully wanted by constrained pods
+    # the V100-only pods still need both V100 GPUs: a share there would leave them short
+    assert ours.leaves_room(s, pod, np.array([0, 1])).tolist() == [False, True]
     # a pod that needs V100 still gets it
     assert (
         ours.place(

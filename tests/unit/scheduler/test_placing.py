@@ -410,8 +410,8 @@ def test_a_gpu_chooser_that_refuses_a_node_sends_the_pods_elsewhere():
     class NotOnA(LowestIndexChooser):
         name = "not-on-a"
 
-        def choose(self, snapshot, row, shape):
-            return None if snapshot.names[row] == "a" else super().choose(snapshot, row, shape)
+        def choose(self, snapshot, row, shape, *, within=None):
+            return None if snapshot.names[row] == "a" else super().choose(snapshot, row, shape, within=within)
 
     register_chooser("not-on-a", lambda args: NotOnA(), replace=True)
     register_profile(
