@@ -77,7 +77,7 @@ def main() -> None:
                 **{f"seeds_{p}": values[p] for p in POINTS},
             }
         if "fgd" in per_policy:
-            for policy, row in per_policy.items():
+            for row in per_policy.values():
                 for p in POINTS:
                     row[f"vs_fgd_{p}"] = round(row[f"mean_{p}"] - per_policy["fgd"][f"mean_{p}"], 3)  # type: ignore[operator]
         out["workloads"][name] = {"seeds": seeds, "policies": per_policy}  # type: ignore[index]
