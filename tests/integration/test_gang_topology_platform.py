@@ -1,0 +1,73 @@
+"""Gang-level topology through the whole platform (operator, scheduler, fake kubelet), as a user
+submits it: a PyTorchJob of one-GPU pods lands on one node's fully NVLinked quad, and eight one-GPU
+workers fill one node, on two empty DGX-1 nodes and on the demo cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuyard.devices.presets import DGX1_NVLINKS
+from gpuyard.testing import ClusterFactory
+
+QUADS = {(0, 1, 2, 3), (4, 5, 6, 7)}
+
+
+def pytorchjob(name: str, *, masters: int, workers: int) -> dict[str, Any]:
+    def replica(count: int) -> dict[str, Any]:
+        return {
+            "replicas": count,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "pytorch",
+                            "image": "train",
+                            "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "4", "memory": "16Gi"}},
+                        }
+                    ]
+                }
+            },
+        }
+
+    specs = {"Worker": replica(workers)}
+    if masters:
+        specs["Master"] = replica(masters)
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"pytorchReplicaSpecs": specs},
+    }
+
+
+def gpus_by_node(cluster: Any, job: Any) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {}
+    for pod in cluster.placement(job).pods:
+        out.setdefault(pod.node, set()).update(pod.gpus)
+    return out
+
+
+@pytest.mark.parametrize("nodes", [[("dgx1-v100", 2)], "configs/clusters/demo.yaml"])
+async def test_master_and_three_workers_land_on_one_nvlinked_quad(
+    gpuyard_cluster: ClusterFactory, nodes: Any
+) -> None:
+    kwargs = {"nodes": nodes} if isinstance(nodes, list) else {"scenario": nodes}
+    c = await gpuyard_cluster(**kwargs)
+    job = await c.submit(pytorchjob("ddp", masters=1, workers=3))
+    await c.run_until(job, "Running", timeout=120)
+    placed = gpus_by_node(c, job)
+    assert len(placed) == 1, placed
+    [gpus] = placed.values()
+    assert tuple(sorted(gpus)) in QUADS
+    assert all((a, b) in DGX1_NVLINKS or (b, a) in DGX1_NVLINKS for a in gpus for b in gpus if a < b)
+    c.assert_nvlink_connected(job)
+
+
+async def test_eight_one_gpu_workers_fill_one_node(gpuyard_cluster: ClusterFactory) -> None:
+    c = await gpuyard_cluster(nodes=[("dgx1-v100", 2)])
+    job = await c.submit(pytorchjob("w8", masters=0, workers=8))
+    await c.run_until(job, "Running", timeout=120)
+    placed = gpus_by_node(c, job)
+    assert [sorted(g) for g in placed.values()] == [list(range(8))]
