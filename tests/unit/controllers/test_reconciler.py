@@ -324,18 +324,24 @@ async def test_host_network_failover_gets_a_new_port_and_retargets_the_service(e
 async def test_service_is_retargeted_before_the_new_pod_is_created(env: OperatorEnv) -> None:
     await start(env, load_job("tf-mnist-hostnetwork"))
     order: list[str] = []
-    backend = env.backend
-    real_apply, real_create = backend.apply_service, backend.create_pod
+    writer = env.backend.writer
+    real_create, real_update = writer.create, writer.update
 
-    async def apply(svc):  # type: ignore[no-untyped-def]
-        order.append(f"service:{svc.metadata.name}:{svc.spec.ports[0].target_port}")
-        return await real_apply(svc)
+    def note(obj) -> None:  # type: ignore[no-untyped-def]
+        if obj.kind == "Service":
+            order.append(f"service:{obj.metadata.name}:{obj.spec.ports[0].target_port}")
+        elif obj.kind == "Pod":
+            order.append(f"pod:{obj.metadata.name}:{obj.spec.containers[0].ports[0].host_port}")
 
-    async def create(pod):  # type: ignore[no-untyped-def]
-        order.append(f"pod:{pod.metadata.name}:{pod.spec.containers[0].ports[0].host_port}")
-        return await real_create(pod)
+    async def create(obj):  # type: ignore[no-untyped-def]
+        note(obj)
+        return await real_create(obj)
 
-    backend.apply_service, backend.create_pod = apply, create  # type: ignore[method-assign]
+    async def update(obj):  # type: ignore[no-untyped-def]
+        note(obj)
+        return await real_update(obj)
+
+    writer.create, writer.update = create, update  # type: ignore[method-assign]
     env.backend.finish("kubedl", "mnist-worker-2", exit_code=137)
     await env.settle()
     assert (
@@ -378,16 +384,16 @@ async def test_unhealthy_gpu_moves_the_pod(env: OperatorEnv) -> None:
     assert (moved.spec.node_name, devices["gpus"]) != (node, [gpu])  # type: ignore[attr-defined]
 
 
-async def test_backend_refusal_unassumes_and_requeues(env: OperatorEnv) -> None:
-    env.backend.fail_creates = 1
+async def test_backend_refusal_releases_the_reservations_and_requeues(env: OperatorEnv) -> None:
+    env.backend.writer.fail_creates = 1
     env.scheduler.max_placements = 1
     env.submit(tf_job())
     await env.settle()
+    assert not env.reservations("team-a") and not env.pods("team-a")  # released: nothing held
     pg = env.pod_group("team-a", "tf")
-    assert pg is not None and pg.status.phase == "Pending" and pg.status.reason == "PodCreationFailed"
-    assert "admission webhook denied" in pg.status.message
-    assert not env.reservations("team-a") and not env.pods("team-a")  # un-assumed: nothing held
-    assert any(reason == "FailedCreatePod" for reason, _ in env.events("team-a", "tf"))
+    assert pg is not None and not pg.spec.release  # the scheduler took them back: releases pruned
+    refused = [m for reason, m in env.events("team-a", "tf") if reason == "FailedCreatePod"]
+    assert refused and "admission webhook denied" in refused[0] and "released 3 reservation(s)" in refused[0]
     env.scheduler.max_placements = None
     env.store.mutate(
         "PodGroup", "team-a", "tf", lambda p: setattr(p.status, "attempts", 1)
