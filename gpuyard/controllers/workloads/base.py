@@ -135,12 +135,6 @@ class Wiring:
             return list(self.spec.containers)
         return [c for c in self.spec.containers if c.name == name]
 
-    def default_container(self) -> Container | None:
-        found = self.containers(self.port_default.container)
-        if found:
-            return found[0]
-        return self.spec.containers[0] if self.spec.containers else None
-
 
 def container_port(spec: PodSpec, default: PortDefault) -> int | None:
     """The default port: the default container's port of the default name (first container if none is so named)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpuyard.apis.core import GPU_RESOURCE, Pod, PodStatus
-from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
 from gpuyard.apis.jobs import load_documents, parse_job
 from gpuyard.apis.meta import ObjectMeta, OwnerReference, Resource
 from gpuyard.apis.quantity import to_int
@@ -58,6 +58,52 @@ def load_job(name: str, *, host_network: bool = False, namespace: str | None = N
 
 def job_from(doc: dict[str, Any]) -> TrainingJob:
     return parse_job(doc)
+
+
+def tf_job(
+    name: str = "tf",
+    *,
+    ns: str = "team-a",
+    ps: int = 1,
+    workers: int = 2,
+    policy: str = "ExitCode",
+    **run: Any,
+) -> TrainingJob:
+    spec: dict[str, Any] = {
+        "tfReplicaSpecs": {
+            "PS": {
+                "replicas": ps,
+                "restartPolicy": policy,
+                "template": {"spec": {"containers": [{"name": "tensorflow", "image": "tf"}]}},
+            },
+            "Worker": {
+                "replicas": workers,
+                "restartPolicy": policy,
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "tensorflow",
+                                "image": "tf",
+                                "resources": {"limits": {"nvidia.com/gpu": 1}},
+                            }
+                        ]
+                    }
+                },
+            },
+        },
+        **run,
+    }
+    if not ps:
+        del spec["tfReplicaSpecs"]["PS"]
+    return job_from(
+        {
+            "apiVersion": "training.kubedl.io/v1alpha1",
+            "kind": "TFJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": spec,
+        }
+    )
 
 
 def gpus_of(job: TrainingJob, role: str) -> int:
@@ -264,11 +310,14 @@ class ScriptedWriter(StoreWriter):
         self.writes: list[tuple[str, str, str]] = []
 
     def foreign_writes(self) -> list[tuple[str, str, str]]:
-        """Writes the operator must never make: Reservations, PodGroup status, pod status."""
+        """Writes the operator must never make: Reservations, PodGroup status, pods' status or
+        spec, a job's spec (the user's)."""
         return [
             w
             for w in self.writes
-            if w[1] == "Reservation" or (w[0] == "patch_status" and w[1] in ("PodGroup", "Pod"))
+            if w[1] == "Reservation"
+            or (w[0] == "patch_status" and w[1] in ("PodGroup", "Pod"))
+            or (w[0] == "update" and (w[1] == "Pod" or w[1] in KIND_INFO))
         ]
 
     async def create(self, obj: R) -> R:

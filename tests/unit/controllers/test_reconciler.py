@@ -8,53 +8,7 @@ from typing import Any
 from gpuyard.apis.core import NodeCondition
 from gpuyard.apis.scheduling import ANNOTATION_DEVICES
 from tests.unit.controllers.conftest import OperatorEnv
-from tests.unit.controllers.fakes import job_from, load_job
-
-
-def tf_job(
-    name: str = "tf",
-    *,
-    ns: str = "team-a",
-    ps: int = 1,
-    workers: int = 2,
-    policy: str = "ExitCode",
-    **run: Any,
-) -> Any:
-    spec: dict[str, Any] = {
-        "tfReplicaSpecs": {
-            "PS": {
-                "replicas": ps,
-                "restartPolicy": policy,
-                "template": {"spec": {"containers": [{"name": "tensorflow", "image": "tf"}]}},
-            },
-            "Worker": {
-                "replicas": workers,
-                "restartPolicy": policy,
-                "template": {
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "tensorflow",
-                                "image": "tf",
-                                "resources": {"limits": {"nvidia.com/gpu": 1}},
-                            }
-                        ]
-                    }
-                },
-            },
-        },
-        **run,
-    }
-    if not ps:
-        del spec["tfReplicaSpecs"]["PS"]
-    return job_from(
-        {
-            "apiVersion": "training.kubedl.io/v1alpha1",
-            "kind": "TFJob",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": spec,
-        }
-    )
+from tests.unit.controllers.fakes import evict, job_from, load_job, tf_job
 
 
 def conditions(env: OperatorEnv, ns: str, name: str) -> list[tuple[str, str]]:
@@ -412,9 +366,10 @@ async def test_suspend_releases_everything_and_resume_requeues(env: OperatorEnv)
     await env.settle()
     job = env.job("team-a", "tf")
     assert job.status.phase == "Suspended" and job.status.is_true("Suspended")
-    assert not env.pods("team-a") and not env.reservations("team-a")
+    assert not env.pods("team-a") and not env.reservations("team-a")  # released, the scheduler freed them
     pg = env.pod_group("team-a", "tf")
     assert pg is not None and pg.spec.suspend and pg.status.phase == "Suspended"
+    assert not pg.spec.release  # done: pruned
     env.store.mutate("TFJob", "team-a", "tf", lambda j: setattr(j.spec, "suspend", False))
     await env.settle()
     job = env.job("team-a", "tf")
@@ -449,6 +404,32 @@ async def test_preempted_pod_is_stopped_when_its_reservation_goes(env: OperatorE
     env.store.mutate("PodGroup", "team-a", "tf", lambda pg: setattr(pg.status, "phase", "Pending"))
     await env.settle()
     assert "tf-worker-1" in env.pods("team-a")
+
+
+async def test_evicted_pods_stop_without_a_restart_and_come_back_once_placed_again(env: OperatorEnv) -> None:
+    await start(env, tf_job())
+    before = env.reservations("team-a")["tf-worker-0"]
+    env.scheduler.hold = True  # the preemptor holds the devices for now
+    evict(env.store, "team-a", "tf", {"tf-worker-0": "preempted by team-b/urgent (priority 1000)"})
+    await env.settle()
+    assert "tf-worker-0" not in env.pods("team-a") and "tf-worker-1" in env.pods("team-a")
+    job = env.job("team-a", "tf")
+    assert job.status.phase == "Restarting" and job.status.restarts == 0  # not counted against backoffLimit
+    assert "were preempted (preempted by team-b/urgent (priority 1000)): tf-worker-0" in (
+        job.status.condition("Restarting").message  # type: ignore[union-attr]
+    )
+    assert "tf-worker-0" not in env.reservations("team-a")  # released, then deleted by the scheduler
+    pg = env.pod_group("team-a", "tf")
+    assert pg is not None and not pg.status.evictions and not pg.spec.release
+    env.scheduler.hold = False
+    env.store.mutate("PodGroup", "team-a", "tf", lambda p: setattr(p.status, "attempts", 1))  # wake it
+    await env.settle()
+    after = env.reservations("team-a")["tf-worker-0"]
+    assert after.metadata.uid != before.metadata.uid  # type: ignore[attr-defined]
+    assert "tf-worker-0" in env.pods("team-a")
+    env.backend.run_all("team-a", "tf")
+    await env.settle()
+    assert env.job("team-a", "tf").status.phase == "Running"
 
 
 async def test_a_new_job_of_the_same_name_does_not_inherit_the_old_gang(env: OperatorEnv) -> None:
