@@ -51,6 +51,12 @@ class Running:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
+def release(sched: Running, group: str, *pods: str, ns: str = "default") -> None:
+    """What the operator does when it no longer needs pods' Reservations: `spec.release`."""
+    uids = {p: sched.store.must_get("Reservation", ns, p).metadata.uid for p in pods}
+    sched.store.mutate("PodGroup", ns, group, lambda pg: pg.spec.release.update(uids))
+
+
 @pytest.fixture
 async def sched():
     ctx = Context.for_tests()
@@ -133,11 +139,11 @@ async def test_a_failed_write_un_assumes_and_retries_after_a_backoff(sched, monk
     assert sched.pg("j").status.phase == "Placed" and len(sched.reservations("j")) == 2
 
 
-async def test_deleted_reservations_are_placed_again_with_a_new_port(sched):
+async def test_released_reservations_are_placed_again_with_a_new_port(sched):
     sched.store.create(podgroup("hn", role(replicas=2, gpus=1, host_ports=1)))
     await sched.settle()
     old = sched.reservations("hn")["hn-worker-1"]
-    sched.store.delete("Reservation", "default", "hn-worker-1")  # the operator: this pod must move
+    release(sched, "hn", "hn-worker-1")  # the operator: this pod must move
     await sched.settle()
     new = sched.reservations("hn")["hn-worker-1"]
     assert new.metadata.uid != old.metadata.uid
@@ -164,9 +170,7 @@ async def test_optional_pods_are_placed_later_without_blocking(sched):
     elastic = sched.pg("elastic")
     assert elastic.status.phase == "Placed" and elastic.status.placed == 1
     assert "2 optional pods wait for room" in elastic.status.message
-    sched.store.delete("Reservation", "default", "fill-worker-0")
-    sched.store.delete("Reservation", "default", "fill-worker-1")
-    sched.store.delete("PodGroup", "default", "fill")
+    sched.store.delete("PodGroup", "default", "fill")  # the job ended: its Reservations are collected
     await sched.settle()
     assert sched.pg("elastic").status.placed == 3
 
@@ -277,7 +281,7 @@ async def test_demo_cluster_v100_class_and_a_gang_that_does_not_fit():
 
 
 async def test_an_error_in_one_cycle_does_not_stop_the_scheduler(sched, monkeypatch):
-    from gpuyard.scheduler import running
+    from gpuyard.scheduler import attempting as running
 
     real_place = running.place
     failures = {"boom": 1}
@@ -299,7 +303,8 @@ async def test_an_error_in_one_cycle_does_not_stop_the_scheduler(sched, monkeypa
 
 
 async def test_a_job_whose_minimum_is_zero_waits_quietly_until_a_pod_fits(sched):
-    sched.store.create(podgroup("hog", role(replicas=3, gpus=8)))
+    sched.store.create(podgroup("hog", role(replicas=2, gpus=8)))
+    sched.store.create(podgroup("small-hog", role(replicas=1, gpus=8)))
     await sched.settle()
     sched.store.create(podgroup("zero", role(replicas=2, gpus=8, min_available=0)))
     await sched.settle(2)
@@ -308,7 +313,6 @@ async def test_a_job_whose_minimum_is_zero_waits_quietly_until_a_pod_fits(sched)
     rv = zero.metadata.resource_version
     await sched.settle(5)
     assert sched.pg("zero").metadata.resource_version == rv  # no status flapping
-    sched.store.delete("PodGroup", "default", "hog")  # the job ended: the operator releases its pods
-    sched.store.delete("Reservation", "default", "hog-worker-0")
+    sched.store.delete("PodGroup", "default", "small-hog")  # that job ended: its Reservation is collected
     await sched.settle()
     assert sched.pg("zero").status.phase == "Placed" and sched.pg("zero").status.placed == 1
