@@ -1,4 +1,9 @@
-"""One scheduling attempt: a PodGroup (with its gang group) is placed and assumed, or set aside.
+"""One cycle's walk over the queues, and each attempt: a PodGroup (with its gang group) is
+placed and assumed, or set aside.
+
+A :class:`Walk` takes the FairQueue's candidates in order; `offer` checks quota and
+ResourceQuota admission first (a blocked job is parked with the cause and may reclaim borrowed
+capacity when its quota is owed its min, `preempting`), then tries to place it.
 
 `schedule_one(state, key)` reads the PodGroup from the core's objects, builds the plain gang
 request (`gang_requests.build_gang`), answers from the per-epoch "does not fit" cache when the
@@ -12,7 +17,7 @@ synchronous: between taking a job and recording its placement nothing else runs.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -29,9 +34,129 @@ from gpuyard.scheduler.recording import Key, is_complete
 if TYPE_CHECKING:
     from gpuyard.scheduler.core import SchedulerState
 
-__all__ = ["schedule_one"]
+__all__ = ["Walk", "backoff", "offer", "retry_partial", "schedule_one", "waiting"]
 
 log = structlog.get_logger(__name__)
+
+
+class Walk:
+    """One cycle's walk over the queues' candidates."""
+
+    __slots__ = ("candidates", "seen", "verdicts")
+
+    def __init__(self, candidates: Any) -> None:
+        self.candidates = candidates
+        self.seen: dict[str, int] = {}  # per queue: candidates so far this cycle
+        # Quota answers per job shape (quota, demand, namespace) while the quota state stays as it
+        # is: many waiting jobs of few shapes cost one check (and one `owed`) per shape. Cleared
+        # whenever the state may change (a placement, a reclaim, new changes).
+        self.verdicts: dict[tuple, tuple[str, bool]] = {}
+
+
+def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
+    """Quota admission, then an attempt to place; the walk hears how it went."""
+    adm, candidates = state.admission, walk.candidates
+    key: Key = job.key
+    state.positions[key] = walk.seen.get(job.queue, 0)
+    walk.seen[job.queue] = state.positions[key] + 1
+    state.parking.unpark(key)
+    try:
+        shape = adm.shape(key)
+        known = walk.verdicts.get(shape) if shape is not None else None
+        reason = known[0] if known is not None else adm.check(key)
+        if reason is not None:
+            candidates.blocked(job, reason, reserve=False)
+            quota_blocked(state, key, reason, shape=shape)
+            outcome = None
+        else:
+            outcome = schedule_one(state, key)
+            if outcome is None:  # gone, suspended, or nothing to place: a change brings it back
+                state.queue.park(key, epoch=state.epoch(), reserve=False)
+            if isinstance(outcome, Placement):
+                candidates.placed(job)
+                walk.verdicts.clear()
+            else:
+                why = outcome.full_message() if outcome is not None else ""
+                candidates.blocked(job, why, reserve=outcome is not None)
+        if outcome is not None or reason is not None:
+            if reason is not None and shape is not None and known is None:
+                known = walk.verdicts[shape] = (reason, adm.owed(key))
+            if maybe_reclaim(state, key, owed=known[1] if known is not None else None):
+                walk.verdicts.clear()
+    except Exception:  # one bad job must not stop the scheduler: retry it later
+        log.exception("scheduler.cycle_failed", job=f"{key[0]}/{key[1]}")
+        state.queue.backoff(key, until=state.now + state.recorder.backoff_delay(key))
+        walk.verdicts.clear()
+
+
+def retry_partial(state: SchedulerState) -> None:
+    """Running jobs with pods still unplaced (elastic minimum, failover): try again when the
+    cluster changed since their last try. Owners whose reclaim delay ended are tried again."""
+    for key in state.reclaimer.due(state.now):
+        job = state.queue.get(key)
+        if job is not None and state.queue.is_held(key):
+            state.queue.add(job)
+    epoch = state.epoch()
+    for key, tried in list(state.partial.items()):
+        if tried < epoch and key in state.partial:
+            state.partial[key] = epoch
+            schedule_one(state, key)
+
+
+def maybe_reclaim(state: SchedulerState, key: Key, *, owed: bool | None = None) -> bool:
+    """Reclaim for `key` if it is owed; whether jobs were preempted."""
+    victims = state.reclaimer.consider(
+        state.admission,
+        key,
+        now=state.now,
+        utcnow=state.utcnow,
+        epoch=state.epoch(),
+        snapshot=state.snapshot,
+        objects=state.objects,
+        recorder=state.recorder,
+        owed=owed,
+    )
+    return bool(victims)
+
+
+def quota_blocked(state: SchedulerState, key: Key, reason: str, *, shape: tuple | None = None) -> None:
+    state.queue.park(key, epoch=state.epoch(), reason=reason, reserve=False)
+    state.parking.park(key, shape)
+    pg = state.objects.get("PodGroup", *key)
+    if not isinstance(pg, PodGroup):
+        return
+    code = "ResourceQuotaExceeded" if reason.startswith("ResourceQuota") else "QuotaExceeded"
+    state.recorder.attempted(pg)
+    waiting(state, pg, code, reason, held=0)
+
+
+def waiting(state: SchedulerState, pg: PodGroup, code: str, cause: str, *, held: int) -> None:
+    """Why a queued job waits: its position and queue share, then the first blocking cause."""
+    key = (pg.metadata.namespace, pg.metadata.name)
+    where = None
+    if state.admission.tenancy:
+        job = state.queue.get(key)
+        qname = job.queue if job is not None else (pg.spec.queue or pg.metadata.namespace)
+        pos = state.positions.get(key)
+        place_ = f"#{pos + 1} in queue {qname}" if pos is not None else f"queue {qname}"
+        where = f"{place_} (share {state.queue.share(qname):.2f})"
+    state.recorder.waiting(pg, code, cause, held=held, now=state.now, utcnow=state.utcnow, where=where)
+
+
+def backoff(state: SchedulerState, pg: PodGroup, message: str) -> None:
+    key = (pg.metadata.namespace, pg.metadata.name)
+    delay = state.recorder.backoff_delay(key)
+    state.queue.backoff(key, until=state.now + delay, reason=message)
+    held = len(state.snapshot.placed_pods(key))
+    state.recorder.status(
+        pg,
+        phase="Placed" if held else "Pending",
+        reason="AssumeFailed",
+        message=f"{message}; retrying in {delay:g}s",
+        placed=held,
+        now=state.utcnow,
+    )
+    log.warning("job.assume_failed", job=f"{key[0]}/{key[1]}", error=message, retry_in=delay)
 
 
 def schedule_one(state: SchedulerState, key: Key) -> Placement | Unschedulable | None:
@@ -161,7 +286,7 @@ def _not_placed(state: SchedulerState, members: list[PodGroup], result: Unschedu
             state.partial[key] = epoch
         held = len(state.snapshot.placed_pods(key))
         state.recorder.attempted(m)
-        state.waiting(m, result.reason, cause, held=held)
+        waiting(state, m, result.reason, cause, held=held)
 
 
 def _signature(gang: GangRequest) -> tuple | None:

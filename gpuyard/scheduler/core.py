@@ -29,14 +29,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.scheduler.attempting import schedule_one
+from gpuyard.scheduler.attempting import Walk, backoff, offer, retry_partial
 from gpuyard.scheduler.decisions import (
     Change,
     Decision,
@@ -74,20 +74,6 @@ STEP_JOBS = 32
 """Jobs per `step`: the loop writes their decisions and takes new changes between slices."""
 
 
-class _Walk:
-    """One cycle's walk over the queues' candidates."""
-
-    __slots__ = ("candidates", "seen", "verdicts")
-
-    def __init__(self, candidates: Any) -> None:
-        self.candidates = candidates
-        self.seen: dict[str, int] = {}  # per queue: candidates so far this cycle
-        # Quota answers per job shape (quota, demand, namespace) while the quota state stays as it
-        # is: many waiting jobs of few shapes cost one check (and one `owed`) per shape. Cleared
-        # whenever the state may change (a placement, a reclaim, new changes).
-        self.verdicts: dict[tuple, tuple[str, bool]] = {}
-
-
 class SchedulerState:
     """The scheduler's state and decisions (see the module docstring)."""
 
@@ -115,7 +101,7 @@ class SchedulerState:
         self.placed_jobs = 0
         self.cycles = 0
         self.now = 0.0
-        self.utcnow = datetime.min
+        self.utcnow = datetime.fromtimestamp(0, UTC)
         self.shapes: ShapeCache = {}
         self.no_fit: dict[tuple, tuple[int, Unschedulable]] = {}
         self.partial: dict[Key, int] = {}  # running jobs with pods still to place -> epoch last tried
@@ -125,7 +111,7 @@ class SchedulerState:
         self._dirty: dict[str, set[Key]] = {k: set() for k in WATCHED}
         self._assumed: dict[Key, Reservation] = {}  # assumed, not yet seen back from the store
         self._deleting: dict[Key, str] = {}  # Reservation -> uid, deletion decided
-        self._walk: _Walk | None = None
+        self._walk: Walk | None = None
         self._left_ready = 0
         self._seen_epoch = -1
 
@@ -145,8 +131,9 @@ class SchedulerState:
 
     # --- input -----------------------------------------------------------------------------------
 
-    def load(self, objects: Mapping[str, Iterable[Resource]]) -> None:
+    def load(self, objects: Mapping[str, Iterable[Resource]], *, now: float, utcnow: datetime) -> None:
         """Start over from a full LIST: `objects` per watched kind the cluster knows."""
+        self.now, self.utcnow = now, utcnow
         cache = self.objects
         cache.reset(k for k in WATCHED if k in objects)
         for items in objects.values():
@@ -213,14 +200,14 @@ class SchedulerState:
         walk = self._walk
         if walk is None:
             self.cycles += 1
-            self._retry_partial()
-            walk = self._walk = _Walk(self.queue.candidates(now))
+            retry_partial(self)
+            walk = self._walk = Walk(self.queue.candidates(now))
             self.positions.clear()
         else:
             walk.verdicts.clear()  # the state changed between slices
         done = 0
         for job in walk.candidates:
-            self._offer(walk, job)
+            offer(self, walk, job)
             done += 1
             if done >= limit:
                 return self.recorder.take()
@@ -252,7 +239,7 @@ class SchedulerState:
                     self.admission.requeue(key)
             pg = self.objects.get("PodGroup", *key)
             if isinstance(pg, PodGroup):
-                self.backoff(pg, message)
+                backoff(self, pg, message)
         return self.recorder.take()
 
     def write_failed(self, decision: Decision) -> None:
@@ -288,109 +275,6 @@ class SchedulerState:
             "nodes": self.snapshot.node_count,
             "reservations": self.snapshot.reservation_count,
         }
-
-    # --- one candidate ---------------------------------------------------------------------------
-
-    def _offer(self, walk: _Walk, job: Any) -> None:
-        adm, candidates = self.admission, walk.candidates
-        key: Key = job.key
-        self.positions[key] = walk.seen.get(job.queue, 0)
-        walk.seen[job.queue] = self.positions[key] + 1
-        self.parking.unpark(key)
-        try:
-            shape = adm.shape(key)
-            known = walk.verdicts.get(shape) if shape is not None else None
-            reason = known[0] if known is not None else adm.check(key)
-            if reason is not None:
-                candidates.blocked(job, reason, reserve=False)
-                self._quota_blocked(key, reason, shape=shape)
-                outcome = None
-            else:
-                outcome = schedule_one(self, key)
-                if outcome is None:  # gone, suspended, or nothing to place: a change brings it back
-                    self.queue.park(key, epoch=self.epoch(), reserve=False)
-                if isinstance(outcome, Placement):
-                    candidates.placed(job)
-                    walk.verdicts.clear()
-                else:
-                    why = outcome.full_message() if outcome is not None else ""
-                    candidates.blocked(job, why, reserve=outcome is not None)
-            if outcome is not None or reason is not None:
-                if reason is not None and shape is not None and known is None:
-                    known = walk.verdicts[shape] = (reason, adm.owed(key))
-                if self._maybe_reclaim(key, owed=known[1] if known is not None else None):
-                    walk.verdicts.clear()
-        except Exception:  # one bad job must not stop the scheduler: retry it later
-            log.exception("scheduler.cycle_failed", job=f"{key[0]}/{key[1]}")
-            self.queue.backoff(key, until=self.now + self.recorder.backoff_delay(key))
-            walk.verdicts.clear()
-
-    def _retry_partial(self) -> None:
-        """Running jobs with pods still unplaced (elastic minimum, failover): try again when the
-        cluster changed since their last try. Owners whose reclaim delay ended are tried again."""
-        for key in self.reclaimer.due(self.now):
-            job = self.queue.get(key)
-            if job is not None and self.queue.is_held(key):
-                self.queue.add(job)
-        epoch = self.epoch()
-        for key, tried in list(self.partial.items()):
-            if tried < epoch and key in self.partial:
-                self.partial[key] = epoch
-                schedule_one(self, key)
-
-    def _maybe_reclaim(self, key: Key, *, owed: bool | None = None) -> bool:
-        """Reclaim for `key` if it is owed; whether jobs were preempted."""
-        victims = self.reclaimer.consider(
-            self.admission,
-            key,
-            now=self.now,
-            utcnow=self.utcnow,
-            epoch=self.epoch(),
-            snapshot=self.snapshot,
-            objects=self.objects,
-            recorder=self.recorder,
-            owed=owed,
-        )
-        return bool(victims)
-
-    def _quota_blocked(self, key: Key, reason: str, *, shape: tuple | None = None) -> None:
-        self.queue.park(key, epoch=self.epoch(), reason=reason, reserve=False)
-        self.parking.park(key, shape)
-        pg = self.objects.get("PodGroup", *key)
-        if not isinstance(pg, PodGroup):
-            return
-        code = "ResourceQuotaExceeded" if reason.startswith("ResourceQuota") else "QuotaExceeded"
-        self.recorder.attempted(pg)
-        self.waiting(pg, code, reason, held=0)
-
-    # --- statuses (used by `attempting` too) -----------------------------------------------------
-
-    def waiting(self, pg: PodGroup, code: str, cause: str, *, held: int) -> None:
-        """Why a queued job waits: its position and queue share, then the first blocking cause."""
-        key = (pg.metadata.namespace, pg.metadata.name)
-        where = None
-        if self.admission.tenancy:
-            job = self.queue.get(key)
-            qname = job.queue if job is not None else (pg.spec.queue or pg.metadata.namespace)
-            pos = self.positions.get(key)
-            place_ = f"#{pos + 1} in queue {qname}" if pos is not None else f"queue {qname}"
-            where = f"{place_} (share {self.queue.share(qname):.2f})"
-        self.recorder.waiting(pg, code, cause, held=held, now=self.now, utcnow=self.utcnow, where=where)
-
-    def backoff(self, pg: PodGroup, message: str) -> None:
-        key = (pg.metadata.namespace, pg.metadata.name)
-        delay = self.recorder.backoff_delay(key)
-        self.queue.backoff(key, until=self.now + delay, reason=message)
-        held = len(self.snapshot.placed_pods(key))
-        self.recorder.status(
-            pg,
-            phase="Placed" if held else "Pending",
-            reason="AssumeFailed",
-            message=f"{message}; retrying in {delay:g}s",
-            placed=held,
-            now=self.utcnow,
-        )
-        log.warning("job.assume_failed", job=f"{key[0]}/{key[1]}", error=message, retry_in=delay)
 
     def assumed(self, reservations: list[Reservation]) -> None:
         """`attempting` recorded these in the snapshot; their store echo is not news."""

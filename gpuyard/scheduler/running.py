@@ -114,7 +114,9 @@ class SchedulerLoop:
     def _resync(self) -> int:
         """Load the core from a full LIST; return the list's resourceVersion."""
         rv = self.store.resource_version
-        self.state.load({k: self.store.list(k) for k in self._kinds()})
+        self.state.load(
+            {k: self.store.list(k) for k in self._kinds()}, now=self.clock.now(), utcnow=self.clock.utcnow()
+        )
         self._changes.clear()
         self._relist = False
         self._wake.set()
