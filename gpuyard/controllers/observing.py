@@ -37,7 +37,7 @@ class Observed:
     pod_group: PodGroup | None  # the job's PodGroup (None: not created yet)
     stale_group: PodGroup | None = None  # the PodGroup of an earlier job of the same name
     leftovers: int = 0  # Reservations of an earlier gang of this name, not yet collected
-    unusable: frozenset[str] = frozenset()  # Reservations on a lost node or an unhealthy GPU
+    unusable: frozenset[str] = frozenset()  # finished pods whose Reservation is on a lost node or bad GPU
 
 
 def job_owner_uid(obj: Pod | Service | PodGroup) -> str | None:
@@ -54,14 +54,14 @@ def _belongs_to(res: Reservation, pg: PodGroup) -> bool:
     return not owners or pg.metadata.uid in owners
 
 
-def placement_usable(store: Store, res: Reservation) -> bool:
+def placement_usable(store: Store, res: Reservation, *, topologies: bool = True) -> bool:
     """The Reservation's node is there and Ready and none of its GPUs is unhealthy
     (node annotation `gpuyard.io/unhealthy-gpus`, or the NodeTopology's GPU health)."""
     node = store.get("Node", "", res.spec.node)
     if not isinstance(node, Node) or not node.ready:
         return False
     bad = set(unhealthy_indices(node))
-    if "NodeTopology" in store.kinds():
+    if topologies:
         topo = store.get("NodeTopology", "", res.spec.node)
         for gpu in getattr(getattr(topo, "spec", None), "gpus", None) or []:
             if getattr(gpu, "health", "Healthy") != "Healthy":
@@ -103,7 +103,15 @@ def observe(store: Store, job: TrainingJob) -> Observed:
         for index in range(job.replica_specs[role].count):
             rname = replica_name(name, role, index)
             replicas.append(Replica(role, index, rname, pods.pop(rname, None), reservations.get(rname)))
-    unusable = frozenset(n for n, res in reservations.items() if not placement_usable(store, res))
+    topologies = "NodeTopology" in store.kinds()
+    unusable = frozenset(  # asked only of finished pods: a restarted one may have to move
+        rep.name
+        for rep in replicas
+        if rep.reservation is not None
+        and rep.pod is not None
+        and rep.pod.status.phase in ("Succeeded", "Failed")
+        and not placement_usable(store, rep.reservation, topologies=topologies)
+    )
     return Observed(
         replicas=replicas,
         extra_pods=list(pods.values()),

@@ -3,7 +3,7 @@
 A plugin is a small, pure description of a framework (TensorFlow, PyTorch, ...): its default
 start order, how to wire one pod's distributed environment (`TF_CONFIG`, `MASTER_ADDR`, an MPI
 hostfile, ...), which pods carry the `job-role=master` label, and when the job has succeeded.
-The engine (`gpuyard.controllers.reconciling`) does everything else: gangs, reservations, pods,
+The engine (`gpuyard.controllers.planning` and around it) does everything else: gangs, reservations, pods,
 services, restarts, status. Plugins never touch the store.
 
 `wire()` receives a :class:`Wiring`: the job, the pod's role and index, the pod template being

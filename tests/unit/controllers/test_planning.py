@@ -267,7 +267,11 @@ def test_observed_keeps_only_the_current_pod_groups_reservations() -> None:
     ]
     ctx.store.create(ours)
     ctx.store.create(theirs)
+    failed = pod(job, ours)
+    terminate(failed, exit_code=137, reason=None, message=None, now=NOW)
+    ctx.store.create(failed)
     obs = observe(ctx.store, job)
     assert list(obs.reservations) == ["tf-ps-0"] and obs.leftovers == 1
-    assert obs.unusable == {"tf-ps-0"}  # its node is not in the store
+    assert obs.replicas[0].pod is not None and obs.replicas[0].reservation is not None
+    assert obs.unusable == {"tf-ps-0"}  # its node is not in the store: the restart must move
     ctx.store.close()
