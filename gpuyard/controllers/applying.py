@@ -84,7 +84,7 @@ class Applier:
         if plan.create_pod_group is not None:
             await self.writer.create(plan.create_pod_group)
         elif plan.pod_group:
-            await self._change_pod_group(ns, name, plan.pod_group)
+            await self._change_pod_group((ns, name), plan.pod_group)
         for svc in plan.services:
             await self._write_service(svc)
         requeue = await self._create_pods(job, plan)
@@ -126,7 +126,7 @@ class Applier:
             p.metadata.name for p in self.store.list("Pod", namespace=ns, selector={LABEL_JOB_NAME: name})
         }
         release = {pod: uid for pod, uid in plan.held.items() if pod not in with_pods}
-        await self._change_pod_group(ns, name, PodGroupChange(release=release, held=plan.held))
+        await self._change_pod_group((ns, name), PodGroupChange(release=release, held=plan.held))
         plan.report.note(
             "FailedCreatePod",
             f"Error creating: {error}; released {len(release)} reservation(s) and queued again",
@@ -158,9 +158,9 @@ class Applier:
 
     # --- the PodGroup --------------------------------------------------------------------------
 
-    async def _change_pod_group(self, ns: str, name: str, change: PodGroupChange) -> None:
+    async def _change_pod_group(self, key: ObjectKey, change: PodGroupChange) -> None:
         async def write() -> PodGroup | None:
-            current = self.store.get("PodGroup", ns, name)
+            current = self.store.get("PodGroup", *key)
             if not isinstance(current, PodGroup):
                 return None
             new = changed_pod_group(current, change)
@@ -173,9 +173,9 @@ class Applier:
     async def _record(self, job: TrainingJob, events: Iterable[EventNote], *, now: datetime) -> None:
         for ev in events:
             await record_event(
-                self.store,
-                self.writer,
                 job,
+                store=self.store,
+                writer=self.writer,
                 reason=ev.reason,
                 message=ev.message,
                 now=now,

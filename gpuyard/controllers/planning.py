@@ -97,28 +97,30 @@ def plan(
     out.delete_pods.extend(obs.stale_pods)
     out.delete_pod_group = obs.stale_group  # the gang of an earlier job of the same name
     if status.condition("Created") is None:
-        report.set("Created", report.reason("Created"), f"{report.name} is created.")
+        report.set("Created", reason=report.reason("Created"), message=f"{report.name} is created.")
     if status.finished:
-        return _finished(out, job, obs)
+        return _finished(out, job=job, obs=obs)
     if job.suspended:
-        return _suspended(out, job, plugin, obs, cluster_domain)
+        return _suspended(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain)
     if status.is_true("Suspended"):
         status.start_time = None
-        report.set("Suspended", report.reason("Resumed"), f"{report.name} is resumed.", true=False)
+        report.set(
+            "Suspended", reason=report.reason("Resumed"), message=f"{report.name} is resumed.", true=False
+        )
         status.phase = "Created"
 
     verdict = judge(job, plugin, status, obs.replicas, now)
     if verdict.terminal is not None:
         type_, reason, message = verdict.terminal
         status.completion_time = now
-        report.set(type_, reason, message, warning=type_ == "Failed")
-        replica_statuses(job, status, obs.replicas)
-        return _finished(out, job, obs)
+        report.set(type_, reason=reason, message=message, warning=type_ == "Failed")
+        replica_statuses(job, status, replicas=obs.replicas)
+        return _finished(out, job=job, obs=obs)
 
     pg = obs.pod_group
     release: dict[str, str] = {}
     moves: dict[str, str] = {}
-    restarted = _restart(out, job, obs, verdict.restarts, release=release, moves=moves)
+    restarted = _restart(out, job=job, obs=obs, restarts=verdict.restarts, release=release, moves=moves)
     released = pg.spec.release if pg is not None else {}
     evictions = pg.status.evictions if pg is not None else {}
     held = {
@@ -137,10 +139,10 @@ def plan(
     for name, res in obs.reservations.items():
         if name not in wanted:  # scaled in: a replica no longer wanted
             release[name] = res.metadata.uid
-    _gang(out, job, plugin, obs, cluster_domain, release=release, moves=moves)
+    _gang(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain, release=release, moves=moves)
     out.held = {name: res.metadata.uid for name, res in held.items()}
-    _services(out, job, plugin, obs, held)
-    _creates(out, job, plugin, obs, live=live, held=held, cluster_domain=cluster_domain)
+    _services(out, job=job, plugin=plugin, obs=obs, held=held)
+    _creates(out, job=job, plugin=plugin, obs=obs, live=live, held=held, cluster_domain=cluster_domain)
     out.launch = progress(
         report,
         replicas=obs.replicas,
@@ -148,9 +150,9 @@ def plan(
         pod_group=pg,
         restarting=bool(restarted or stopped),
     )
-    replica_statuses(job, status, obs.replicas, live=live)
+    replica_statuses(job, status, replicas=obs.replicas, live=live)
     out.status = status_changes(job.status, status, now=now)
-    out.requeue = deadline_after(job, status, now)
+    out.requeue = deadline_after(job, status, now=now)
     return out
 
 
@@ -159,10 +161,10 @@ def plan(
 
 def _restart(
     out: Plan,
+    *,
     job: TrainingJob,
     obs: Observed,
     restarts: list[tuple[Replica, Ending]],
-    *,
     release: dict[str, str],
     moves: dict[str, str],
 ) -> set[str]:
@@ -248,11 +250,11 @@ def _stop_unplaced(
 
 def _gang(
     out: Plan,
+    *,
     job: TrainingJob,
     plugin: WorkloadPlugin,
     obs: Observed,
     cluster_domain: str,
-    *,
     release: dict[str, str],
     moves: dict[str, str],
 ) -> None:
@@ -283,7 +285,7 @@ def _host_port(job: TrainingJob, res: Reservation) -> int | None:
 
 
 def _services(
-    out: Plan, job: TrainingJob, plugin: WorkloadPlugin, obs: Observed, held: dict[str, Reservation]
+    out: Plan, *, job: TrainingJob, plugin: WorkloadPlugin, obs: Observed, held: dict[str, Reservation]
 ) -> None:
     """One Service per held replica, written when it differs (before its pod: the targetPort)."""
     for rep in obs.replicas:
@@ -302,10 +304,10 @@ def _services(
 
 def _creates(
     out: Plan,
+    *,
     job: TrainingJob,
     plugin: WorkloadPlugin,
     obs: Observed,
-    *,
     live: dict[str, Pod],
     held: dict[str, Reservation],
     cluster_domain: str,
@@ -348,24 +350,24 @@ def _creates(
 
 
 def _suspended(
-    out: Plan, job: TrainingJob, plugin: WorkloadPlugin, obs: Observed, cluster_domain: str
+    out: Plan, *, job: TrainingJob, plugin: WorkloadPlugin, obs: Observed, cluster_domain: str
 ) -> Plan:
     """Stop every pod and release every Reservation; the job and its PodGroup (spec.suspend) stay."""
     report = out.report
     status = report.status
     if not status.is_true("Suspended"):
         status.start_time = None
-        report.set("Suspended", report.reason("Suspended"), f"{report.name} is suspended.")
-    replica_statuses(job, status, obs.replicas, live={})
+        report.set("Suspended", reason=report.reason("Suspended"), message=f"{report.name} is suspended.")
+    replica_statuses(job, status, replicas=obs.replicas, live={})
     out.delete_pods.extend(r.pod for r in obs.replicas if r.pod is not None)
     out.delete_pods.extend(obs.extra_pods)
     release = {name: res.metadata.uid for name, res in obs.reservations.items()}
-    _gang(out, job, plugin, obs, cluster_domain, release=release, moves={})
+    _gang(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain, release=release, moves={})
     out.status = status_changes(job.status, status, now=report.now)
     return out
 
 
-def _finished(out: Plan, job: TrainingJob, obs: Observed) -> Plan:
+def _finished(out: Plan, *, job: TrainingJob, obs: Observed) -> Plan:
     """cleanPodPolicy, the PodGroup deleted (its Reservations go with it), TTL."""
     report = out.report
     status = report.status

@@ -86,9 +86,9 @@ class Report:
     def set(
         self,
         type_: str,
+        *,
         reason: str,
         message: str,
-        *,
         true: bool = True,
         warning: bool = False,
         event: bool = True,
@@ -107,7 +107,9 @@ class Report:
 
     def restarting(self, message: str) -> None:
         """Enter Restarting with a Warning event every time (each restart is news)."""
-        self.set("Restarting", self.reason("Restarting"), message, warning=True, force_event=True)
+        self.set(
+            "Restarting", reason=self.reason("Restarting"), message=message, warning=True, force_event=True
+        )
 
 
 def progress(
@@ -131,18 +133,20 @@ def progress(
     name = report.name
     if status.phase == "Restarting":
         if all_up:
-            report.set("Running", report.reason("Running"), f"{name} is running.")
+            report.set("Running", reason=report.reason("Running"), message=f"{name} is running.")
     elif running:
-        report.set("Running", report.reason("Running"), f"{name} is running.")
+        report.set("Running", reason=report.reason("Running"), message=f"{name} is running.")
     elif not live and status.phase in ("", "Created", "Queuing"):
         why = (pod_group.status.message or pod_group.status.reason) if pod_group is not None else ""
         message = f"{name} is queuing" + (f": {why}" if why else ".")
-        report.set("Queuing", report.reason("Queuing"), message, event=status.phase != "Queuing")
+        report.set(
+            "Queuing", reason=report.reason("Queuing"), message=message, event=status.phase != "Queuing"
+        )
     return Launch(all_pods=all_up) if running or all_up else None
 
 
 def replica_statuses(
-    job: TrainingJob, status: JobStatus, replicas: list[Replica], *, live: Mapping[str, Pod] | None = None
+    job: TrainingJob, status: JobStatus, *, replicas: list[Replica], live: Mapping[str, Pod] | None = None
 ) -> None:
     """Per role: running, succeeded and failed pods (of `live`, else each replica's pod) and restarts."""
     out: dict[str, ReplicaStatus] = {role: ReplicaStatus() for role in job.roles()}
@@ -175,7 +179,7 @@ def status_changes(old: JobStatus, new: JobStatus, *, now: datetime) -> dict[str
     return changes
 
 
-def deadline_after(job: TrainingJob, status: JobStatus, now: datetime) -> float | None:
+def deadline_after(job: TrainingJob, status: JobStatus, *, now: datetime) -> float | None:
     """Seconds until `activeDeadlineSeconds` runs out (None: no deadline, or not started)."""
     deadline = job.run_policy.active_deadline_seconds
     if deadline is None or status.start_time is None:

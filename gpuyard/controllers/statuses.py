@@ -13,6 +13,7 @@ event recorder aggregates. They are written through the writer (`record_event`).
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
 import structlog
@@ -76,10 +77,10 @@ def set_condition(
 
 
 async def record_event(
-    store: Store,
-    writer: Writer,
     job: TrainingJob,
     *,
+    store: Store,
+    writer: Writer,
     reason: str,
     message: str,
     now: datetime,
@@ -95,7 +96,10 @@ async def record_event(
             and ev.message == message
             and ev.involved_object.get("uid") == job.metadata.uid
         ):
-            bumped = await retry_on_conflict(lambda key=ev.metadata.name: _bump(store, writer, ns, key, now))
+            key = (ns, ev.metadata.name)
+            bumped = await retry_on_conflict(
+                functools.partial(_bump, key, store=store, writer=writer, now=now)
+            )
             if bumped is not None:
                 return
     await writer.create(
@@ -127,9 +131,9 @@ async def record_event(
     )
 
 
-async def _bump(store: Store, writer: Writer, ns: str, name: str, now: datetime) -> Event:
+async def _bump(key: tuple[str, str], *, store: Store, writer: Writer, now: datetime) -> Event:
     """One more occurrence of a recorded Event (NotFound when it went meanwhile)."""
-    current = store.must_get("Event", ns, name)
+    current = store.must_get("Event", *key)
     assert isinstance(current, Event)
     copy = current.clone()
     copy.count += 1
