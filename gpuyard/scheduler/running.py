@@ -173,19 +173,49 @@ class SchedulerLoop:
     # --- executing decisions -------------------------------------------------------------------
 
     async def execute(self, decisions: list[Decision]) -> None:
-        """Write the core's decisions, in order; failures go back to the core."""
+        """Write the core's decisions; failures go back to the core.
+
+        Without a journal the writer answers at once, so they are written one after the other.
+        With one, each write waits for the journal's group commit: decisions about different
+        objects are written together (one commit for many), in waves that keep the order of
+        decisions about the same object.
+        """
+        if self.ctx.journal is None:
+            for decision in decisions:
+                await self._execute_one(decision)
+            return
+        wave: list[Decision] = []
+        seen: set[tuple[str, str, str]] = set()
         for decision in decisions:
-            if isinstance(decision, PlaceGang):
-                await self._place(decision)
-            else:
-                await self._write(decision)
+            targets = _targets(decision)
+            if not seen.isdisjoint(targets):
+                await asyncio.gather(*(self._execute_one(d) for d in wave))
+                wave, seen = [], set()
+            wave.append(decision)
+            seen.update(targets)
+        await asyncio.gather(*(self._execute_one(d) for d in wave))
+
+    async def _execute_one(self, decision: Decision) -> None:
+        if isinstance(decision, PlaceGang):
+            await self._place(decision)
+        else:
+            await self._write(decision)
 
     async def _place(self, decision: PlaceGang) -> None:
         writer = self.writer
         created = []
         try:
-            for res in decision.reservations:
-                created.append(await writer.create(res))
+            if self.ctx.journal is None:
+                for res in decision.reservations:
+                    created.append(await writer.create(res))
+            else:  # one group commit for the whole gang
+                results = await asyncio.gather(
+                    *(writer.create(res) for res in decision.reservations), return_exceptions=True
+                )
+                created = [r for r in results if not isinstance(r, BaseException)]
+                failed = [r for r in results if isinstance(r, BaseException)]
+                if failed:
+                    raise failed[0]
         except Exception as exc:  # a refused write, or a bug: either way no half gang stays behind
             for res in reversed(created):
                 try:
@@ -195,8 +225,11 @@ class SchedulerLoop:
             log.warning("scheduler.assume_failed", job=f"{decision.key[0]}/{decision.key[1]}", error=str(exc))
             await self.execute(self.state.unassume(decision, error=str(exc)))
             return
-        for then in decision.then:
-            await self._write(then)
+        if self.ctx.journal is None:
+            for then in decision.then:
+                await self._write(then)
+        else:
+            await asyncio.gather(*(self._write(then) for then in decision.then))
 
     async def _write(self, decision: Decision) -> None:
         try:
@@ -253,3 +286,15 @@ class SchedulerLoop:
             )
         except AlreadyExists:
             await self._record(ev)
+
+
+def _targets(decision: Decision) -> set[tuple[str, str, str]]:
+    """The objects a decision writes (kind, namespace, name)."""
+    if isinstance(decision, PlaceGang):
+        out = {("Reservation", r.metadata.namespace, r.metadata.name) for r in decision.reservations}
+        return out | {("PodGroup", *m) for m in decision.members}
+    if isinstance(decision, PatchStatus):
+        return {(decision.kind, decision.namespace, decision.name)}
+    if isinstance(decision, DeleteReservation):
+        return {("Reservation", decision.namespace, decision.name)}
+    return {("Event", decision.namespace, decision.name)}

@@ -60,6 +60,7 @@ class Writer(Protocol):
 class Durability(Protocol):
     """A journal: `pending` writes not yet durable, `flush()` makes them durable."""
 
+    @property
     def pending(self) -> int: ...
 
     def flush(self) -> None: ...
@@ -126,7 +127,7 @@ class StoreWriter:
     async def _durable(self, kind: str) -> None:
         """Wait until the journal holds this write: one flush per loop iteration for all writers."""
         journal = self.journal
-        if journal is None or not self.store.is_journaled(kind) or not journal.pending():
+        if journal is None or not self.store.is_journaled(kind) or not journal.pending:
             return
         fut = self._flush
         if fut is None:

@@ -316,3 +316,27 @@ async def test_a_job_whose_minimum_is_zero_waits_quietly_until_a_pod_fits(sched)
     sched.store.delete("PodGroup", "default", "small-hog")  # that job ended: its Reservation is collected
     await sched.settle()
     assert sched.pg("zero").status.phase == "Placed" and sched.pg("zero").status.placed == 1
+
+
+async def test_with_a_journal_a_placement_is_written_once_durable(tmp_path):
+    from gpuyard.state.journal import Journal
+
+    ctx = Context.for_tests()
+    journal = Journal(tmp_path / "journal.db")
+    ctx.store.attach_journal(journal)
+    ctx = Context(store=ctx.store, clock=ctx.clock, settings=ctx.settings, journal=journal)
+    ctx.store.create(make_node("n1", gpus=8))
+    running = Running(ctx)
+    try:
+        await running.settle()
+        for i in range(3):
+            running.store.create(podgroup(f"j{i}", role(replicas=2, gpus=1)))
+        running.store.create(podgroup("big", role(replicas=2, gpus=8)))
+        await running.settle()
+        assert all(running.pg(f"j{i}").status.phase == "Placed" for i in range(3))
+        assert sum(len(running.reservations(f"j{i}")) for i in range(3)) == 6
+        assert running.pg("big").status.reason == "Unschedulable"
+        assert journal.pending == 0
+    finally:
+        await running.stop()
+        journal.close()
