@@ -230,7 +230,9 @@ def test_reclaim_asks_for_evictions_and_keeps_the_room_until_released() -> None:
         podgroup("b0", role(gpus=8, cpu=None, memory=None), namespace="b"),
     )
     state = core(cluster)
-    step(state, cluster)
+    out = step(state, cluster)
+    quota_b = [d for d in of(PatchStatus, out) if d.kind == "ElasticQuota" and d.name == "b"]
+    assert quota_b and quota_b[0].changes["used"] == {GPU_RESOURCE: 8}  # statuses are decisions too
     cluster.put(podgroup("b1", role(gpus=8, cpu=None, memory=None), namespace="b"))
     step(state, cluster, now=1.0)
     step(state, cluster, now=1.0)
