@@ -118,27 +118,30 @@ def plan(
         return _finished(out, job=job, obs=obs)
 
     pg = obs.pod_group
-    release: dict[str, str] = {}
-    moves: dict[str, str] = {}
-    restarted = _restart(out, job=job, obs=obs, restarts=verdict.restarts, release=release, moves=moves)
-    released = pg.spec.release if pg is not None else {}
+    released = pg.spec.release if pg is not None else {}  # asked for before: never used again
     evictions = pg.status.evictions if pg is not None else {}
+    release: dict[str, str] = {}  # new requests of this pass
+    moves: dict[str, str] = {}
+    wanted = {r.name for r in obs.replicas}
+    for name, res in obs.reservations.items():
+        if name not in wanted and released.get(name) != res.metadata.uid:
+            release[name] = res.metadata.uid  # scaled in: a replica no longer wanted
+    restarted = _restart(out, job=job, obs=obs, restarts=verdict.restarts, release=release, moves=moves)
     held = {
         name: res
         for name, res in obs.reservations.items()
-        if released.get(name) != res.metadata.uid and name not in release and name not in evictions
+        if name in wanted
+        and released.get(name) != res.metadata.uid
+        and name not in release
+        and name not in evictions
     }
     live = {r.name: r.pod for r in obs.replicas if r.pod is not None and r.name not in restarted}
     stopped = _stop_unplaced(out, obs, live=live, held=held, evictions=evictions)
-    for name in evictions:  # stopped above (or already gone): the scheduler may have the devices back
+    for name in evictions:  # stopped above (or already gone): the scheduler may take the devices back
         res = obs.reservations.get(name)
         if res is not None and released.get(name) != res.metadata.uid:
             release[name] = res.metadata.uid
-    wanted = {r.name for r in obs.replicas}
     out.delete_pods.extend(obs.extra_pods)
-    for name, res in obs.reservations.items():
-        if name not in wanted:  # scaled in: a replica no longer wanted
-            release[name] = res.metadata.uid
     _gang(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain, release=release, moves=moves)
     out.held = {name: res.metadata.uid for name, res in held.items()}
     _services(out, job=job, plugin=plugin, obs=obs, held=held)

@@ -432,6 +432,21 @@ async def test_evicted_pods_stop_without_a_restart_and_come_back_once_placed_aga
     assert env.job("team-a", "tf").status.phase == "Running"
 
 
+async def test_scaling_in_stops_the_extra_pods_and_gives_their_reservations_back(env: OperatorEnv) -> None:
+    await start(env, tf_job(workers=3))
+
+    def scale_in(job):  # type: ignore[no-untyped-def]
+        job.replica_specs["Worker"].replicas = 1
+
+    env.store.mutate("TFJob", "team-a", "tf", scale_in)
+    await env.settle()
+    assert sorted(env.pods("team-a")) == ["tf-ps-0", "tf-worker-0"]
+    assert sorted(env.reservations("team-a")) == ["tf-ps-0", "tf-worker-0"]  # released, then freed
+    pg = env.pod_group("team-a", "tf")
+    assert pg is not None and [r.replicas for r in pg.spec.roles] == [1, 1] and not pg.spec.release
+    assert env.job("team-a", "tf").status.phase == "Running"
+
+
 async def test_a_new_job_of_the_same_name_does_not_inherit_the_old_gang(env: OperatorEnv) -> None:
     await start(env, tf_job())
     old_pg = env.pod_group("team-a", "tf")
