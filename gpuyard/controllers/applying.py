@@ -126,7 +126,9 @@ class Applier:
             p.metadata.name for p in self.store.list("Pod", namespace=ns, selector={LABEL_JOB_NAME: name})
         }
         release = {pod: uid for pod, uid in plan.held.items() if pod not in with_pods}
-        await self._change_pod_group((ns, name), PodGroupChange(release=release, held=plan.held))
+        await self._change_pod_group(
+            (ns, name), PodGroupChange(release=release, existing=plan.pod_group.existing)
+        )
         plan.report.note(
             "FailedCreatePod",
             f"Error creating: {error}; released {len(release)} reservation(s) and queued again",

@@ -271,14 +271,14 @@ def _gang(
             )
         return
     respec = pg.metadata.annotations.get(ANNOTATION_JOB_GENERATION) != generation
-    held = {name: res.metadata.uid for name, res in obs.reservations.items()}
+    existing = {name: res.metadata.uid for name, res in obs.reservations.items()}
     out.pod_group = PodGroupChange(
         spec=pod_group_spec(job, plugin, cluster_domain=cluster_domain) if respec else None,
         generation=generation,
         preferred=moves,
         release=release,
-        held=held,
-        prune=any(held.get(pod) != uid for pod, uid in pg.spec.release.items()),
+        existing=existing,
+        prune=any(existing.get(pod) != uid for pod, uid in pg.spec.release.items()),
     )
 
 

@@ -140,15 +140,15 @@ class PodGroupChange:
 
     `spec`: the spec rebuilt from a changed job (None: the job did not change), stamped with
     `generation`; `preferred`: pod name -> node it ran on (failover); `release`: pod name ->
-    Reservation uid to give back; `held`: pod name -> uid of every Reservation that exists now
-    (a `release` entry naming anything else is done and pruned; `prune`: there is one).
+    Reservation uid to give back; `existing`: pod name -> uid of every Reservation that exists
+    now (a `release` entry naming anything else is done and pruned; `prune`: there is one).
     """
 
     spec: PodGroupSpec | None = None
     generation: str = ""
     preferred: dict[str, str] = field(default_factory=dict)
     release: dict[str, str] = field(default_factory=dict)
-    held: Mapping[str, str] = field(default_factory=dict)
+    existing: Mapping[str, str] = field(default_factory=dict)
     prune: bool = False  # some `release` entry is done
 
     def __bool__(self) -> bool:
@@ -158,7 +158,9 @@ class PodGroupChange:
 def changed_pod_group(pg: PodGroup, change: PodGroupChange) -> PodGroup | None:
     """`pg` with `change` applied (a copy), or None when that changes nothing."""
     release = {
-        pod: uid for pod, uid in {**pg.spec.release, **change.release}.items() if change.held.get(pod) == uid
+        pod: uid
+        for pod, uid in {**pg.spec.release, **change.release}.items()
+        if change.existing.get(pod) == uid
     }
     preferred = {**pg.spec.preferred_nodes, **change.preferred}
     respec = (

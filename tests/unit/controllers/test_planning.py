@@ -229,7 +229,7 @@ def test_pod_group_change_prunes_done_releases_and_keeps_the_rest() -> None:
     pg, _ = gang(job)
     pg.metadata.annotations["gpuyard.io/job-generation"] = "1"
     pg.spec.release = {"tf-ps-0": "old", "tf-worker-0": "uid-w0"}
-    change = PodGroupChange(generation="1", held={"tf-ps-0": "new", "tf-worker-0": "uid-w0"}, prune=True)
+    change = PodGroupChange(generation="1", existing={"tf-ps-0": "new", "tf-worker-0": "uid-w0"}, prune=True)
     new = changed_pod_group(pg, change)
     assert new is not None and new.spec.release == {"tf-worker-0": "uid-w0"}
     assert changed_pod_group(new, change) is None  # nothing left to change
@@ -242,7 +242,7 @@ def test_a_respec_keeps_the_requests_to_the_scheduler() -> None:
     pg.spec.preferred_nodes = {"tf-ps-0": "node-a"}
     spec = build_pod_group(job, plugin_for(job.kind)).spec
     spec.roles[1].replicas = 5
-    change = PodGroupChange(spec=spec, generation="2", held={"tf-ps-0": "uid-tf-ps-0"})
+    change = PodGroupChange(spec=spec, generation="2", existing={"tf-ps-0": "uid-tf-ps-0"})
     new = changed_pod_group(pg, change)
     assert new is not None and new.spec.roles[1].replicas == 5
     assert new.spec.release == {"tf-ps-0": "uid-tf-ps-0"} and new.spec.preferred_nodes == {
@@ -275,3 +275,43 @@ def test_observed_keeps_only_the_current_pod_groups_reservations() -> None:
     assert obs.replicas[0].pod is not None and obs.replicas[0].reservation is not None
     assert obs.unusable == {"tf-ps-0"}  # its node is not in the store: the restart must move
     ctx.store.close()
+
+
+async def test_a_refused_create_releases_the_podless_reservations_and_keeps_pending_releases() -> None:
+    from gpuyard.controllers.applying import Applier
+    from gpuyard.controllers.metrics import job_metrics
+    from gpuyard.controllers.observing import observe
+    from gpuyard.state.context import Context
+    from tests.unit.controllers.fakes import ScriptedWriter
+
+    ctx = Context.for_tests()
+    store = ctx.store
+    writer = ScriptedWriter(store)
+    job = tf_job()
+    job.replica_specs["Worker"].depends_on = []  # every pod at once
+    job.status.start_time = NOW  # running: the PS is being moved (failover)
+    job = store.create(job)
+    pg = store.create(build_pod_group(job, plugin_for(job.kind)))
+    uids = {}
+    for name, res in reserve(job).items():
+        res.metadata.owner_references = [
+            OwnerReference(api_version=GROUP, kind="PodGroup", name="tf", uid=pg.metadata.uid)
+        ]
+        uids[name] = store.create(res).metadata.uid
+
+    def placed_with_a_pending_release(p: PodGroup) -> None:
+        p.status.phase = "Placed"
+        p.spec.release = {"tf-ps-0": uids["tf-ps-0"]}  # asked for, not done yet
+
+    store.mutate("PodGroup", "team-a", "tf", placed_with_a_pending_release)
+    decided = plan(job, plugin=plugin_for(job.kind), observed=observe(store, job), now=NOW)
+    assert [p.metadata.name for p in decided.create_pods] == ["tf-worker-0", "tf-worker-1"]
+    writer.fail_creates = 1
+    applier = Applier(store=store, writer=writer, metrics=job_metrics(ctx.registry))
+    requeue = await applier.apply(job, decided)
+    assert requeue is not None and requeue.after == 0.5
+    pg = store.must_get("PodGroup", "team-a", "tf")  # type: ignore[assignment]
+    assert pg.spec.release == uids  # the pending one kept, the two pod-less ones added
+    assert pg.status.phase == "Placed"  # the scheduler's field: untouched
+    assert not writer.foreign_writes()
+    store.close()
