@@ -38,7 +38,7 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.scheduler.attempting import Walk, backoff, offer, retry_partial
 from gpuyard.scheduler.decisions import (
-    Change,
+    ChangeLike,
     Decision,
     DeleteReservation,
     PatchStatus,
@@ -142,8 +142,8 @@ class SchedulerState:
         topologies = {t.metadata.name: t for t in cache.list("NodeTopology")}
         classes = cache.list("ResourceClass")
         self.snapshot = Snapshot.build(
-            nodes=cache.list("Node"),
-            reservations=cache.list("Reservation"),
+            nodes=cache.list("Node"),  # type: ignore[arg-type]
+            reservations=cache.list("Reservation"),  # type: ignore[arg-type]
             topologies=topologies,  # type: ignore[arg-type]
             classes=classes,  # type: ignore[arg-type]
             port_range=self.port_range,
@@ -163,13 +163,13 @@ class SchedulerState:
         for res in cache.list("Reservation"):
             self._collect_if_orphan(res)  # type: ignore[arg-type]
         for pg in cache.list("PodGroup"):
-            self._sigs[(pg.metadata.namespace, pg.metadata.name)] = _signature_of(pg)
+            self._sigs[(pg.metadata.namespace, pg.metadata.name)] = _signature_of(pg)  # type: ignore[arg-type]
             self.groups.seen(pg)  # type: ignore[arg-type]
         for pg in cache.list("PodGroup"):
             self._consider(pg)  # type: ignore[arg-type]
         self._seen_epoch = self.epoch()
 
-    def apply(self, changes: Iterable[Change]) -> None:
+    def apply(self, changes: Iterable[ChangeLike]) -> None:
         """Note watch events (anything with `type` and `object`); `step` acts on them."""
         cache, dirty = self.objects, self._dirty
         for change in changes:
@@ -182,7 +182,7 @@ class SchedulerState:
             else:
                 cache.put(obj)
                 if kind == "PodGroup":
-                    sig = _signature_of(obj)  # type: ignore[arg-type]
+                    sig = _signature_of(obj)  # type: ignore[arg-type]  # kind PodGroup
                     if self._sigs.get(key) == sig:
                         continue  # a status-only write: nothing the scheduler decides on changed
                     self._sigs[key] = sig
@@ -454,10 +454,10 @@ class SchedulerState:
         elapsed = time.perf_counter() - started
         self.cycle_seconds.append(elapsed)
         if self.metrics is not None:
-            placed = isinstance(outcome, Placement)
-            self.metrics.observe_cycle(
-                elapsed, "placed" if placed else "unschedulable", pods=len(outcome.pods) if placed else 0
-            )
+            if isinstance(outcome, Placement):
+                self.metrics.observe_cycle(elapsed, "placed", pods=len(outcome.pods))
+            else:
+                self.metrics.observe_cycle(elapsed, "unschedulable")
 
 
 def _signature_of(pg: PodGroup) -> tuple:

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import Reservation
 
 __all__ = [
     "Change",
+    "ChangeLike",
     "Decision",
     "DeleteReservation",
     "PatchStatus",
@@ -45,6 +46,16 @@ class Change:
 
     type: Literal["ADDED", "MODIFIED", "DELETED"]
     object: Resource
+
+
+class ChangeLike(Protocol):
+    """A :class:`Change`, or a store watch event (the same two fields)."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def object(self) -> Resource: ...
 
 
 @dataclass(slots=True)

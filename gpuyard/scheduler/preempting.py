@@ -182,14 +182,20 @@ class Reclaimer:
             pg = objects.get("PodGroup", *key)
             if isinstance(pg, PodGroup):
                 held = snapshot.placed_pods(key)
-                extra = {}
+                extra: dict[str, object] = {}
                 if held:  # the operator stops these pods, then releases their Reservations
                     self.evicting.setdefault(plan.owner, set()).add(key)
                     view = recorder.view(pg)
                     view.evictions = {**view.evictions, **dict.fromkeys(held, message)}
                     extra["evictions"] = dict(view.evictions)
                 recorder.status(
-                    pg, phase="Pending", reason="Preempted", message=message, placed=0, now=utcnow, **extra
+                    pg,
+                    phase="Pending",
+                    reason="Preempted",
+                    message=message,
+                    placed=0,
+                    now=utcnow,
+                    extra=extra,
                 )
                 recorder.event(pg, reason="Preempted", message=message, type_="Warning", now=utcnow)
             log.info(

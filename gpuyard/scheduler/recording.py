@@ -20,7 +20,7 @@ could help.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 import structlog
@@ -127,7 +127,7 @@ class Recorder:
         placed: int,
         now: datetime,
         into: list | None = None,
-        **extra: object,
+        extra: Mapping[str, object] | None = None,
     ) -> PatchStatus | None:
         """Record the scheduler's status fields of `pg` when they changed (plus `extra` fields)."""
         key = (pg.metadata.namespace, pg.metadata.name)

@@ -19,6 +19,7 @@ context's registry.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import Any
 
 import structlog
@@ -36,11 +37,14 @@ from gpuyard.scheduler.decisions import (
     RecordEvent,
 )
 from gpuyard.scheduler.framework import Profile
+from gpuyard.scheduler.gatekeeping import Admission
 from gpuyard.scheduler.metrics import SchedulerMetrics
 from gpuyard.scheduler.profiles import profile_from_settings
+from gpuyard.scheduler.quota import FairQueue
+from gpuyard.scheduler.snapshot import Snapshot
 from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists, Gone, NotFound, StoreError, WatchEvent
-from gpuyard.state.writing import retry_on_conflict
+from gpuyard.state.writing import Writer, retry_on_conflict
 
 __all__ = ["SchedulerLoop"]
 
@@ -56,7 +60,8 @@ class SchedulerLoop:
         self.ctx = ctx
         self.store = ctx.store
         self.clock = ctx.clock
-        self.writer = ctx.writer
+        assert ctx.writer is not None  # the context always has one
+        self.writer: Writer = ctx.writer
         self.state = SchedulerState(
             profile=profile or profile_from_settings(ctx.settings),
             port_range=tuple(ctx.settings.operator.host_port_range),  # type: ignore[arg-type]
@@ -69,17 +74,17 @@ class SchedulerLoop:
         self._relist = True
         self._changes: list[WatchEvent] = []
 
-    # what tests, benchmarks and the dashboard read
+    # what tests and benchmarks read
     @property
-    def snapshot(self) -> Any:
+    def snapshot(self) -> Snapshot:
         return self.state.snapshot
 
     @property
-    def admission(self) -> Any:
+    def admission(self) -> Admission:
         return self.state.admission
 
     @property
-    def queue(self) -> Any:
+    def queue(self) -> FairQueue:
         return self.state.queue
 
     @property
@@ -91,7 +96,7 @@ class SchedulerLoop:
         return self.state.placed_jobs
 
     @property
-    def cycle_seconds(self) -> Any:
+    def cycle_seconds(self) -> deque[float]:
         return self.state.cycle_seconds
 
     def stats(self) -> dict[str, Any]:
@@ -262,11 +267,10 @@ class SchedulerLoop:
     async def _record(self, ev: RecordEvent) -> None:
         """One Event per (object, reason): created once, then its count and message updated."""
         old = self.store.get("Event", ev.namespace, ev.name)
-        if old is not None:
+        if isinstance(old, Event):
+            count = old.count + 1
             await self.writer.update(
-                old.model_copy(
-                    update={"count": old.count + 1, "message": ev.message, "last_timestamp": ev.at}
-                )  # type: ignore[attr-defined]
+                old.model_copy(update={"count": count, "message": ev.message, "last_timestamp": ev.at})
             )
             return
         try:
