@@ -50,33 +50,12 @@ class Applier:
 
     async def apply(self, job: TrainingJob, plan: Plan) -> Requeue | None:
         ns, name = job.metadata.namespace, job.metadata.name
-        key = (ns, name)
         report = plan.report
-        if report.created:
-            self.metrics.created(job.kind)
-        if plan.launch is not None:
-            self.metrics.pods_running(
-                job.kind,
-                job.metadata.uid,
-                created=job.metadata.creation_timestamp,
-                now=report.now,
-                all_pods=plan.launch.all_pods,
-            )
-        for t in report.transitions:
-            self.metrics.transition(key, job.kind, was=t.was, phase=t.phase)
-            log.info(
-                "job.transition",
-                job=f"{ns}/{name}",
-                kind=job.kind,
-                phase=t.phase,
-                was=t.was or "-",
-                reason=t.reason,
-            )
-        self.metrics.track(key, job.kind, report.status.phase)
-        if plan.status:
+        if plan.status:  # first, and only then counted: a conflict re-decides the whole pass
             await self.writer.patch_status(
                 job.kind, ns, name, plan.status, resource_version=job.metadata.resource_version
             )
+        self._count(job, plan)
         for pod in plan.delete_pods:
             await self._delete("Pod", pod.metadata.namespace, pod.metadata.name)
         if plan.delete_pod_group is not None:
@@ -104,6 +83,33 @@ class Applier:
         if requeue is not None:
             return requeue
         return Requeue(after=plan.requeue) if plan.requeue is not None else None
+
+    def _count(self, job: TrainingJob, plan: Plan) -> None:
+        """The job metrics and the one `job.transition` log line per phase change."""
+        ns, name = job.metadata.namespace, job.metadata.name
+        key = (ns, name)
+        report = plan.report
+        if report.created:
+            self.metrics.created(job.kind)
+        if plan.launch is not None:
+            self.metrics.pods_running(
+                job.kind,
+                job.metadata.uid,
+                created=job.metadata.creation_timestamp,
+                now=report.now,
+                all_pods=plan.launch.all_pods,
+            )
+        for t in report.transitions:
+            self.metrics.transition(key, job.kind, was=t.was, phase=t.phase)
+            log.info(
+                "job.transition",
+                job=f"{ns}/{name}",
+                kind=job.kind,
+                phase=t.phase,
+                was=t.was or "-",
+                reason=t.reason,
+            )
+        self.metrics.track(key, job.kind, report.status.phase)
 
     # --- pods and services ---------------------------------------------------------------------
 

@@ -282,7 +282,7 @@ def _gang(
     )
 
 
-def _host_port(job: TrainingJob, res: Reservation) -> int | None:
+def _reserved_port(job: TrainingJob, res: Reservation) -> int | None:
     """The host port the scheduler reserved for a host-network pod."""
     return res.spec.host_ports[0] if job.host_network and res.spec.host_ports else None
 
@@ -295,7 +295,7 @@ def _services(
         res = held.get(rep.name)
         if res is None:
             continue
-        desired = build_service(job, rep.role, rep.index, plugin=plugin, host_port=_host_port(job, res))
+        desired = build_service(job, rep.role, rep.index, plugin=plugin, host_port=_reserved_port(job, res))
         current = obs.services.get(rep.name)
         if (
             current is None
@@ -342,7 +342,7 @@ def _creates(
                     rep.index,
                     plugin=plugin,
                     reservation=res,
-                    host_port=_host_port(job, res),
+                    host_port=_reserved_port(job, res),
                     cluster_domain=cluster_domain,
                     peers=held,
                 )
