@@ -111,6 +111,8 @@ class SchedulerState:
         self._dirty: dict[str, set[Key]] = {k: set() for k in WATCHED}
         self._assumed: dict[Key, Reservation] = {}  # assumed, not yet seen back from the store
         self._deleting: dict[Key, str] = {}  # Reservation -> uid, deletion decided
+        self._gone: set[Key] = set()  # PodGroups deleted since the last step
+        self._uids: dict[Key, str] = {}  # PodGroup -> the uid whose Reservations it holds
         self._walk: Walk | None = None
         self._left_ready = 0
         self._seen_epoch = -1
@@ -155,6 +157,8 @@ class SchedulerState:
         self.recorder.clear()
         self.groups.clear()
         self._sigs.clear()
+        self._gone.clear()
+        self._uids.clear()
         self._assumed.clear()
         self._deleting.clear()
         self._walk = None
@@ -179,6 +183,8 @@ class SchedulerState:
             key = (meta.namespace, meta.name)
             if change.type == "DELETED":
                 cache.pop(kind, key)
+                if kind == "PodGroup":
+                    self._gone.add(key)
             else:
                 cache.put(obj)
                 if kind == "PodGroup":
@@ -338,10 +344,14 @@ class SchedulerState:
                 if entry is not None:
                     freed.add(entry.group)
         groups, dirty["PodGroup"] = dirty["PodGroup"] | freed, set()
+        gone, self._gone = self._gone, set()
+        for key in gone:  # deleted (and maybe created again since): the old one's records go
+            self._forget(key)
         for key in groups:
             pg = cache.get("PodGroup", *key)
             if pg is None:
-                self._forget(key)
+                if key not in gone:
+                    self._forget(key)
             else:
                 self._consider(pg, from_event=True)  # type: ignore[arg-type]
         epoch = self.epoch()
@@ -357,6 +367,17 @@ class SchedulerState:
         if pg is not None and (not owners or pg.metadata.uid in owners):
             return
         self._delete(ns, res.metadata.name, res.metadata.uid)
+
+    def _stale(self, pg: PodGroup, held: Mapping[str, str]) -> bool:
+        """Collect Reservations of `pg`'s name that an earlier PodGroup owned; whether any."""
+        ns, found = pg.metadata.namespace, False
+        for pod in held:
+            res = self.objects.get("Reservation", ns, pod)
+            owners = [r.uid for r in res.metadata.owner_references if r.kind == "PodGroup"] if res else []
+            if res is not None and owners and pg.metadata.uid not in owners:
+                self._delete(ns, pod, res.metadata.uid)
+                found = True
+        return found
 
     def _delete(self, ns: str, name: str, uid: str) -> None:
         if self._deleting.get((ns, name)) == uid:
@@ -376,6 +397,7 @@ class SchedulerState:
         self.generation.pop(key, None)
         self.partial.pop(key, None)
         self._sigs.pop(key, None)
+        self._uids.pop(key, None)
         self.parking.unpark(key)
         self.groups.forget(key)
 
@@ -386,6 +408,9 @@ class SchedulerState:
         self.groups.seen(pg)
         adm, rec, now = self.admission, self.recorder, self.utcnow
         held = self.snapshot.placed_pods(key)
+        if held and self._uids.get(key) != pg.metadata.uid and self._stale(pg, held):
+            return  # an earlier PodGroup of this name still holds room: placed once it is collected
+        self._uids[key] = pg.metadata.uid
         for pod, uid in pg.spec.release.items():
             res = self.objects.get("Reservation", key[0], pod)
             if pod in held and res is not None and res.metadata.uid == uid:

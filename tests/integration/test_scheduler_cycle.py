@@ -155,10 +155,40 @@ async def test_released_reservations_are_placed_again_with_a_new_port(sched):
 async def test_all_reservations_deleted_sends_the_job_back_to_pending_until_placed(sched):
     sched.store.create(podgroup("j", role(replicas=1, gpus=8)))
     await sched.settle()
-    for name in list(sched.reservations("j")):
+    for name in list(sched.reservations("j")):  # gone without a release (deleted by hand)
         sched.store.delete("Reservation", "default", name)
     await sched.settle()
     assert sched.pg("j").status.phase == "Placed" and len(sched.reservations("j")) == 1
+
+
+async def test_a_suspended_job_keeps_nothing_once_released_and_is_placed_again_on_resume(sched):
+    sched.store.create(podgroup("s", role(replicas=2, gpus=4)))
+    await sched.settle()
+    sched.store.mutate("PodGroup", "default", "s", lambda pg: setattr(pg.spec, "suspend", True))
+    await sched.settle()
+    assert sched.pg("s").status.phase == "Suspended"
+    assert len(sched.reservations("s")) == 2  # the operator releases them, not the scheduler
+    release(sched, "s", "s-worker-0", "s-worker-1")
+    await sched.settle()
+    assert sched.reservations("s") == {} and sched.loop.snapshot.reservation_count == 0
+    sched.store.mutate("PodGroup", "default", "s", lambda pg: setattr(pg.spec, "suspend", False))
+    await sched.settle()
+    assert sched.pg("s").status.phase == "Placed" and len(sched.reservations("s")) == 2
+
+
+async def test_a_recreated_podgroup_does_not_inherit_the_old_reservations(sched):
+    sched.store.create(podgroup("r", role(gpus=8)))
+    await sched.settle()
+    old = sched.reservations("r")["r-worker-0"]
+    sched.store.delete("PodGroup", "default", "r")
+    sched.store.create(
+        podgroup("r", role(gpus=8)).model_copy(
+            update={"metadata": podgroup("r").metadata.model_copy(update={"uid": "second"})}
+        )
+    )
+    await sched.settle(1)
+    new = sched.reservations("r")["r-worker-0"]
+    assert new.metadata.uid != old.metadata.uid and new.metadata.owner_references[0].uid == "second"
 
 
 async def test_optional_pods_are_placed_later_without_blocking(sched):
