@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from gpuyard.apis.core import Pod
 from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.meta import OwnerReference
 from gpuyard.apis.scheduling import GROUP, PodGroup, Reservation
+from gpuyard.controllers.applying import Applier
 from gpuyard.controllers.judging import Replica
 from gpuyard.controllers.materializing import build_pod
-from gpuyard.controllers.observing import Observed
+from gpuyard.controllers.metrics import job_metrics
+from gpuyard.controllers.observing import Observed, observe
 from gpuyard.controllers.planning import Plan, plan
 from gpuyard.controllers.podgroups import PodGroupChange, build_pod_group, changed_pod_group
 from gpuyard.controllers.workloads.registry import plugin_for
 from gpuyard.fakecluster.kubelet import terminate
-from tests.unit.controllers.fakes import reserve, tf_job
+from gpuyard.state.context import Context
+from gpuyard.state.store import Conflict
+from tests.unit.controllers.fakes import ScriptedWriter, reserve, tf_job
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -252,8 +258,6 @@ def test_a_respec_keeps_the_requests_to_the_scheduler() -> None:
 
 
 def test_observed_keeps_only_the_current_pod_groups_reservations() -> None:
-    from gpuyard.controllers.observing import observe
-    from gpuyard.state.context import Context
 
     ctx = Context.for_tests()
     job = ctx.store.create(tf_job())
@@ -278,12 +282,6 @@ def test_observed_keeps_only_the_current_pod_groups_reservations() -> None:
 
 
 async def test_a_refused_create_releases_the_podless_reservations_and_keeps_pending_releases() -> None:
-    from gpuyard.controllers.applying import Applier
-    from gpuyard.controllers.metrics import job_metrics
-    from gpuyard.controllers.observing import observe
-    from gpuyard.state.context import Context
-    from tests.unit.controllers.fakes import ScriptedWriter
-
     ctx = Context.for_tests()
     store = ctx.store
     writer = ScriptedWriter(store)
@@ -314,4 +312,20 @@ async def test_a_refused_create_releases_the_podless_reservations_and_keeps_pend
     assert pg.spec.release == uids  # the pending one kept, the two pod-less ones added
     assert pg.status.phase == "Placed"  # the scheduler's field: untouched
     assert not writer.foreign_writes()
+    store.close()
+
+
+async def test_a_status_decided_on_a_stale_job_is_not_written_and_nothing_else_happens() -> None:
+    ctx = Context.for_tests()
+    store = ctx.store
+    writer = ScriptedWriter(store)
+    job = store.create(tf_job())
+    decided = plan(job, plugin=plugin_for(job.kind), observed=observe(store, job), now=NOW)
+    assert decided.status and decided.create_pod_group is not None
+    store.mutate("TFJob", "team-a", "tf", lambda j: setattr(j.spec, "suspend", True))  # the user, meanwhile
+    metrics = job_metrics(ctx.registry)
+    with pytest.raises(Conflict):  # the runner looks again at once, at the newest job
+        await Applier(store=store, writer=writer, metrics=metrics).apply(job, decided)
+    assert store.get("PodGroup", "team-a", "tf") is None and not store.list("Event")
+    assert not metrics.counts["created"]
     store.close()
