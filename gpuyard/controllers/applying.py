@@ -30,7 +30,7 @@ from gpuyard.controllers.podgroups import PodGroupChange, changed_pod_group
 from gpuyard.controllers.reporting import EventNote
 from gpuyard.controllers.statuses import record_event
 from gpuyard.state.backend import BackendError
-from gpuyard.state.store import NotFound, Store
+from gpuyard.state.store import AlreadyExists, NotFound, Store
 from gpuyard.state.workqueues import ObjectKey, Requeue
 from gpuyard.state.writing import Writer, retry_on_conflict
 
@@ -61,7 +61,10 @@ class Applier:
         if plan.delete_pod_group is not None:
             await self._delete("PodGroup", ns, plan.delete_pod_group.metadata.name)
         if plan.create_pod_group is not None:
-            await self.writer.create(plan.create_pod_group)
+            try:
+                await self.writer.create(plan.create_pod_group)
+            except AlreadyExists:  # a cache that lags the server: its event brings the key back
+                pass
         elif plan.pod_group:
             await self._change_pod_group((ns, name), plan.pod_group)
         for svc in plan.services:
