@@ -26,7 +26,7 @@ log = structlog.get_logger(__name__)
 
 class DefaultClassReconciler:
     name = "default-resource-classes"
-    concurrency = 1
+    concurrency = 8  # the classes of a new cluster share one journal commit
 
     def __init__(self, ctx: Context) -> None:
         self.store = store = ctx.store
