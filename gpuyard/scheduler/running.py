@@ -44,7 +44,7 @@ from gpuyard.scheduler.quota import FairQueue
 from gpuyard.scheduler.snapshot import Snapshot
 from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists, Gone, NotFound, StoreError, WatchEvent
-from gpuyard.state.writing import Writer, retry_on_conflict
+from gpuyard.state.writing import StoreWriter, Writer, retry_on_conflict
 
 __all__ = ["SchedulerLoop"]
 
@@ -62,6 +62,9 @@ class SchedulerLoop:
         self.clock = ctx.clock
         assert ctx.writer is not None  # the context always has one
         self.writer: Writer = ctx.writer
+        # A write is answered at once by the in-memory writer without a journal; otherwise (a
+        # journal's group commit, an API server) it waits, and independent writes go together.
+        self._together = ctx.journal is not None or not isinstance(ctx.writer, StoreWriter)
         self.state = SchedulerState(
             profile=profile or profile_from_settings(ctx.settings),
             port_range=tuple(ctx.settings.operator.host_port_range),  # type: ignore[arg-type]
@@ -180,12 +183,12 @@ class SchedulerLoop:
     async def execute(self, decisions: list[Decision]) -> None:
         """Write the core's decisions; failures go back to the core.
 
-        Without a journal the writer answers at once, so they are written one after the other.
-        With one, each write waits for the journal's group commit: decisions about different
-        objects are written together (one commit for many), in waves that keep the order of
-        decisions about the same object.
+        When the writer answers at once (in memory, no journal) they are written one after the
+        other. Otherwise each write waits (the journal's group commit, an API server's answer):
+        decisions about different objects are written together (one commit for many), in waves
+        that keep the order of decisions about the same object.
         """
-        if self.ctx.journal is None:
+        if not self._together:
             for decision in decisions:
                 await self._execute_one(decision)
             return
@@ -210,7 +213,7 @@ class SchedulerLoop:
         writer = self.writer
         created = []
         try:
-            if self.ctx.journal is None:
+            if not self._together:
                 for res in decision.reservations:
                     created.append(await writer.create(res))
             else:  # one group commit for the whole gang
@@ -230,7 +233,7 @@ class SchedulerLoop:
             log.warning("scheduler.assume_failed", job=f"{decision.key[0]}/{decision.key[1]}", error=str(exc))
             await self.execute(self.state.unassume(decision, error=str(exc)))
             return
-        if self.ctx.journal is None:
+        if not self._together:
             for then in decision.then:
                 await self._write(then)
         else:
