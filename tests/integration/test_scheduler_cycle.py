@@ -370,3 +370,52 @@ async def test_with_a_journal_a_placement_is_written_once_durable(tmp_path):
     finally:
         await running.stop()
         journal.close()
+
+
+class SuspendingWriter:
+    """A writer that answers later, like an API server, and refuses chosen creates once."""
+
+    def __init__(self, inner, refuse: set[str]) -> None:  # type: ignore[no-untyped-def]
+        self.inner, self.refuse = inner, refuse
+
+    async def create(self, obj):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0)
+        if obj.metadata.name in self.refuse:
+            self.refuse.discard(obj.metadata.name)
+            raise StoreError("admission webhook said no")
+        return await self.inner.create(obj)
+
+    async def update(self, obj):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0)
+        return await self.inner.update(obj)
+
+    async def patch_status(self, kind, namespace, name, changes, *, resource_version=None):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0)
+        return await self.inner.patch_status(
+            kind, namespace, name, changes, resource_version=resource_version
+        )
+
+    async def delete(self, kind, namespace, name, *, resource_version=None):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0)
+        return await self.inner.delete(kind, namespace, name, resource_version=resource_version)
+
+
+async def test_with_a_writer_that_waits_gangs_are_written_together_and_a_refused_one_backs_off():
+    ctx = Context.for_tests()
+    ctx.writer = SuspendingWriter(ctx.writer, refuse={"b-worker-1"})
+    for name in ("n1", "n2"):
+        ctx.store.create(make_node(name, gpus=8))
+    running = Running(ctx)
+    try:
+        await running.settle()
+        running.store.create(podgroup("a", role(replicas=2, gpus=4)))
+        running.store.create(podgroup("b", role(replicas=2, gpus=4)))
+        await running.settle()
+        assert running.pg("a").status.phase == "Placed" and len(running.reservations("a")) == 2
+        b = running.pg("b")
+        assert b.status.reason == "AssumeFailed" and "admission webhook said no" in b.status.message
+        assert running.reservations("b") == {} and running.loop.snapshot.reservation_count == 2
+        await running.settle(1)  # the backoff ends
+        assert running.pg("b").status.phase == "Placed" and len(running.reservations("b")) == 2
+    finally:
+        await running.stop()
