@@ -259,7 +259,8 @@ class SchedulerState:
         elif isinstance(decision, DeleteReservation):
             self._deleting.pop((decision.namespace, decision.name), None)
             res = self.objects.get("Reservation", decision.namespace, decision.name)
-            if isinstance(res, Reservation):
+            if isinstance(res, Reservation):  # it still holds its room: decided again next step
+                self.snapshot.upsert_reservation(res)
                 self._dirty["PodGroup"].add((decision.namespace, res.spec.pod_group))
 
     def next_due(self, now: float) -> tuple[bool, float | None]:
@@ -336,10 +337,14 @@ class SchedulerState:
         for key in reservations:
             res = cache.get("Reservation", *key)
             if isinstance(res, Reservation):
+                if self._deleting.get(key) == res.metadata.uid:
+                    continue  # freed when its deletion was decided
                 snap.upsert_reservation(res)
                 self._collect_if_orphan(res)
             else:
                 self._deleting.pop(key, None)
+                if key in self._assumed:
+                    continue  # the old one under a name given again: the snapshot holds the new one
                 entry = snap.remove_reservation(key)
                 if entry is not None:
                     freed.add(entry.group)
@@ -368,22 +373,23 @@ class SchedulerState:
             return
         self._delete(ns, res.metadata.name, res.metadata.uid)
 
-    def _stale(self, pg: PodGroup, held: Mapping[str, str]) -> bool:
-        """Collect Reservations of `pg`'s name that an earlier PodGroup owned; whether any."""
-        ns, found = pg.metadata.namespace, False
+    def _collect_stale(self, pg: PodGroup, held: Mapping[str, str]) -> None:
+        """Collect Reservations of `pg`'s name that an earlier PodGroup owned."""
+        ns = pg.metadata.namespace
         for pod in held:
             res = self.objects.get("Reservation", ns, pod)
             owners = [r.uid for r in res.metadata.owner_references if r.kind == "PodGroup"] if res else []
             if res is not None and owners and pg.metadata.uid not in owners:
                 self._delete(ns, pod, res.metadata.uid)
-                found = True
-        return found
 
     def _delete(self, ns: str, name: str, uid: str) -> None:
-        if self._deleting.get((ns, name)) == uid:
+        """Decide to delete a Reservation: its room is free in the snapshot at once (as a
+        placement is assumed when decided); if the deletion fails, it is held again."""
+        if (ns, name) in self._deleting and self._deleting[(ns, name)] in (uid, ""):
             return
         self._deleting[(ns, name)] = uid
         self.recorder.out.append(DeleteReservation(ns, name, uid))
+        self.snapshot.remove_reservation((ns, name))
 
     def _forget(self, key: Key) -> None:
         """The PodGroup is gone: its Reservations go too, and every record of it."""
@@ -408,13 +414,14 @@ class SchedulerState:
         self.groups.seen(pg)
         adm, rec, now = self.admission, self.recorder, self.utcnow
         held = self.snapshot.placed_pods(key)
-        if held and self._uids.get(key) != pg.metadata.uid and self._stale(pg, held):
-            return  # an earlier PodGroup of this name still holds room: placed once it is collected
+        if held and self._uids.get(key) != pg.metadata.uid:
+            self._collect_stale(pg, held)  # an earlier PodGroup of this name held them
         self._uids[key] = pg.metadata.uid
         for pod, uid in pg.spec.release.items():
             res = self.objects.get("Reservation", key[0], pod)
             if pod in held and res is not None and res.metadata.uid == uid:
                 self._delete(key[0], pod, uid)
+        held = self.snapshot.placed_pods(key)
         view = rec.view(pg)
         if view.evictions:
             left = {p: why for p, why in view.evictions.items() if p in held}
