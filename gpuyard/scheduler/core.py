@@ -232,6 +232,9 @@ class SchedulerState:
             key = (res.metadata.namespace, res.metadata.name)
             self._assumed.pop(key, None)
             self.snapshot.remove_reservation(key)
+            current = self.objects.get("Reservation", *key)
+            if isinstance(current, Reservation) and self._deleting.get(key) != current.metadata.uid:
+                self.snapshot.upsert_reservation(current)  # its deletion failed: it holds the room
         self.placed_pods -= len(decision.reservations)
         self.placed_jobs -= 1
         message = f"recording the placement failed: {error}"
@@ -258,9 +261,11 @@ class SchedulerState:
                 self.admission.write_failed(decision.kind, decision.namespace, decision.name)
         elif isinstance(decision, DeleteReservation):
             self._deleting.pop((decision.namespace, decision.name), None)
-            res = self.objects.get("Reservation", decision.namespace, decision.name)
+            key = (decision.namespace, decision.name)
+            res = self.objects.get("Reservation", *key)
             if isinstance(res, Reservation):  # it still holds its room: decided again next step
-                self.snapshot.upsert_reservation(res)
+                if key not in self._assumed:  # else the create under its name fails: `unassume`
+                    self.snapshot.upsert_reservation(res)
                 self._dirty["PodGroup"].add((decision.namespace, res.spec.pod_group))
 
     def next_due(self, now: float) -> tuple[bool, float | None]:

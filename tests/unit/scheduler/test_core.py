@@ -255,3 +255,22 @@ def test_reclaim_asks_for_evictions_and_keeps_the_room_until_released() -> None:
     assert cluster.get("PodGroup", "b", "b1").status.evictions == {}
     step(state, cluster, now=5.0)
     assert state.snapshot.reservation_count == 2
+
+
+def test_a_failed_deletion_holds_the_room_again_and_is_retried() -> None:
+    cluster = Cluster(make_node("n1", gpus=8), podgroup("a", role(replicas=2, gpus=4)))
+    state = core(cluster)
+    step(state, cluster)
+    step(state, cluster)
+    old = cluster.get("Reservation", "default", "a-worker-1")
+    cluster.spec(
+        "PodGroup", "default", "a", lambda pg: pg.spec.release.update({"a-worker-1": old.metadata.uid})
+    )
+    state.apply(cluster.take())
+    delete, place_again, *_ = state.step(now=0.0, utcnow=T0)
+    assert isinstance(delete, DeleteReservation) and isinstance(place_again, PlaceGang)
+    state.write_failed(delete)  # the deletion was refused ...
+    state.unassume(place_again, error="a-worker-1 already exists")  # ... so the name is still taken
+    assert state.snapshot.reservation_count == 2  # the old Reservation holds its room again
+    out = state.step(now=1.0, utcnow=T0)
+    assert of(DeleteReservation, out) == [DeleteReservation("default", "a-worker-1", old.metadata.uid)]
