@@ -17,11 +17,13 @@ records — and has three entry points:
   returns :mod:`~gpuyard.scheduler.decisions` for the loop to write. A walk is done in slices of
   `limit` jobs; `more` says whether the walk goes on at the next `step`;
 * `unassume(decision, error=)`: the loop could not create a gang's Reservations; the snapshot
-  forgets them and the gang backs off (Kueue's admit pattern).
+  forgets them and the gang backs off (Kueue's admit pattern); `write_failed(decision)`: a
+  status or a deletion was not written and is decided again.
 
 A placement is *assumed* when decided: its Reservations are recorded in the snapshot at once,
-so the next decision already sees the GPUs taken. Each attempt (`attempting`) is synchronous,
-so two decisions never race for the same GPUs.
+so the next decision already sees the GPUs taken; likewise a deletion frees its room when it
+is decided (held again if it fails). Each attempt (`attempting`) is synchronous, so two
+decisions never race for the same GPUs.
 """
 
 from __future__ import annotations
