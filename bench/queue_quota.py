@@ -14,8 +14,10 @@ the run. Here:
 * the real `SchedulerLoop` (watch, snapshot, FairQueue, quota admission, reclaim, `place()`,
   assume, statuses) on a `VirtualClock`; PodGroups are created directly (no job operator and no
   simulated kubelet: at this size they would dominate the time), and a job "ends" when its
-  duration has passed since it was admitted: its Reservations and PodGroup are deleted. A job
-  preempted by reclaim waits again; its earlier admission does not count.
+  duration has passed since it was admitted: its PodGroup is deleted (the scheduler collects its
+  Reservations). A job preempted by reclaim is asked to stop (`status.evictions`); the benchmark
+  plays the operator and releases those Reservations (`spec.release`) at once. It waits again;
+  its earlier admission does not count.
 
     .venv/bin/python bench/queue_quota.py            # full size (15,000 jobs)
     .venv/bin/python bench/queue_quota.py --small    # CI size (1,500 jobs, 300 virtual seconds)
@@ -155,11 +157,12 @@ async def run(*, jobs_per_leaf: int, window: float) -> dict[str, Any]:
     started: dict[tuple[str, str], float] = {}
     events: list[tuple[float, int, str, tuple[str, str]]] = []  # (time, seq, "end", key)
     seq = 0
-    counters = {"cycles": 0, "admissions": 0, "preemptions": 0}
+    counters = {"admissions": 0, "preemptions": 0}
 
     loop = SchedulerLoop(ctx)
     adm = loop.admission
-    original_start, original_requeue, original_cycle = adm.start, adm.requeue, loop.cycle
+    original_start, original_requeue = adm.start, adm.requeue
+    requeued: set[tuple[str, str]] = set()  # may have evictions to release
 
     def on_start(key: tuple[str, str], *, now: float) -> None:
         nonlocal seq
@@ -174,21 +177,37 @@ async def run(*, jobs_per_leaf: int, window: float) -> dict[str, Any]:
 
     def on_requeue(key: tuple[str, str]) -> None:  # preempted by reclaim: running no more
         original_requeue(key)
+        requeued.add(key)
         if started.pop(key, None) is not None:
             counters["preemptions"] += 1
 
-    async def counted_cycle() -> int:
-        counters["cycles"] += 1
-        return await original_cycle()
+    def release_evicted() -> bool:
+        """The operator's part of a preemption: stop the pods (none here), release their room."""
+        wrote = False
+        for key in list(requeued):
+            pg = store.get("PodGroup", *key)
+            evictions = pg.status.evictions if pg is not None else {}  # type: ignore[attr-defined]
+            if not evictions:
+                requeued.discard(key)
+                continue
+            uids = {}
+            for pod in evictions:
+                res = store.get("Reservation", key[0], pod)
+                if res is not None and pg.spec.release.get(pod) != res.metadata.uid:  # type: ignore[union-attr]
+                    uids[pod] = res.metadata.uid
+            if uids:
+                store.mutate("PodGroup", *key, lambda g, uids=uids: g.spec.release.update(uids))
+                wrote = True
+        return wrote
 
     adm.start = on_start  # type: ignore[method-assign]
     adm.requeue = on_requeue  # type: ignore[method-assign]
-    loop.cycle = counted_cycle  # type: ignore[method-assign]
     task = asyncio.create_task(loop.run())
     await loop.synced.wait()
     await settle()
     tune_gc()
     t0 = clock.now()
+    cycles_before = loop.state.cycles
     samples: list[float] = []
     wall = time.perf_counter()
     cpu = time.process_time()
@@ -209,13 +228,12 @@ async def run(*, jobs_per_leaf: int, window: float) -> dict[str, Any]:
             end, _, _, key = heapq.heappop(events)
             if started.get(key) is None or abs(started[key] + SIZES[size_of[key[1]]][1] - end) > 1e-6:
                 continue  # preempted since: this end belongs to an earlier run
-            for r in store.list("Reservation", namespace=key[0]):
-                if r.spec.pod_group == key[1]:  # type: ignore[attr-defined]
-                    store.delete("Reservation", key[0], r.metadata.name)
             store.delete("PodGroup", *key)
             arrived.pop(key)
             started.pop(key)
         await settle()
+        while release_evicted():
+            await settle()
         for leaf in leaves:
             st = store.get("ElasticQuota", leaf, leaf).status  # type: ignore[union-attr]
             if st.request.get(GPU_RESOURCE, 0) >= LEAF_MIN:
@@ -252,8 +270,8 @@ async def run(*, jobs_per_leaf: int, window: float) -> dict[str, Any]:
         "p5_quota_usage_with_demand": round(float(np.percentile(samples, 5)), 3) if samples else None,
         "mean_quota_usage_with_demand": round(float(np.mean(samples)), 3) if samples else None,
         "share_of_samples_below_min": round(float(np.mean(np.array(samples) < 1.0)), 4) if samples else None,
-        "cycles": counters["cycles"],
-        "cycles_per_s": round(counters["cycles"] / wall, 1) if wall else None,
+        "cycles": loop.state.cycles - cycles_before,
+        "cycles_per_s": round((loop.state.cycles - cycles_before) / wall, 1) if wall else None,
         "admissions_per_s": round(counters["admissions"] / wall, 1) if wall else None,
         "preemptions": counters["preemptions"],
         "schedule_attempts": len(loop.cycle_seconds),

@@ -1,4 +1,4 @@
-"""Scheduler throughput benchmark: the real cycle (place + assume into the store), as JSON.
+"""Scheduler throughput benchmark: the real cycle (place, assume, write through the writer), as JSON.
 
 Scenarios (after kube-scheduler's SchedulingBasic and gang workloads):
 
@@ -9,15 +9,17 @@ Scenarios (after kube-scheduler's SchedulingBasic and gang workloads):
 
 Nodes are written into an in-memory store, the scheduling loop is started (it LISTs them), then
 every PodGroup is created at once; the clock runs from then until the last job that fits holds
-its reservations (C deliberately asks for more than the cluster has). The loop does all of it: watch events, snapshot updates, queue, `place()`, the
-assume (one Reservation per pod), the PodGroup status and an Event per job.
+its reservations (C deliberately asks for more than the cluster has). The loop does all of it:
+watch events into the synchronous core, snapshot updates, queue, `place()`, the assume, then
+the decisions written through the context's writer (one Reservation per pod, the PodGroup
+status and an Event per job).
 
     .venv/bin/python bench/sched_throughput.py            # full size
     .venv/bin/python bench/sched_throughput.py --small    # CI size (a tenth)
     .venv/bin/python bench/sched_throughput.py --scenario A
 
 Prints one JSON object: per scenario pods/s, jobs/s, cycle p50/p99 (ms: one job's decision
-and assume), and the process's peak RSS (MiB) after it. `pods_per_cpu_s` divides by the
+and assume in the core), and the process's peak RSS (MiB) after it. `pods_per_cpu_s` divides by the
 process's CPU time instead of wall time: on a shared machine it shows the cost without the
 neighbours' load (the CPU time includes the waiting rounds at the end of C).
 """

@@ -1,8 +1,10 @@
-"""The unified job operator: one engine (`reconciling.py`) plus one small plugin per job kind.
+"""The unified job operator: one engine plus one small plugin per job kind (`workloads/`).
 
-Entry point for the runtime: `components(ctx)` returns the reconcilers to run through
-`ControllerRunner` (today one: :class:`JobReconciler`, watching every job kind, their pods,
-reservations and PodGroups).
+Each reconcile pass observes what a job owns (`observing.py`), plans the next step as plain data
+(`planning.py`, pure) and applies it through the writer (`applying.py`); `reconciling.py` ties the
+three together. Entry point for the runtime: `components(ctx)` returns the reconcilers to run
+through `ControllerRunner` (today one: :class:`JobReconciler`, watching every job kind, their
+pods, reservations and PodGroups).
 """
 
 from __future__ import annotations

@@ -1,196 +1,213 @@
-"""The job reconciler's backend side: creating services and pods, un-assuming, deleting.
+"""Applying a reconcile pass: the :class:`~gpuyard.controllers.planning.Plan` written through the writer.
 
-:class:`ApplyingMixin` is the part of :class:`gpuyard.controllers.reconciling.JobReconciler`
-that carries out what a pass decided: `_plan_creates` picks the replicas whose pods may be
-created now (the gang minimum placed, start order from `ordering.py`), `_materialize` applies
-one Service per placed replica and then creates those pods through the backend (built by
-`materializing.py`), `_host_port` gives a host-network replica a port when the scheduler
-assigned none, `_unassume` answers a refused create by releasing the reservations that have no
-pod and requeueing with backoff, and the `_delete_*` helpers remove pods (through the backend),
-reservations and other objects (ignoring ones already gone). It is a mixin: `store`, `backend`,
-`settings`, `_create_failures` and the pass records come from `reconciling.py`.
+The last of the operator's three steps (observe -> plan -> apply). :class:`Applier` carries a
+plan out through `ctx.writer`, in this order: the job's status (`patch_status`, based on the
+job's resourceVersion, so a status decided on a stale job is re-decided), the pods to stop, the
+PodGroup (deleted, created, or its spec changed with :func:`retry_on_conflict`: release requests
+go out only after the pods they concern are stopped), the Services, the pods to create, the
+Services to delete, the Events, and the job itself when its TTL ran out.
+
+A refused pod create (:class:`~gpuyard.state.backend.BackendError`) is answered as Kueue's admit
+does: the Reservations that have no pod are released (`spec.release`), a FailedCreatePod event
+is recorded and the job is looked at again after a backoff that doubles per failure. The
+applier also keeps the job metrics and writes the one `job.transition` log line per phase change.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import structlog
 
-from gpuyard.apis.core import Pod
 from gpuyard.apis.jobkinds import TrainingJob
-from gpuyard.apis.jobspecs import JobStatus
-from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup, Reservation
-from gpuyard.controllers.judging import Replica
-from gpuyard.controllers.materializing import build_pod, build_service
-from gpuyard.controllers.ordering import can_start, dependencies_of
-from gpuyard.controllers.workloads.base import WorkloadPlugin
-from gpuyard.state.backend import BackendError, ClusterBackend
-from gpuyard.state.store import NotFound, Store
+from gpuyard.apis.meta import Resource
+from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup
+from gpuyard.controllers.metrics import JobMetrics
+from gpuyard.controllers.observing import job_owner_uid
+from gpuyard.controllers.planning import Plan
+from gpuyard.controllers.podgroups import PodGroupChange, changed_pod_group
+from gpuyard.controllers.reporting import EventNote
+from gpuyard.controllers.statuses import record_event
+from gpuyard.state.backend import BackendError
+from gpuyard.state.store import AlreadyExists, NotFound, Store
 from gpuyard.state.workqueues import ObjectKey, Requeue
+from gpuyard.state.writing import Writer, retry_on_conflict
 
-if TYPE_CHECKING:
-    from gpuyard.controllers.reconciling import Actions, Observed
-    from gpuyard.state.config import OperatorConfig
-
-__all__ = ["ApplyingMixin"]
+__all__ = ["Applier"]
 
 log = structlog.get_logger(__name__)
 
 
-class ApplyingMixin:
-    """Creates and deletes a job's children through the backend and store (a mixin of `JobReconciler`)."""
+class Applier:
+    """Writes a job's plans through `writer`; reads the store only to re-decide a conflicting write."""
 
-    # set by JobReconciler (`backend` is its property)
-    store: Store
-    backend: ClusterBackend
-    settings: OperatorConfig
-    _create_failures: dict[ObjectKey, int]
+    def __init__(self, *, store: Store, writer: Writer, metrics: JobMetrics) -> None:
+        self.store = store
+        self.writer = writer
+        self.metrics = metrics
+        self.create_failures: dict[ObjectKey, int] = {}
 
-    # --- creating pods -------------------------------------------------------------------------
-
-    def _plan_creates(
-        self,
-        job: TrainingJob,
-        plugin: WorkloadPlugin,
-        status: JobStatus,
-        obs: Observed,
-        live: dict[str, Pod],
-        held: dict[str, Reservation],
-        pod_group: PodGroup,
-    ) -> list[Replica]:
-        wanted = [r for r in obs.replicas if r.name in held and r.name not in live]
-        if not wanted:
-            return []
-        started = status.start_time is not None or bool(live)
-        if not started and len(held) < max(1, pod_group.spec.minimum()):
-            return []  # the whole gang (its minimum) is placed before any pod starts
-        deps = dependencies_of(job, plugin)
-        replicas = {r: s.count for r, s in job.replica_specs.items()}
-        phases: dict[str, dict[int, str]] = {}
-        for rep in obs.replicas:
-            pod = live.get(rep.name)
-            if pod is not None:
-                phases.setdefault(rep.role, {})[rep.index] = pod.status.phase
-        return [r for r in wanted if can_start(r.role, deps=deps, replicas=replicas, phases=phases)]
-
-    async def _materialize(
-        self,
-        job: TrainingJob,
-        plugin: WorkloadPlugin,
-        obs: Observed,
-        held: dict[str, Reservation],
-        to_create: list[Replica],
-        acts: Actions,
-        now: datetime,
-    ) -> Requeue | None:
-        # services first: a pod's Service (and its targetPort) is in place before the pod runs
-        ports = {name: self._host_port(res) for name, res in held.items()} if job.host_network else {}
-        for rep in obs.replicas:
-            res = held.get(rep.name)
-            if res is None:
-                continue
-            desired = build_service(job, rep.role, rep.index, plugin=plugin, host_port=ports.get(rep.name))
-            current = obs.services.get(rep.name)
-            if (
-                current is None
-                or current.spec != desired.spec
-                or current.metadata.labels != desired.metadata.labels
-            ):
-                await self.backend.apply_service(desired)
-        key = (job.metadata.namespace, job.metadata.name)
-        domain = self.settings.cluster_domain
-        for rep in to_create:
-            res = held[rep.name]
-            pod = build_pod(
-                job,
-                rep.role,
-                rep.index,
-                plugin=plugin,
-                reservation=res,
-                host_port=ports.get(rep.name),
-                cluster_domain=domain,
-                peers=held,
+    async def apply(self, job: TrainingJob, plan: Plan) -> Requeue | None:
+        ns, name = job.metadata.namespace, job.metadata.name
+        report = plan.report
+        if plan.status:  # first, and only then counted: a conflict re-decides the whole pass
+            await self.writer.patch_status(
+                job.kind, ns, name, plan.status, resource_version=job.metadata.resource_version
             )
+        self._count(job, plan)
+        for pod in plan.delete_pods:
+            await self._delete("Pod", pod.metadata.namespace, pod.metadata.name)
+        if plan.delete_pod_group is not None:
+            await self._delete("PodGroup", ns, plan.delete_pod_group.metadata.name)
+        if plan.create_pod_group is not None:
             try:
-                await self.backend.create_pod(pod)
+                await self.writer.create(plan.create_pod_group)
+            except AlreadyExists:  # a cache that lags the server: its event brings the key back
+                pass
+        elif plan.pod_group:
+            await self._change_pod_group((ns, name), plan.pod_group)
+        for svc in plan.services:
+            await self._write_service(svc)
+        requeue = await self._create_pods(job, plan)
+        for svc_name in plan.delete_services:
+            await self._delete("Service", ns, svc_name)
+        await self._record(job, report.events, now=report.now)
+        if plan.delete_job:
+            log.info(
+                "job.ttl_expired",
+                job=f"{ns}/{name}",
+                kind=job.kind,
+                ttl=job.run_policy.ttl_seconds_after_finished,
+            )
+            await self._delete(job.kind, ns, name)
+            await self.delete_children(ns, name)
+            return None
+        if requeue is not None:
+            return requeue
+        return Requeue(after=plan.requeue) if plan.requeue is not None else None
+
+    def _count(self, job: TrainingJob, plan: Plan) -> None:
+        """The job metrics and the one `job.transition` log line per phase change."""
+        ns, name = job.metadata.namespace, job.metadata.name
+        key = (ns, name)
+        report = plan.report
+        if report.created:
+            self.metrics.created(job.kind)
+        if plan.launch is not None:
+            self.metrics.pods_running(
+                job.kind,
+                job.metadata.uid,
+                created=job.metadata.creation_timestamp,
+                now=report.now,
+                all_pods=plan.launch.all_pods,
+            )
+        for t in report.transitions:
+            self.metrics.transition(key, job.kind, was=t.was, phase=t.phase)
+            log.info(
+                "job.transition",
+                job=f"{ns}/{name}",
+                kind=job.kind,
+                phase=t.phase,
+                was=t.was or "-",
+                reason=t.reason,
+            )
+        self.metrics.track(key, job.kind, report.status.phase)
+
+    # --- pods and services ---------------------------------------------------------------------
+
+    async def _create_pods(self, job: TrainingJob, plan: Plan) -> Requeue | None:
+        key = (job.metadata.namespace, job.metadata.name)
+        for pod in plan.create_pods:
+            try:
+                await self.writer.create(pod)
             except BackendError as exc:
-                return self._unassume(job, obs, held, str(exc), acts)
-            acts.events.append(("SuccessfulCreatePod", f"Created pod: {rep.name}", False))
-        if to_create:
-            self._create_failures.pop(key, None)
+                return await self._refused(job, plan, str(exc))
+            plan.report.note("SuccessfulCreatePod", f"Created pod: {pod.metadata.name}")
+        if plan.create_pods:
+            self.create_failures.pop(key, None)
         return None
 
-    def _host_port(self, res: Reservation) -> int:
-        """The reservation's host port; if the scheduler assigned none, the lowest free one on its node."""
-        if res.spec.host_ports:
-            return res.spec.host_ports[0]
-        lo, hi = self.settings.host_port_range
-        used: set[int] = set()
-        for other in self.store.list("Reservation"):
-            if other.spec.node == res.spec.node:  # type: ignore[attr-defined]
-                used.update(other.spec.host_ports)  # type: ignore[attr-defined]
-        port = next((p for p in range(lo, hi + 1) if p not in used), lo)
-        current = self.store.get("Reservation", res.metadata.namespace, res.metadata.name)
-        if current is not None:
-            copy = current.clone()
-            copy.spec.host_ports = [port]  # type: ignore[attr-defined]
-            self.store.update(copy)
-        log.warning(
-            "job.host_port_assigned",
-            reservation=f"{res.metadata.namespace}/{res.metadata.name}",
-            node=res.spec.node,
-            port=port,
-        )
-        return port
-
-    def _unassume(
-        self, job: TrainingJob, obs: Observed, held: dict[str, Reservation], error: str, acts: Actions
-    ) -> Requeue:
-        """A refused pod create: give back the reservations that have no pod and queue again."""
+    async def _refused(self, job: TrainingJob, plan: Plan, error: str) -> Requeue:
+        """A refused pod create: release the Reservations that have no pod and look again later."""
         ns, name = job.metadata.namespace, job.metadata.name
         with_pods = {
             p.metadata.name for p in self.store.list("Pod", namespace=ns, selector={LABEL_JOB_NAME: name})
         }
-        released = []
-        for rname, res in held.items():
-            if rname not in with_pods:
-                self._delete_reservation(res)
-                released.append(rname)
-
-        def pending(pg: PodGroup) -> None:
-            pg.status.phase = "Pending"
-            pg.status.reason = "PodCreationFailed"
-            pg.status.message = error
-
-        try:
-            self.store.mutate("PodGroup", ns, name, pending)
-        except NotFound:
-            pass
-        acts.events.append(
-            (
-                "FailedCreatePod",
-                f"Error creating: {error}; released {len(released)} reservation(s) and queued again",
-                True,
-            )
+        release = {pod: uid for pod, uid in plan.held.items() if pod not in with_pods}
+        await self._change_pod_group(
+            (ns, name), PodGroupChange(release=release, existing=plan.pod_group.existing)
+        )
+        plan.report.note(
+            "FailedCreatePod",
+            f"Error creating: {error}; released {len(release)} reservation(s) and queued again",
+            warning=True,
         )
         key = (ns, name)
-        failures = self._create_failures.get(key, 0)
-        self._create_failures[key] = failures + 1
-        log.warning("job.create_failed", job=f"{ns}/{name}", error=error, released=len(released))
+        failures = self.create_failures.get(key, 0)
+        self.create_failures[key] = failures + 1
+        log.warning("job.create_failed", job=f"{ns}/{name}", error=error, released=len(release))
         return Requeue(after=min(30.0, 0.5 * 2**failures))
 
-    # --- deleting ------------------------------------------------------------------------------
+    async def _write_service(self, desired: Resource) -> None:
+        ns, name = desired.metadata.namespace, desired.metadata.name
 
-    async def _delete_pod(self, pod: Pod) -> None:
-        await self.backend.delete_pod(pod.metadata.namespace, pod.metadata.name)
+        async def write() -> Resource:
+            current = self.store.get("Service", ns, name)
+            if current is None:
+                return await self.writer.create(desired)
+            update = desired.model_copy(
+                update={
+                    "metadata": desired.metadata.model_copy(
+                        update={"resource_version": current.metadata.resource_version}
+                    )
+                }
+            )
+            return await self.writer.update(update)
 
-    def _delete_reservation(self, res: Reservation) -> None:
-        self._delete_quietly("Reservation", res.metadata.namespace, res.metadata.name)
+        await retry_on_conflict(write)
 
-    def _delete_quietly(self, kind: str, ns: str, name: str) -> None:
+    # --- the PodGroup --------------------------------------------------------------------------
+
+    async def _change_pod_group(self, key: ObjectKey, change: PodGroupChange) -> None:
+        async def write() -> PodGroup | None:
+            current = self.store.get("PodGroup", *key)
+            if not isinstance(current, PodGroup):
+                return None
+            new = changed_pod_group(current, change)
+            return None if new is None else await self.writer.update(new)
+
+        await retry_on_conflict(write)
+
+    # --- events and deletes ----------------------------------------------------------------------
+
+    async def _record(self, job: TrainingJob, events: Iterable[EventNote], *, now: datetime) -> None:
+        for ev in events:
+            await record_event(
+                job,
+                store=self.store,
+                writer=self.writer,
+                reason=ev.reason,
+                message=ev.message,
+                now=now,
+                warning=ev.warning,
+            )
+
+    async def _delete(self, kind: str, ns: str, name: str) -> None:
         try:
-            self.store.delete(kind, ns, name)
+            await self.writer.delete(kind, ns, name)
         except NotFound:
             pass
+
+    async def delete_children(self, ns: str, name: str) -> None:
+        """The job is gone: delete its pods, services, PodGroup (its Reservations go with it) and events."""
+        selector = {LABEL_JOB_NAME: name}
+        for pod in self.store.list("Pod", namespace=ns, selector=selector):
+            if job_owner_uid(pod) is not None:  # type: ignore[arg-type]
+                await self._delete("Pod", ns, pod.metadata.name)
+        for svc in self.store.list("Service", namespace=ns, selector=selector):
+            if job_owner_uid(svc) is not None:  # type: ignore[arg-type]
+                await self._delete("Service", ns, svc.metadata.name)
+        await self._delete("PodGroup", ns, name)
+        for ev in self.store.list("Event", namespace=ns, selector=selector):
+            await self._delete("Event", ns, ev.metadata.name)

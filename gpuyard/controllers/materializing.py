@@ -1,7 +1,7 @@
 """Turning a job's replica into objects: the pod (from its reservation) and its Service.
 
-Pure functions of the job, the role/index, the reservation and the plugin; the reconciler
-decides *when* and writes the results through the backend. A pod is built as the reference
+Pure functions of the job, the role/index, the reservation and the plugin; the planning step
+decides *when*, and the apply step writes the results through the writer. A pod is built as the reference
 operators build it (`createNewPod`): the replica's template, KubeDL's labels, git-sync code
 init container, host-network setup, then the plugin's env wiring; gpuyard then binds it to the
 reserved node and adds the reserved devices (`gpuyard.io/devices`, NVIDIA_VISIBLE_DEVICES,

@@ -13,7 +13,7 @@ unchanged:
   histograms by `kind`: from the job's creation to its first pod Running, and to every pod
   Running (or done), observed once per job.
 
-The operator calls :class:`JobMetrics` at its transitions (`reconciling.py`, `reporting.py`); every call is a
+The operator calls :class:`JobMetrics` when it applies a pass (`applying.py`); every call is a
 dict update, no I/O. One instance exists per registry (`job_metrics(registry)`), so a second
 reconciler on the same registry shares the counts instead of failing to register twice.
 """

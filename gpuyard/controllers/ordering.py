@@ -19,7 +19,7 @@ from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobspecs import DAGCondition
 from gpuyard.controllers.workloads.base import WorkloadPlugin
 
-__all__ = ["PHASE_RANK", "can_start", "dependencies_of", "start_order"]
+__all__ = ["PHASE_RANK", "can_start", "dependencies_of"]
 
 PHASE_RANK = {"Pending": 0, "Running": 1, "Succeeded": 2, "Failed": 2, "Unknown": -1}
 
@@ -63,19 +63,3 @@ def can_start(
         if not upstream_ready(cond, replicas[cond.upstream], phases.get(cond.upstream, {})):
             return False
     return True
-
-
-def start_order(job: TrainingJob, plugin: WorkloadPlugin) -> list[list[str]]:
-    """Roles grouped in waves: each wave starts once the waves before it are up (for display)."""
-    deps = dependencies_of(job, plugin)
-    remaining = list(job.roles())
-    done: set[str] = set()
-    waves: list[list[str]] = []
-    while remaining:
-        wave = [r for r in remaining if all(c.upstream in done for c in deps.get(r, []))]
-        if not wave:  # a cycle (rejected at submit time); show the rest as one wave
-            wave = remaining
-        waves.append(wave)
-        done.update(wave)
-        remaining = [r for r in remaining if r not in wave]
-    return waves

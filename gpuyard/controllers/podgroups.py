@@ -3,11 +3,20 @@
 Per role the replicas, the minimum to place together and the *rendered* pod template (so the
 scheduler sees exactly what the pods will request: code-sync and MPI init containers, host
 network, node selectors, tolerations), plus the job-level minimum, queue, priority, gang group and
-suspension. The operator owns the spec; the scheduler owns the status (Pending / Placed /
-Suspended), except that the operator puts it back to Pending when it un-assumes a placement.
+suspension. The operator owns the spec; the scheduler alone owns the status (Pending / Placed /
+Suspended, `evictions`) and the Reservations.
+
+The operator's requests to the scheduler are spec fields: `release` (pod name -> uid of a
+Reservation it no longer needs) and `preferredNodes` (where a pod that must move ran). A pass
+plans a :class:`PodGroupChange`; :func:`changed_pod_group` applies it to the PodGroup as it is
+*now* (so a write that conflicts is re-decided on the newest object), and prunes `release`
+entries whose Reservation is gone.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from gpuyard.apis.jobkinds import ANNOTATION_GANG_GROUP, PyTorchJob, TrainingJob
 from gpuyard.apis.meta import ObjectMeta
@@ -16,7 +25,14 @@ from gpuyard.apis.scheduling import LABEL_JOB_NAME, GangRole, PodGroup, PodGroup
 from gpuyard.controllers.materializing import owner_reference, render_template
 from gpuyard.controllers.workloads.base import WorkloadPlugin
 
-__all__ = ["ANNOTATION_JOB_GENERATION", "build_pod_group", "pod_group_spec", "quota_metadata"]
+__all__ = [
+    "ANNOTATION_JOB_GENERATION",
+    "PodGroupChange",
+    "build_pod_group",
+    "changed_pod_group",
+    "pod_group_spec",
+    "quota_metadata",
+]
 
 ANNOTATION_JOB_GENERATION = "gpuyard.io/job-generation"
 _QUOTA_KEYS = (LABEL_QUOTA_NAME, LABEL_PREEMPTIBLE, ANNOTATION_EXPECTED_DURATION)
@@ -116,3 +132,48 @@ def build_pod_group(
         ),
         spec=pod_group_spec(job, plugin, cluster_domain=cluster_domain, preferred_nodes=preferred_nodes),
     )
+
+
+@dataclass(slots=True)
+class PodGroupChange:
+    """What a pass wants of the job's existing PodGroup (spec only: the status is the scheduler's).
+
+    `spec`: the spec rebuilt from a changed job (None: the job did not change), stamped with
+    `generation`; `preferred`: pod name -> node it ran on (failover); `release`: pod name ->
+    Reservation uid to give back; `existing`: pod name -> uid of every Reservation that exists
+    now (a `release` entry naming anything else is done and pruned; `prune`: there is one).
+    """
+
+    spec: PodGroupSpec | None = None
+    generation: str = ""
+    preferred: dict[str, str] = field(default_factory=dict)
+    release: dict[str, str] = field(default_factory=dict)
+    existing: Mapping[str, str] = field(default_factory=dict)
+    prune: bool = False  # some `release` entry is done
+
+    def __bool__(self) -> bool:
+        return self.spec is not None or self.prune or bool(self.preferred or self.release)
+
+
+def changed_pod_group(pg: PodGroup, change: PodGroupChange) -> PodGroup | None:
+    """`pg` with `change` applied (a copy), or None when that changes nothing."""
+    release = {
+        pod: uid
+        for pod, uid in {**pg.spec.release, **change.release}.items()
+        if change.existing.get(pod) == uid
+    }
+    preferred = {**pg.spec.preferred_nodes, **change.preferred}
+    respec = (
+        change.spec is not None
+        and pg.metadata.annotations.get(ANNOTATION_JOB_GENERATION) != change.generation
+    )
+    if not respec and release == pg.spec.release and preferred == pg.spec.preferred_nodes:
+        return None
+    copy = pg.clone()
+    if respec:
+        assert change.spec is not None
+        copy.spec = change.spec.model_copy()
+        copy.metadata.annotations[ANNOTATION_JOB_GENERATION] = change.generation
+    copy.spec.preferred_nodes = preferred
+    copy.spec.release = release
+    return copy

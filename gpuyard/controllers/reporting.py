@@ -1,172 +1,188 @@
-"""The job reconciler's status side: conditions, phase transitions, replica statuses, events.
+"""A job's status as one reconcile pass drafts it: conditions, phase, replica statuses, events.
 
-:class:`ReportingMixin` is the part of :class:`gpuyard.controllers.reconciling.JobReconciler`
-that turns what a pass observed and decided into the job's status: `_set` records a condition
-(with its event, the phase-transition metric and the one canonical `job.transition` log line),
-`_progress` moves a job that is not restarting to Queuing or Running, `_replica_statuses` counts
-active/succeeded/failed pods and restarts per role, `_write_status` writes the status only when
-it changed, `_emit` records the pass's events, and `_deadline_requeue` wakes the job at its
-`activeDeadlineSeconds`. It is a mixin: `store`, `metrics` and the pass records
-(:class:`~gpuyard.controllers.reconciling.Observed`, :class:`~gpuyard.controllers.reconciling.Actions`)
-come from `reconciling.py`.
+Pure (no store, no I/O), used by `planning.py`. A :class:`Report` holds the pass's draft of the
+job's status and what the draft says happened: the Events to record and the phase transitions
+(which the apply step turns into metrics and the one canonical `job.transition` log line).
+:func:`progress` moves a job that is not restarting to Queuing or Running, :func:`replica_statuses`
+counts active/succeeded/failed pods and restarts per role, :func:`deadline_after` says when
+`activeDeadlineSeconds` runs out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
-
-import structlog
 
 from gpuyard.apis.core import Pod
 from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobspecs import JobStatus, ReplicaStatus
-from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.controllers.judging import reason_of
-from gpuyard.controllers.metrics import JobMetrics
-from gpuyard.controllers.statuses import record_event, set_condition
-from gpuyard.state.store import Store
-from gpuyard.state.workqueues import Requeue
+from gpuyard.apis.meta import deep_copy
+from gpuyard.apis.scheduling import PodGroup
+from gpuyard.controllers.judging import Replica, reason_of
+from gpuyard.controllers.statuses import set_condition
 
-if TYPE_CHECKING:
-    from gpuyard.controllers.reconciling import Actions, Observed
+__all__ = [
+    "EventNote",
+    "Launch",
+    "Report",
+    "Transition",
+    "deadline_after",
+    "progress",
+    "replica_statuses",
+    "status_changes",
+]
 
-__all__ = ["ReportingMixin"]
 
-log = structlog.get_logger(__name__)
+@dataclass(frozen=True, slots=True)
+class EventNote:
+    """An Event to record about the job."""
+
+    reason: str
+    message: str
+    warning: bool = False
 
 
-class ReportingMixin:
-    """Writes a job's status and events from one pass (a mixin of `JobReconciler`)."""
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """The job's phase moved from `was` to `phase` (for the metrics and the log line)."""
 
-    # set by JobReconciler.__init__
-    store: Store
-    metrics: JobMetrics
+    was: str
+    phase: str
+    reason: str
 
-    # --- status ----------------------------------------------------------------------------------
 
-    def _progress(
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Some pod of the job runs (`all_pods`: every replica is up): the launch-delay metrics."""
+
+    all_pods: bool
+
+
+@dataclass(slots=True)
+class Report:
+    """The draft of `job`'s status in one pass, and the events and transitions it implies."""
+
+    job: TrainingJob
+    now: datetime
+    status: JobStatus = field(init=False)
+    events: list[EventNote] = field(default_factory=list)
+    transitions: list[Transition] = field(default_factory=list)
+    created: bool = False  # the Created condition was set in this pass (the created-jobs metric)
+
+    def __post_init__(self) -> None:
+        self.status = deep_copy(self.job.status)
+
+    @property
+    def name(self) -> str:
+        return f"{self.job.kind} {self.job.metadata.name}"
+
+    def reason(self, what: str) -> str:
+        return reason_of(self.job, what)
+
+    def note(self, reason: str, message: str, *, warning: bool = False) -> None:
+        self.events.append(EventNote(reason, message, warning))
+
+    def set(
         self,
-        job: TrainingJob,
-        status: JobStatus,
-        obs: Observed,
-        live: dict[str, Pod],
-        held: dict[str, Reservation],
-        pod_group: PodGroup,
-        restarting: bool,
-        acts: Actions,
-        now: datetime,
-    ) -> None:
-        if live and status.start_time is None:
-            status.start_time = now
-        if restarting:
-            return
-        name = f"{job.kind} {job.metadata.name}"
-        running = any(p.status.phase == "Running" for p in live.values())
-        all_up = all(
-            (p := live.get(r.name)) is not None and p.status.phase in ("Running", "Succeeded")
-            for r in obs.replicas
-        )
-        if running or all_up:
-            self.metrics.pods_running(
-                job.kind, job.metadata.uid, created=job.metadata.creation_timestamp, now=now, all_pods=all_up
-            )
-        if status.phase == "Restarting":
-            if all_up:
-                self._set(
-                    job, status, acts, "Running", self._reason(job, "Running"), f"{name} is running.", now
-                )
-        elif running:
-            self._set(job, status, acts, "Running", self._reason(job, "Running"), f"{name} is running.", now)
-        elif not live and status.phase in ("", "Created", "Queuing"):
-            why = pod_group.status.message or pod_group.status.reason
-            message = f"{name} is queuing" + (f": {why}" if why else ".")
-            self._set(
-                job,
-                status,
-                acts,
-                "Queuing",
-                self._reason(job, "Queuing"),
-                message,
-                now,
-                event=status.phase != "Queuing",
-            )
-
-    def _replica_statuses(
-        self, job: TrainingJob, status: JobStatus, obs: Observed, *, live: dict[str, Pod] | None = None
-    ) -> None:
-        out: dict[str, ReplicaStatus] = {role: ReplicaStatus() for role in job.roles()}
-        for rep in obs.replicas:
-            rs = out[rep.role]
-            record = status.pod_restarts.get(rep.name)
-            rs.restarts += record.count if record is not None else 0
-            pod = rep.pod if live is None else live.get(rep.name)
-            if pod is None:
-                continue
-            phase = pod.status.phase
-            if phase == "Running":
-                rs.active += 1
-            elif phase == "Succeeded":
-                rs.succeeded += 1
-            elif phase == "Failed":
-                rs.failed += 1
-        status.replica_statuses = out
-
-    def _set(
-        self,
-        job: TrainingJob,
-        status: JobStatus,
-        acts: Actions,
         type_: str,
+        *,
         reason: str,
         message: str,
-        now: datetime,
-        *,
         true: bool = True,
         warning: bool = False,
         event: bool = True,
         force_event: bool = False,
     ) -> None:
+        """Set a condition (Kubeflow semantics) with its Event; note a phase transition."""
+        status = self.status
         before = status.phase
-        changed = set_condition(status, type_, reason=reason, message=message, now=now, true=true)
+        changed = set_condition(status, type_, reason=reason, message=message, now=self.now, true=true)
         if (changed and event) or force_event:
-            acts.events.append((reason, message, warning))
+            self.note(reason, message, warning=warning)
         if changed and type_ == "Created":
-            self.metrics.created(job.kind)
+            self.created = True
         if status.phase != before:
-            self.metrics.transition(
-                (job.metadata.namespace, job.metadata.name), job.kind, was=before, phase=status.phase
-            )
-            log.info(
-                "job.transition",
-                job=f"{job.metadata.namespace}/{job.metadata.name}",
-                kind=job.kind,
-                phase=status.phase,
-                was=before or "-",
-                reason=reason,
-            )
+            self.transitions.append(Transition(before, status.phase, reason))
 
-    @staticmethod
-    def _reason(job: TrainingJob, what: str) -> str:
-        return reason_of(job, what)
+    def restarting(self, message: str) -> None:
+        """Enter Restarting with a Warning event every time (each restart is news)."""
+        self.set(
+            "Restarting", reason=self.reason("Restarting"), message=message, warning=True, force_event=True
+        )
 
-    def _write_status(self, job: TrainingJob, status: JobStatus, now: datetime) -> None:
-        self.metrics.track((job.metadata.namespace, job.metadata.name), job.kind, status.phase)
-        if status.model_dump(exclude={"last_reconcile_time"}) == job.status.model_dump(
-            exclude={"last_reconcile_time"}
-        ):
-            return
-        status.last_reconcile_time = now
-        self.store.update(job.model_copy(update={"status": status}))
 
-    def _emit(self, job: TrainingJob, acts: Actions, now: datetime) -> None:
-        for reason, message, warning in acts.events:
-            record_event(self.store, job, reason=reason, message=message, now=now, warning=warning)
-        acts.events.clear()
+def progress(
+    report: Report,
+    *,
+    replicas: list[Replica],
+    live: Mapping[str, Pod],
+    pod_group: PodGroup | None,
+    restarting: bool,
+) -> Launch | None:
+    """Move a job that is not restarting to Running or Queuing; say whether its pods run."""
+    status = report.status
+    if live and status.start_time is None:
+        status.start_time = report.now
+    if restarting:
+        return None
+    running = any(p.status.phase == "Running" for p in live.values())
+    all_up = all(
+        (p := live.get(r.name)) is not None and p.status.phase in ("Running", "Succeeded") for r in replicas
+    )
+    name = report.name
+    if status.phase == "Restarting":
+        if all_up:
+            report.set("Running", reason=report.reason("Running"), message=f"{name} is running.")
+    elif running:
+        report.set("Running", reason=report.reason("Running"), message=f"{name} is running.")
+    elif not live and status.phase in ("", "Created", "Queuing"):
+        why = (pod_group.status.message or pod_group.status.reason) if pod_group is not None else ""
+        message = f"{name} is queuing" + (f": {why}" if why else ".")
+        report.set(
+            "Queuing", reason=report.reason("Queuing"), message=message, event=status.phase != "Queuing"
+        )
+    return Launch(all_pods=all_up) if running or all_up else None
 
-    def _deadline_requeue(self, job: TrainingJob, status: JobStatus, now: datetime) -> Requeue | None:
-        deadline = job.run_policy.active_deadline_seconds
-        if deadline is None or status.start_time is None:
-            return None
-        remaining = status.start_time.timestamp() + deadline - now.timestamp()
-        return Requeue(after=max(0.0, remaining) + 0.001)
+
+def replica_statuses(
+    job: TrainingJob, status: JobStatus, *, replicas: list[Replica], live: Mapping[str, Pod] | None = None
+) -> None:
+    """Per role: running, succeeded and failed pods (of `live`, else each replica's pod) and restarts."""
+    out: dict[str, ReplicaStatus] = {role: ReplicaStatus() for role in job.roles()}
+    for rep in replicas:
+        rs = out[rep.role]
+        record = status.pod_restarts.get(rep.name)
+        rs.restarts += record.count if record is not None else 0
+        pod = rep.pod if live is None else live.get(rep.name)
+        if pod is None:
+            continue
+        phase = pod.status.phase
+        if phase == "Running":
+            rs.active += 1
+        elif phase == "Succeeded":
+            rs.succeeded += 1
+        elif phase == "Failed":
+            rs.failed += 1
+    status.replica_statuses = out
+
+
+def status_changes(old: JobStatus, new: JobStatus, *, now: datetime) -> dict[str, object]:
+    """The status fields to write (with `lastReconcileTime`), or {} when nothing else changed."""
+    changes: dict[str, object] = {
+        name: getattr(new, name)
+        for name in type(new).model_fields
+        if name != "last_reconcile_time" and getattr(new, name) != getattr(old, name)
+    }
+    if changes:
+        changes["last_reconcile_time"] = now
+    return changes
+
+
+def deadline_after(job: TrainingJob, status: JobStatus, *, now: datetime) -> float | None:
+    """Seconds until `activeDeadlineSeconds` runs out (None: no deadline, or not started)."""
+    deadline = job.run_policy.active_deadline_seconds
+    if deadline is None or status.start_time is None:
+        return None
+    remaining = status.start_time.timestamp() + deadline - now.timestamp()
+    return max(0.0, remaining) + 0.001

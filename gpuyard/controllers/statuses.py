@@ -8,11 +8,12 @@ set false; Created stays true. `status.phase` mirrors the current condition for 
 
 Events are Kubernetes Events about the job (`involvedObject`), labelled `job-name` so the API
 lists them cheaply; a repeat of the same reason and message bumps `count`, as the Kubernetes
-event recorder aggregates.
+event recorder aggregates. They are written through the writer (`record_event`).
 """
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
 import structlog
@@ -22,7 +23,8 @@ from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobspecs import JobCondition, JobStatus
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
-from gpuyard.state.store import NotFound, Store
+from gpuyard.state.store import Store
+from gpuyard.state.writing import Writer, retry_on_conflict
 
 __all__ = ["EXCLUSIVE", "current_phase", "record_event", "set_condition"]
 
@@ -74,29 +76,33 @@ def set_condition(
     return True
 
 
-def record_event(
-    store: Store, job: TrainingJob, *, reason: str, message: str, now: datetime, warning: bool = False
+async def record_event(
+    job: TrainingJob,
+    *,
+    store: Store,
+    writer: Writer,
+    reason: str,
+    message: str,
+    now: datetime,
+    warning: bool = False,
 ) -> None:
-    """Write (or aggregate into) a Kubernetes-style Event about the job."""
+    """Write (or aggregate into) a Kubernetes-style Event about the job, through `writer`."""
     ns = job.metadata.namespace or "default"
     name = job.metadata.name
     for ev in store.list("Event", namespace=ns, selector={LABEL_JOB_NAME: name}):
+        assert isinstance(ev, Event)
         if (
             ev.reason == reason
             and ev.message == message
             and ev.involved_object.get("uid") == job.metadata.uid
-        ):  # type: ignore[attr-defined]
-
-            def bump(e: Event) -> None:
-                e.count += 1
-                e.last_timestamp = now
-
-            try:
-                store.mutate("Event", ns, ev.metadata.name, bump)
-            except NotFound:
-                continue
-            return
-    store.create(
+        ):
+            key = (ns, ev.metadata.name)
+            bumped = await retry_on_conflict(
+                functools.partial(_bump, key, store=store, writer=writer, now=now)
+            )
+            if bumped is not None:
+                return
+    await writer.create(
         Event(
             metadata=ObjectMeta(generate_name=f"{name}.", namespace=ns, labels={LABEL_JOB_NAME: name}),
             involved_object={
@@ -123,3 +129,13 @@ def record_event(
         message=message,
         type="Warning" if warning else "Normal",
     )
+
+
+async def _bump(key: tuple[str, str], *, store: Store, writer: Writer, now: datetime) -> Event:
+    """One more occurrence of a recorded Event (NotFound when it went meanwhile)."""
+    current = store.must_get("Event", *key)
+    assert isinstance(current, Event)
+    copy = current.clone()
+    copy.count += 1
+    copy.last_timestamp = now
+    return await writer.update(copy)

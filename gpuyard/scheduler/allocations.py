@@ -2,12 +2,12 @@
 
 :class:`Alloc` is what one pod takes on one node (CPU, memory, extended resources, GPU indices
 with their milli and a share's memory, NICs, host ports): the unit that `place()` tries and
-undoes and that a Reservation is recorded as. :class:`SnapshotLedger` is the part of
-:class:`gpuyard.scheduler.snapshot.Snapshot` that keeps the Reservations (by key, node and
-PodGroup), applies and unapplies Allocs to a row's free capacity (`apply`/`unapply`, the hot
-path: plain array writes, no validation), hands out host ports round-robin, and counts the live
-GPU workload by shape for the packing policies. It is a mixin: the arrays it writes are created
-by `Snapshot` (see that module's docstring for their layout).
+undoes and that a Reservation is recorded as (`alloc_of`). :class:`Ledger` keeps the
+snapshot's Reservations (by key, node and PodGroup), applies and unapplies Allocs to a row's
+free capacity in the :class:`~gpuyard.scheduler.nodearrays.NodeArrays` it is given
+(`apply`/`unapply`, the hot path: plain array writes, no validation), recomputes a row's free
+capacity when its node is reloaded, hands out host ports round-robin, and counts the live GPU
+workload by shape for the packing policies. The snapshot tells it which row a node has.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from gpuyard.apis.core import GPU_RESOURCE
 from gpuyard.apis.quantity import to_int, to_milli
 from gpuyard.apis.scheduling import Reservation
 from gpuyard.scheduler.gang_requests import GPU_MILLI, MIB, SHARE_RESOURCES
+from gpuyard.scheduler.nodearrays import NodeArrays
 
-__all__ = ["Alloc", "SnapshotLedger"]
+__all__ = ["Alloc", "Entry", "Ledger", "alloc_of"]
 
 
 @dataclass(slots=True)
@@ -44,7 +45,7 @@ class Alloc:
 
 
 @dataclass(slots=True)
-class _Entry:
+class Entry:
     """A Reservation as the snapshot holds it."""
 
     key: tuple[str, str]
@@ -53,7 +54,8 @@ class _Entry:
     alloc: Alloc
 
 
-def _alloc_of(res: Reservation) -> Alloc:
+def alloc_of(res: Reservation) -> Alloc:
+    """What a Reservation takes (its node's row is not known here)."""
     spec = res.spec
     req = spec.requests
     ext = []
@@ -81,61 +83,44 @@ def _alloc_of(res: Reservation) -> Alloc:
     )
 
 
-class SnapshotLedger:
-    """Reservations and their Allocs on a :class:`~gpuyard.scheduler.snapshot.Snapshot`'s rows (a mixin)."""
+class Ledger:
+    """The snapshot's Reservations and the Allocs they take from the rows (see the module docstring)."""
 
-    # created by Snapshot.__init__ / Snapshot._alloc_arrays; `apply` also calls Snapshot._ext_column
-    g: int
-    index: dict[str, int]
-    port_lo: int
-    port_hi: int
-    port_count: int
-    epoch: int
-    version: int
-    cpu_free: np.ndarray
-    mem_free: np.ndarray
-    pods_free: np.ndarray
-    ext_free: np.ndarray
-    gpu_free_milli: np.ndarray
-    gpu_mem_free: np.ndarray
-    gpu_mem_mib: np.ndarray
-    gpu_healthy: np.ndarray
-    gpu_whole_free: np.ndarray
-    gpu_kinds: np.ndarray
-    row_version: np.ndarray
-    ports_used_count: np.ndarray
-    port_cursor: np.ndarray
-    ports_used: list[dict[int, int]]
-    nics_used: list[dict[str, int]]
-    _ext_index: dict[str, int]
-    _entries: dict[tuple[str, str], _Entry]
-    _by_node: dict[str, set[tuple[str, str]]]
-    _by_group: dict[tuple[str, str], dict[str, _Entry]]
-    _shape_counts: dict[tuple[int, int, int], int]
+    def __init__(self, *, arrays: NodeArrays, port_range: tuple[int, int]) -> None:
+        lo, hi = port_range
+        if lo > hi:
+            raise ValueError(f"host port range {lo}-{hi} is empty")
+        self.port_lo, self.port_hi = lo, hi
+        self.port_count = hi - lo + 1
+        self._arrays = arrays
+        self._entries: dict[tuple[str, str], Entry] = {}
+        self._by_node: dict[str, set[tuple[str, str]]] = {}
+        self._by_group: dict[tuple[str, str], dict[str, Entry]] = {}
+        self._shape_counts: dict[tuple[int, int, int], int] = {}  # GPU reservations per (cpu, GPUs, milli)
 
     # --- reservations ------------------------------------------------------------------------
 
-    def upsert_reservation(self, res: Reservation, *, advance_cursor: bool = True) -> bool:
-        """Record a Reservation (idempotent by resourceVersion); True if anything changed."""
+    def upsert(self, res: Reservation, *, row: int | None, advance_cursor: bool = True) -> bool:
+        """Record a Reservation (idempotent by resourceVersion) and take it from `row` (its node's
+        row; None while the node is unknown); True if anything changed."""
         key = (res.metadata.namespace, res.metadata.name)
         rv = res.resource_version
         old = self._entries.get(key)
         if old is not None:
             if old.rv == rv and rv:
                 return False
-            self.remove_reservation(key)
-        entry = _Entry(key, (res.metadata.namespace, res.spec.pod_group), rv, _alloc_of(res))
+            self.remove(key)
+        entry = Entry(key, (res.metadata.namespace, res.spec.pod_group), rv, alloc_of(res))
         self._entries[key] = entry
         self._count_shape(entry.alloc, 1)
         self._by_node.setdefault(entry.alloc.node, set()).add(key)
         self._by_group.setdefault(entry.group, {})[res.metadata.name] = entry
-        row = self.index.get(entry.alloc.node)
         if row is not None:
             self.apply(entry.alloc, row=row, advance_cursor=advance_cursor)
-        self.version += 1
         return True
 
-    def remove_reservation(self, key: tuple[str, str]) -> _Entry | None:
+    def remove(self, key: tuple[str, str]) -> Entry | None:
+        """Forget a Reservation and give its capacity back; the entry removed, if there was one."""
         entry = self._entries.pop(key, None)
         if entry is None:
             return None
@@ -152,9 +137,10 @@ class SnapshotLedger:
             members.pop(key[1], None)
             if not members:
                 del self._by_group[entry.group]
-        self.epoch += 1
-        self.version += 1
         return entry
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def placed_pods(self, group: tuple[str, str]) -> dict[str, str]:
         """Pods of a PodGroup that hold a Reservation: pod name -> node."""
@@ -171,61 +157,95 @@ class SnapshotLedger:
                 out[e.alloc.node] = out.get(e.alloc.node, 0) + len(e.alloc.gpus)
         return out
 
-    def has_reservation(self, key: tuple[str, str]) -> bool:
-        return key in self._entries
+    # --- rows ---------------------------------------------------------------------------------
 
-    @property
-    def reservation_count(self) -> int:
-        return len(self._entries)
+    def reset_row(self, row: int, node: str) -> None:
+        """Free = allocatable on `row` (node `node`, just loaded), then every Reservation on the
+        node taken again."""
+        a = self._arrays
+        a.cpu_free[row] = a.cpu_alloc[row]
+        a.mem_free[row] = a.mem_alloc[row]
+        a.pods_free[row] = a.pods_alloc[row]
+        a.ext_free[row, :] = a.ext_alloc[row, :]
+        a.gpu_free_milli[row, :] = np.where(a.gpu_exists[row], GPU_MILLI, 0)
+        a.gpu_mem_free[row, :] = a.gpu_mem_mib[row, :]
+        a.ports_used[row] = {}
+        a.ports_used_count[row] = 0
+        a.nics_used[row] = {}
+        a.gpu_kinds[row, :] = 0
+        a.row_version[row] += 1
+        for key in self._by_node.get(node, ()):
+            entry = self._entries[key]
+            entry.alloc.row = -1
+            self.apply(entry.alloc, row=row, advance_cursor=False)
+        a.gpu_whole_free[row] = int(((a.gpu_free_milli[row] == GPU_MILLI) & a.gpu_healthy[row]).sum())
+
+    def detach(self, node: str) -> None:
+        """Node `node` lost its row: its Reservations stay recorded but apply to no row."""
+        for key in self._by_node.get(node, ()):
+            self._entries[key].alloc.row = -1
+
+    def restart_ports(self, row: int) -> None:
+        """A new node on `row`: host ports are handed out from the start of the range."""
+        self._arrays.port_cursor[row] = self.port_lo - 1
+
+    def resume_ports(self) -> None:
+        """After a rebuild: each row hands out host ports after the highest one in use."""
+        a = self._arrays
+        for row, used in enumerate(a.ports_used):
+            if used:
+                a.port_cursor[row] = max(used)
 
     # --- apply / unapply (place() and the ledger share them) -----------------------------------
 
     def apply(self, alloc: Alloc, *, row: int, advance_cursor: bool = True) -> None:
         """Take `alloc` from `row`'s free capacity (may go negative for a stale ledger; never checks)."""
+        a = self._arrays
         alloc.row = row
-        self.row_version[row] += 1
-        self.cpu_free[row] -= alloc.cpu
-        self.mem_free[row] -= alloc.mem
-        self.pods_free[row] -= 1
+        a.row_version[row] += 1
+        a.cpu_free[row] -= alloc.cpu
+        a.mem_free[row] -= alloc.mem
+        a.pods_free[row] -= 1
         for name, amount in alloc.ext:
-            col = self._ext_index.get(name)
-            if col is None:
-                col = self._ext_column(name)
-            self.ext_free[row, col] -= amount
+            col = a.ext_column(name)  # first: a new column replaces `ext_free`
+            a.ext_free[row, col] -= amount
         if alloc.gpus:
             self._gpus_take(row, alloc.gpus, alloc.gpu_milli, alloc.gpu_mem)
-            self.gpu_kinds[row, _kind(alloc, self.g)] += 1
+            a.gpu_kinds[row, _kind(alloc, a.g)] += 1
         if alloc.nics:
-            held = self.nics_used[row]
+            held = a.nics_used[row]
             for nic in alloc.nics:
                 held[nic] = held.get(nic, 0) + 1
         if alloc.ports:
-            used = self.ports_used[row]
+            used = a.ports_used[row]
             lo, hi = self.port_lo, self.port_hi
             for p in alloc.ports:
                 n = used.get(p, 0)
                 used[p] = n + 1
                 if not n and lo <= p <= hi:
-                    self.ports_used_count[row] += 1
+                    a.ports_used_count[row] += 1
             if advance_cursor:
-                self.port_cursor[row] = alloc.ports[-1]
+                a.port_cursor[row] = alloc.ports[-1]
 
     def unapply(self, alloc: Alloc) -> None:
+        """Give back what `apply` took (nothing if `alloc` is not applied)."""
         row = alloc.row
         if row < 0:
             return
+        a = self._arrays
         alloc.row = -1
-        self.row_version[row] += 1
-        self.cpu_free[row] += alloc.cpu
-        self.mem_free[row] += alloc.mem
-        self.pods_free[row] += 1
+        a.row_version[row] += 1
+        a.cpu_free[row] += alloc.cpu
+        a.mem_free[row] += alloc.mem
+        a.pods_free[row] += 1
         for name, amount in alloc.ext:
-            self.ext_free[row, self._ext_index[name]] += amount
+            col = a.ext_column(name)  # first: a new column replaces `ext_free`
+            a.ext_free[row, col] += amount
         if alloc.gpus:
             self._gpus_take(row, alloc.gpus, -alloc.gpu_milli, -alloc.gpu_mem)
-            self.gpu_kinds[row, _kind(alloc, self.g)] -= 1
+            a.gpu_kinds[row, _kind(alloc, a.g)] -= 1
         if alloc.nics:
-            held = self.nics_used[row]
+            held = a.nics_used[row]
             for nic in alloc.nics:
                 n = held.get(nic, 0)
                 if n > 1:
@@ -233,7 +253,7 @@ class SnapshotLedger:
                 else:
                     held.pop(nic, None)
         if alloc.ports:
-            used = self.ports_used[row]
+            used = a.ports_used[row]
             lo, hi = self.port_lo, self.port_hi
             for p in alloc.ports:
                 n = used.get(p, 0)
@@ -242,17 +262,18 @@ class SnapshotLedger:
                 elif n == 1:
                     del used[p]
                     if lo <= p <= hi:
-                        self.ports_used_count[row] -= 1
+                        a.ports_used_count[row] -= 1
 
     def take_ports(self, row: int, count: int) -> tuple[int, ...] | None:
         """`count` free host ports on `row`, round-robin after the last one handed out there."""
         if count <= 0:
             return ()
-        if self.port_count - int(self.ports_used_count[row]) < count:
+        a = self._arrays
+        if self.port_count - int(a.ports_used_count[row]) < count:
             return None
-        used = self.ports_used[row]
+        used = a.ports_used[row]
         lo, size = self.port_lo, self.port_count
-        start = int(self.port_cursor[row]) + 1 - lo
+        start = int(a.port_cursor[row]) + 1 - lo
         out: list[int] = []
         for step in range(size):
             p = lo + (start + step) % size
@@ -265,26 +286,28 @@ class SnapshotLedger:
     def _gpus_take(self, row: int, gpus: tuple[int, ...], milli: int, mem: int = 0) -> None:
         """Take `milli` (and a share's `mem` MiB; a whole GPU: all its memory) of each GPU, give
         back when negative, keeping `gpu_whole_free` exact."""
-        free = self.gpu_free_milli
-        healthy = self.gpu_healthy
-        g = self.g
+        a = self._arrays
+        free = a.gpu_free_milli
+        healthy = a.gpu_healthy
+        mem_free = a.gpu_mem_free
+        g = a.g
         delta = 0
         whole = abs(milli) >= GPU_MILLI
         for idx in gpus:
             if idx >= g:
                 continue
             if whole:  # a whole GPU takes (or gives back) all of its memory
-                total = int(self.gpu_mem_mib[row, idx])
-                self.gpu_mem_free[row, idx] -= total if milli > 0 else -total
+                total = int(a.gpu_mem_mib[row, idx])
+                mem_free[row, idx] -= total if milli > 0 else -total
             elif mem:
-                self.gpu_mem_free[row, idx] -= mem
+                mem_free[row, idx] -= mem
             before = int(free[row, idx])
             after = before - milli
             free[row, idx] = after
             if healthy[row, idx]:
                 delta += (after == GPU_MILLI) - (before == GPU_MILLI)
         if delta:
-            self.gpu_whole_free[row] += delta
+            a.gpu_whole_free[row] += delta
 
     # --- the live GPU workload by shape (packing policies) -----------------------------------
 

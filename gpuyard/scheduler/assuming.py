@@ -1,20 +1,20 @@
-"""The assume: a placement becomes Reservations in the store, in one synchronous step.
+"""The assume: a placement becomes Reservations in the snapshot at once, and in the store after.
 
-`assume` creates one Reservation per placed pod without awaiting in between (so no other
-component sees half a gang) and records each in the snapshot at once. If a write fails, every
-Reservation created in this step is deleted again and the snapshot forgets them (the un-assume,
-Kueue's admit pattern); the caller requeues the gang with a backoff.
+`assume` builds one Reservation per placed pod and records each in the snapshot synchronously
+(so the next decision of the same cycle already sees the GPUs taken); the loop then creates
+them through the writer. If a create fails, `unassume` makes the snapshot forget them all (the
+loop deletes those already created): no half gang stays behind (Kueue's admit pattern).
 
-Also here: the PodGroup status the scheduler owns (phase, reason, message, placed count) and
-Kubernetes-style Events (`Scheduled`, `FailedScheduling`), aggregated per object and reason
-with a count, as Kubernetes does.
+Also here, as plain data for the loop to write: the PodGroup status fields the scheduler owns
+(:class:`StatusView`, :func:`status_changes`) and Kubernetes-style Events (:func:`event_about`),
+one per object and reason with a count, as Kubernetes does.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpuyard.apis.core import Event
 from gpuyard.apis.meta import ObjectMeta, OwnerReference
 from gpuyard.apis.scheduling import (
     GROUP,
@@ -25,25 +25,23 @@ from gpuyard.apis.scheduling import (
     Reservation,
     ReservationSpec,
 )
+from gpuyard.scheduler.decisions import PatchStatus, RecordEvent
 from gpuyard.scheduler.outcomes import Placement, PodPlacement
 from gpuyard.scheduler.snapshot import Snapshot
-from gpuyard.state.store import NotFound, Store
 
 __all__ = [
-    "AssumeFailed",
+    "COMPONENT",
+    "StatusView",
     "assume",
-    "record_event",
+    "event_about",
+    "patch",
     "reservation_for",
     "share_memory_of",
+    "status_changes",
     "unassume",
-    "write_status",
 ]
 
 COMPONENT = "gpuyard-scheduler"
-
-
-class AssumeFailed(Exception):
-    """A store write of the assume failed; nothing of the placement remains."""
 
 
 def reservation_for(
@@ -92,42 +90,59 @@ def share_memory_of(snapshot: Snapshot, pp: PodPlacement) -> int:
 
 
 def assume(
-    store: Store, snapshot: Snapshot, placement: Placement, *, owners: dict[tuple[str, str], str]
+    snapshot: Snapshot, placement: Placement, *, owners: dict[tuple[str, str], str]
 ) -> list[Reservation]:
-    """Create every Reservation of `placement` now; on any failure undo them all and raise AssumeFailed."""
+    """The Reservations of `placement`, each recorded in the snapshot now (not yet written)."""
     peers = placement.local_peers()
-    created: list[Reservation] = []
-    try:
-        for pp in placement.pods:
-            res = reservation_for(
-                pp,
-                peers=peers[pp.pod.name],
-                owner_uid=owners.get((pp.pod.namespace, pp.pod.group), ""),
-                gpu_memory_mib=share_memory_of(snapshot, pp),
-            )
-            stored = store.create(res)
-            created.append(stored)
-            snapshot.upsert_reservation(stored)
-    except Exception as exc:  # a refused write, or a bug: either way no half gang stays behind
-        unassume(store, snapshot, created)
-        raise AssumeFailed(f"recording the placement failed: {exc}") from exc
-    return created
+    out: list[Reservation] = []
+    for pp in placement.pods:
+        res = reservation_for(
+            pp,
+            peers=peers[pp.pod.name],
+            owner_uid=owners.get((pp.pod.namespace, pp.pod.group), ""),
+            gpu_memory_mib=share_memory_of(snapshot, pp),
+        )
+        snapshot.upsert_reservation(res)
+        out.append(res)
+    return out
 
 
-def unassume(store: Store, snapshot: Snapshot, created: list[Reservation]) -> None:
-    """Delete Reservations this cycle created and forget them in the snapshot."""
-    for res in reversed(created):
-        key = (res.metadata.namespace, res.metadata.name)
-        try:
-            store.delete("Reservation", *key)
-        except NotFound:
-            pass
-        snapshot.remove_reservation(key)
+def unassume(snapshot: Snapshot, reservations: list[Reservation]) -> None:
+    """Forget assumed Reservations in the snapshot (their write failed)."""
+    for res in reversed(reservations):
+        snapshot.remove_reservation((res.metadata.namespace, res.metadata.name))
 
 
-def write_status(
-    store: Store,
-    key: tuple[str, str],
+@dataclass(slots=True)
+class StatusView:
+    """The scheduler's fields of a PodGroup status, as last written (or read)."""
+
+    phase: str = "Pending"
+    reason: str = ""
+    message: str = ""
+    placed: int = 0
+    queued_at: datetime | None = None
+    placed_at: datetime | None = None
+    attempts: int = 0
+    evictions: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, pg: PodGroup) -> StatusView:
+        st = pg.status
+        return cls(
+            st.phase,
+            st.reason,
+            st.message,
+            st.placed,
+            st.queued_at,
+            st.placed_at,
+            st.attempts,
+            dict(st.evictions),
+        )
+
+
+def status_changes(
+    view: StatusView,
     *,
     phase: str,
     reason: str,
@@ -135,47 +150,32 @@ def write_status(
     placed: int,
     attempts: int,
     now: datetime,
-) -> PodGroup | None:
-    """Set the scheduler's part of a PodGroup's status; write only if something changed.
-
-    Returns the stored PodGroup when it wrote, None when it did not (gone, or nothing changed).
-    """
-    pg = store.get("PodGroup", *key)
-    if pg is None:
+) -> dict[str, object] | None:
+    """The status fields to write for this outcome (None when nothing changed); `view` is updated."""
+    if (view.phase, view.reason, view.message, view.placed) == (phase, reason, message, placed):
         return None
-    old = pg.status  # type: ignore[attr-defined]
-    if (old.phase, old.reason, old.message, old.placed) == (phase, reason, message, placed):
-        return None
-    status = old.model_copy(
-        update={
-            "phase": phase,
-            "reason": reason,
-            "message": message,
-            "placed": placed,
-            "queued_at": old.queued_at or now,
-            "placed_at": (old.placed_at or now) if phase == "Placed" else old.placed_at,
-            "attempts": max(attempts, old.attempts),
-        }
-    )
-    return store.update(pg.model_copy(update={"status": status}))  # type: ignore[return-value]
+    changes: dict[str, object] = {"phase": phase, "reason": reason, "message": message, "placed": placed}
+    view.phase, view.reason, view.message, view.placed = phase, reason, message, placed
+    if view.queued_at is None:
+        view.queued_at = changes["queued_at"] = now
+    if phase == "Placed" and view.placed_at is None:
+        view.placed_at = changes["placed_at"] = now
+    if attempts > view.attempts:
+        view.attempts = changes["attempts"] = attempts
+    return changes
 
 
-def record_event(
-    store: Store,
-    *,
-    podgroup: PodGroup,
-    reason: str,
-    message: str,
-    type_: str = "Normal",
-    now: datetime,
-) -> None:
-    """One Event per (job, reason): created once, then its count and message updated.
+def patch(key: tuple[str, str], changes: dict[str, object]) -> PatchStatus:
+    return PatchStatus("PodGroup", key[0], key[1], changes)
 
-    The event is about the job that owns the PodGroup (its controller owner reference), so the
-    job's event list shows it; about the PodGroup itself when it has no owner. It carries the
-    `job-name` label either way.
-    """
-    meta = podgroup.metadata
+
+def event_about(
+    pg: PodGroup, *, reason: str, message: str, type_: str = "Normal", now: datetime
+) -> RecordEvent:
+    """The Event for `reason` about the job that owns the PodGroup (its controller owner
+    reference), so the job's event list shows it; about the PodGroup itself when it has no
+    owner. It carries the `job-name` label either way."""
+    meta = pg.metadata
     involved = {
         "kind": "PodGroup",
         "apiVersion": GROUP,
@@ -193,22 +193,13 @@ def record_event(
                 "uid": ref.uid,
             }
             break
-    ev_name = f"{meta.name}.{reason.lower()}"
-    old = store.get("Event", meta.namespace, ev_name)
-    if old is not None:
-        store.update(
-            old.model_copy(update={"count": old.count + 1, "message": message, "last_timestamp": now})  # type: ignore[attr-defined]
-        )
-        return
-    store.create(
-        Event(
-            metadata=ObjectMeta(name=ev_name, namespace=meta.namespace, labels={LABEL_JOB_NAME: meta.name}),
-            involved_object=involved,
-            reason=reason,
-            message=message,
-            type=type_,  # type: ignore[arg-type]
-            first_timestamp=now,
-            last_timestamp=now,
-            source={"component": COMPONENT},
-        )
+    return RecordEvent(
+        namespace=meta.namespace,
+        name=f"{meta.name}.{reason.lower()}",
+        job=meta.name,
+        involved=involved,
+        reason=reason,
+        message=message,
+        type=type_,  # type: ignore[arg-type]
+        at=now,
     )

@@ -3,7 +3,7 @@
 A reconciler on Node (and NodeTopology) objects: each GPU model a node reports (label
 `gpuyard.io/gpu-model`, the product name, or the NodeTopology's GPUs) maps to the key of the
 class `nvidia.<model>`; reconciling a key creates the class if it does not exist, selecting
-`model In [<model>]`. Classes are never changed or deleted here: an administrator may edit a
+`model In [<model>]` (through the context's writer). Classes are never changed or deleted here: an administrator may edit a
 default class, and a class some job asks for must not vanish when the last such node goes.
 """
 
@@ -15,7 +15,8 @@ import structlog
 
 from gpuyard.apis.devicematching import gpu_devices
 from gpuyard.apis.resourceclasses import default_class, default_class_name
-from gpuyard.state.store import AlreadyExists, Store
+from gpuyard.state.context import Context
+from gpuyard.state.store import AlreadyExists
 from gpuyard.state.workqueues import Requeue, Watch
 
 __all__ = ["DefaultClassReconciler"]
@@ -25,10 +26,11 @@ log = structlog.get_logger(__name__)
 
 class DefaultClassReconciler:
     name = "default-resource-classes"
-    concurrency = 1
+    concurrency = 8  # the classes of a new cluster share one journal commit
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, ctx: Context) -> None:
+        self.store = store = ctx.store
+        self.writer = ctx.writer
         self._models: dict[str, str] = {}  # class name -> model
         watches = [Watch("Node", self._node_keys)]
         if "NodeTopology" in store.kinds():
@@ -60,7 +62,7 @@ class DefaultClassReconciler:
         if model is None or self.store.get("ResourceClass", "", name) is not None:
             return None
         try:
-            self.store.create(default_class(model))
+            await self.writer.create(default_class(model))  # type: ignore[union-attr]
         except AlreadyExists:
             return None
         log.info("resourceclass.created", name=name, model=model)

@@ -1,15 +1,11 @@
 """The scheduling framework: extension points, the per-attempt state, profiles and plugin registries.
 
-After kube-scheduler's framework, at two levels:
-
-* **job (gang) level** — `PreFilter` (reject a gang before any node is looked at), `Permit`
-  (approve a computed placement before it is assumed: quota admission), `Reserve`/`Unreserve`
-  (the placement is being assumed / was rolled back), `PostFilter` (the gang did not fit:
-  preemption nominates victims — a no-op until the preemption issue lands);
-* **pod level**, per *shape* (identical pods of a role are handled together) — `Filter`
-  (vectorised: a bool mask over nodes, or how many pods of the shape each node can take),
-  `Score` (one number per candidate node, normalised to 0..100, weighted) and the GPU chooser
-  (which GPUs of the chosen node; the topology issue substitutes a best-subset table lookup).
+After kube-scheduler's framework, per pod *shape* (identical pods of a role are handled
+together): `Filter` (vectorised: a bool mask over nodes, or how many pods of the shape each node
+can take), `Score` (one number per candidate node, normalised to 0..100, weighted) and the GPU
+chooser (which GPUs of the chosen node: a best-subset table lookup). Gang-level decisions are
+not plugins: quota and queue admission come before placement (`gatekeeping`), preemption and
+reclaim after it (`preempting`).
 
 A :class:`Profile` is one configured set of plugins. Plugins and profiles are registered by
 name (`register_*`), so other packages (topology, quota, packing) add theirs without touching
@@ -20,21 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
 from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot
 from gpuyard.scheduler.snapshot import Snapshot
 
-if TYPE_CHECKING:
-    from gpuyard.scheduler.outcomes import Placement, Unschedulable
-
 __all__ = [
     "ALL",
     "CHOOSERS",
     "FILTERS",
-    "HOOKS",
     "PROFILES",
     "SCORES",
     "CycleState",
@@ -42,16 +34,11 @@ __all__ = [
     "FilterPlugin",
     "GPUChoice",
     "GPUChooser",
-    "PermitPlugin",
-    "PostFilterPlugin",
-    "PreFilterPlugin",
     "Profile",
     "ProfileSpec",
-    "ReservePlugin",
     "ScorePlugin",
     "register_chooser",
     "register_filter",
-    "register_hook",
     "register_profile",
     "register_score",
 ]
@@ -142,53 +129,12 @@ class GPUChooser(Protocol):
         ...
 
 
-# --- job-level plugins ------------------------------------------------------------------------
-
-
-@runtime_checkable
-class PreFilterPlugin(Protocol):
-    """Before placement: a reason to reject the gang outright, or None."""
-
-    name: str
-
-    def pre_filter(self, state: CycleState) -> str | None: ...
-
-
-@runtime_checkable
-class PermitPlugin(Protocol):
-    """After placement, before the assume: None to allow, a reason to refuse (the gang waits)."""
-
-    name: str
-
-    def permit(self, state: CycleState, placement: Placement) -> str | None: ...
-
-
-@runtime_checkable
-class ReservePlugin(Protocol):
-    """The placement is being assumed (`reserve`; a reason aborts it) or was rolled back (`unreserve`)."""
-
-    name: str
-
-    def reserve(self, state: CycleState, placement: Placement) -> str | None: ...
-
-    def unreserve(self, state: CycleState, placement: Placement) -> None: ...
-
-
-@runtime_checkable
-class PostFilterPlugin(Protocol):
-    """The gang did not fit: try to make room (preemption); return a note for the explanation or None."""
-
-    name: str
-
-    def post_filter(self, state: CycleState, result: Unschedulable) -> str | None: ...
-
-
 # --- profiles ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class ProfileSpec:
-    """A named recipe: score plugins with weights, how groups are filled, the chooser, hooks.
+    """A named recipe: score plugins with weights, how groups are filled, the chooser.
 
     `fill` is "pack" (as many pods on the best node as fit, then the next: fewest nodes),
     "spread" (one pod per node round-robin by score), or "auto" (pack GPU pods, spread CPU-only
@@ -199,7 +145,6 @@ class ProfileSpec:
     fill: Literal["pack", "spread", "auto"] = "auto"
     filters: tuple[str, ...] = ()
     chooser: str = "lowest-index"
-    hooks: tuple[str, ...] = ()
     description: str = ""
 
 
@@ -212,10 +157,6 @@ class Profile:
     scores: list[tuple[ScorePlugin, float]]
     chooser: GPUChooser
     fill: Literal["pack", "spread", "auto"] = "auto"
-    pre_filters: list[PreFilterPlugin] = field(default_factory=list)
-    permits: list[PermitPlugin] = field(default_factory=list)
-    reserves: list[ReservePlugin] = field(default_factory=list)
-    post_filters: list[PostFilterPlugin] = field(default_factory=list)
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     cache: dict[Any, Any] = field(default_factory=dict)
     """Per-profile cache of static filter masks (see `filtering`)."""
@@ -224,17 +165,6 @@ class Profile:
         if self.fill == "auto":
             return "pack" if shape.gpus else "spread"
         return self.fill
-
-    def add_hook(self, plugin: object) -> None:
-        """Attach a job-level plugin at every extension point it implements."""
-        if isinstance(plugin, PreFilterPlugin):
-            self.pre_filters.append(plugin)
-        if isinstance(plugin, PermitPlugin):
-            self.permits.append(plugin)
-        if isinstance(plugin, ReservePlugin):
-            self.reserves.append(plugin)
-        if isinstance(plugin, PostFilterPlugin):
-            self.post_filters.append(plugin)
 
 
 PluginFactory = Callable[[Mapping[str, Any]], Any]
@@ -245,8 +175,6 @@ SCORES: dict[str, PluginFactory] = {}
 """Score plugin name -> factory(args)."""
 CHOOSERS: dict[str, PluginFactory] = {}
 """GPU chooser name -> factory(args)."""
-HOOKS: dict[str, PluginFactory] = {}
-"""Job-level plugin (PreFilter/Permit/Reserve/PostFilter) name -> factory(args)."""
 PROFILES: dict[str, ProfileSpec] = {}
 """Profile name -> spec."""
 
@@ -267,10 +195,6 @@ def register_score(name: str, factory: PluginFactory, *, replace: bool = False) 
 
 def register_chooser(name: str, factory: PluginFactory, *, replace: bool = False) -> None:
     _register(CHOOSERS, "GPU chooser", name, factory, replace)
-
-
-def register_hook(name: str, factory: PluginFactory, *, replace: bool = False) -> None:
-    _register(HOOKS, "job-level plugin", name, factory, replace)
 
 
 def register_profile(name: str, spec: ProfileSpec, *, replace: bool = False) -> None:

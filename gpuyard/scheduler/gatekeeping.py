@@ -1,7 +1,8 @@
 """Queue and quota state of the scheduling loop: who waits where, who may start, statuses.
 
-The scheduling loop (`running.py`) owns one :class:`Admission`. It holds the pure core of
-`gpuyard/scheduler/quota/` and keeps it in step with the store:
+The scheduler core (`core.SchedulerState`) owns one :class:`Admission`. It holds the pure core
+of `gpuyard/scheduler/quota/` and keeps it in step with the objects the core was given (its
+:class:`~gpuyard.scheduler.objects.ObjectCache`; never the store):
 
 * the ElasticQuota tree (`QuotaTree` + `QuotaBook`: every live PodGroup's demand is its
   quota's *request*; a PodGroup holding reservations is *admitted*: its demand is *used*),
@@ -14,9 +15,10 @@ calls at the start of a cycle, so they take effect at the next cycle without a r
 `epoch` grows whenever quota room may have grown (a job stopped, a quota or the cluster
 changed): the loop wakes jobs parked for quota reasons then.
 
-`write_statuses()` writes `ElasticQuota.status` (runtime/used/request), `Queue.status`
-(pending, running, weighted share) and `ResourceQuota.status.used` — at most once per call
-(the loop calls it once per cycle) and only for objects whose numbers changed.
+`status_patches()` returns the `ElasticQuota.status` (runtime/used/request), `Queue.status`
+(pending, running, weighted share) and `ResourceQuota.status` (hard, used) writes as
+`PatchStatus` decisions — at most one per object per call (the core asks once per cycle) and
+only for objects whose numbers changed; `write_failed` makes the next call write again.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import structlog
 from gpuyard.apis.core import Node
 from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.apis.scheduling import PodGroup
+from gpuyard.scheduler.decisions import PatchStatus
+from gpuyard.scheduler.objects import ObjectCache
 from gpuyard.scheduler.quota import (
     FairQueue,
     QueuedJob,
@@ -45,7 +49,6 @@ from gpuyard.scheduler.quota import (
     specs_from_quotas,
 )
 from gpuyard.scheduler.quota.resources import Vector, add, quantities_of
-from gpuyard.state.store import Conflict, NotFound, Store
 
 __all__ = ["Admission", "TrackedJob"]
 
@@ -71,8 +74,8 @@ class TrackedJob:
 class Admission:
     """Queues, quota tree and ResourceQuotas of one scheduling loop (see the module docstring)."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, objects: ObjectCache) -> None:
+        self.objects = objects
         self.tree = QuotaTree()
         self.quotas = QuotaBook(self.tree)
         self.rqs = ResourceQuotaBook()
@@ -87,14 +90,13 @@ class Admission:
         self._classes: list[ResourceClass] = []
         self._written: dict[tuple[str, str, str], object] = {}
         self._wrote_all: dict[str, object] = {}  # per kind: the state whose statuses are all written
-        self._write_failed = False
         self._sigs: dict[tuple[str, str, str], object] = {}
 
-    # --- configuration from the store ------------------------------------------------------
+    # --- configuration from the objects ------------------------------------------------------
 
     def load(self, *, nodes: Iterable[Node], classes: Iterable[ResourceClass], topologies: Mapping) -> None:
         """Everything from a full LIST (start-up, re-list): keeps no job state."""
-        kinds = set(self.store.kinds())
+        kinds = set(self.objects.kinds())
         self.tree = QuotaTree()
         self.quotas = QuotaBook(self.tree)
         self.rqs = ResourceQuotaBook()
@@ -121,7 +123,7 @@ class Admission:
         """Whether any of these objects changed other than in its status (our own writes echo back)."""
         found = False
         for ns, name in keys:
-            obj = self.store.get(kind, ns, name)
+            obj = self.objects.get(kind, ns, name)
             meta = obj.metadata if obj is not None else None
             sig = (
                 None
@@ -139,7 +141,7 @@ class Admission:
 
     def sync_quotas(self) -> None:
         """The ElasticQuota objects changed: new tree structure, jobs re-charged where their quota moved."""
-        specs = specs_from_quotas(self.store.list("ElasticQuota"))  # type: ignore[arg-type]
+        specs = specs_from_quotas(self.objects.list("ElasticQuota"))  # type: ignore[arg-type]
         self._wrote_all.clear()
         self.has_quotas = bool(specs)
         self.tree.set_quotas(specs)
@@ -150,11 +152,11 @@ class Admission:
         self.epoch += 1
 
     def sync_resource_quotas(self) -> None:
-        self.rqs.set_quotas(self.store.list("ResourceQuota"))  # type: ignore[arg-type]
+        self.rqs.set_quotas(self.objects.list("ResourceQuota"))  # type: ignore[arg-type]
         self.epoch += 1
 
     def sync_queues(self) -> None:
-        queues = self.store.list("Queue")
+        queues = self.objects.list("Queue")
         self.has_queues = bool(queues)
         self._wrote_all.clear()
         self.queue.set_queues(queue_configs(queues))  # type: ignore[arg-type]
@@ -359,15 +361,15 @@ class Admission:
 
     # --- statuses ----------------------------------------------------------------------------
 
-    def write_statuses(self) -> int:
-        """Write quota, queue and ResourceQuota statuses that changed; returns how many."""
-        store, kinds, n = self.store, set(self.store.kinds()), 0
+    def status_patches(self) -> list[PatchStatus]:
+        """Quota, queue and ResourceQuota statuses that changed, as writes to make."""
+        store, kinds = self.objects, set(self.objects.kinds())
+        out: list[PatchStatus] = []
         if "ElasticQuota" in kinds:
             self.tree.refresh()
         # Statuses are functions of the tree (or the queue counts): unchanged since every one was
         # written, there is nothing to write (a failed write makes the next call look again).
         if "ElasticQuota" in kinds and self._wrote_all.get("ElasticQuota") != (self.tree, self.tree.version):
-            self._write_failed = False
             for obj in store.list("ElasticQuota"):
                 name = obj.metadata.name
                 if name not in self.tree:
@@ -378,51 +380,53 @@ class Admission:
                     tuple(sorted(st.used.items())),
                     tuple(sorted(st.request.items())),
                 )
-                n += self._write(obj, numbers, runtime=st.runtime, used=st.used, request=st.request)
-            if not self._write_failed:
-                self._wrote_all["ElasticQuota"] = (self.tree, self.tree.version)
+                self._write(out, obj, numbers, runtime=st.runtime, used=st.used, request=st.request)
+            self._wrote_all["ElasticQuota"] = (self.tree, self.tree.version)
         counts = self.queue_counts() if "Queue" in kinds else None
         if counts is not None and self._wrote_all.get("Queue") != counts:
-            self._write_failed = False
             for obj in store.list("Queue"):
                 pending, running, share = counts.get(obj.metadata.name, (0, 0, 0.0))
-                n += self._write(obj, (pending, running, round(share, 4)))
-            if not self._write_failed:
-                self._wrote_all["Queue"] = counts
+                self._write(out, obj, (pending, running, round(share, 4)))
+            self._wrote_all["Queue"] = counts
         if "ResourceQuota" in kinds:
             for obj in store.list("ResourceQuota"):
                 used = self.rqs.used(obj.metadata.namespace, obj.metadata.name)
-                n += self._write(obj, tuple(sorted(used.items())), used=used)
-        return n
+                self._write(out, obj, tuple(sorted(used.items())), used=used)
+        return out
+
+    def write_failed(self, kind: str, namespace: str, name: str) -> None:
+        """A status write was refused (gone, or an error): the next call writes it again."""
+        self._written.pop((kind, namespace, name), None)
+        self._wrote_all.pop(kind, None)
 
     def queue_counts(self) -> dict[str, tuple[int, int, float]]:
         """Per queue: pending (ready or set aside), running, weighted dominant share."""
         return {q: (p, r, self.queue.share(q)) for q, (p, r) in self.queue.counts().items()}
 
-    def _write(self, obj: object, numbers: object, **vectors: Mapping[str, int]) -> int:
+    def _write(
+        self, out: list[PatchStatus], obj: object, numbers: object, **vectors: Mapping[str, int]
+    ) -> None:
         meta = obj.metadata  # type: ignore[attr-defined]
-        wkey = (obj.kind, meta.namespace, meta.name)  # type: ignore[attr-defined]
+        kind = obj.kind  # type: ignore[attr-defined]
+        wkey = (kind, meta.namespace, meta.name)
         if self._written.get(wkey) == numbers:
-            return 0
-        copy = obj.clone()  # type: ignore[attr-defined]
-        if obj.kind == "Queue":  # type: ignore[attr-defined]
-            copy.status.pending, copy.status.running, copy.status.share = numbers  # type: ignore[misc]
-        elif obj.kind == "ResourceQuota":  # type: ignore[attr-defined]
-            copy.status.hard = dict(copy.spec.hard)
-            copy.status.used = {k: _quantity(k, v) for k, v in vectors["used"].items()}
-        else:
-            for field_name, vec in vectors.items():
-                setattr(copy.status, field_name, quantities_of(vec))
-        if copy.status == obj.status:  # type: ignore[attr-defined]
-            self._written[wkey] = numbers
-            return 0
-        try:
-            self.store.update(copy)
-        except (Conflict, NotFound):
-            self._write_failed = True
-            return 0  # changed or gone meanwhile: the next cycle writes again
+            return
         self._written[wkey] = numbers
-        return 1
+        status = obj.status  # type: ignore[attr-defined]
+        changes: dict[str, object]
+        if kind == "Queue":
+            pending, running, share = numbers  # type: ignore[misc]
+            changes = {"pending": pending, "running": running, "share": share}
+        elif kind == "ResourceQuota":
+            changes = {
+                "hard": dict(obj.spec.hard),  # type: ignore[attr-defined]
+                "used": {k: _quantity(k, v) for k, v in vectors["used"].items()},
+            }
+        else:
+            changes = {name: quantities_of(vec) for name, vec in vectors.items()}
+        changes = {k: v for k, v in changes.items() if getattr(status, k) != v}
+        if changes:
+            out.append(PatchStatus(kind, meta.namespace, meta.name, changes))
 
 
 def _quantity(key: str, amount: int) -> object:

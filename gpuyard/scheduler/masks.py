@@ -1,24 +1,24 @@
 """The snapshot's derived masks: which nodes and GPU slots a pod may use, as cached arrays.
 
-:class:`SnapshotMasks` is the part of :class:`gpuyard.scheduler.snapshot.Snapshot` that answers
-the filters and the GPU chooser with vectorised arrays: per distinct nodeSelector + required
-affinity, per preferred-affinity term and per toleration set a bool[N] node mask; per
-ResourceClass a :class:`ClassMask` (matching GPU slots). Each is computed once over all nodes,
-kept in a bounded LRU cache (node masks) or until the class changes (class masks), and patched
-row by row when a node changes (`_patch_masks`), so no filter loops over nodes per pod. The
-per-shape helpers built on them say how many whole GPUs or shares (by milli and GPU memory) of a
-class are free per node. It is a mixin: the arrays it reads are created by `Snapshot`.
+:class:`Masks` answers the filters and the GPU chooser with vectorised arrays read from the
+snapshot's :class:`~gpuyard.scheduler.nodearrays.NodeArrays` and
+:class:`~gpuyard.scheduler.noderows.NodeRows`: per distinct nodeSelector + required affinity, per
+preferred-affinity term and per toleration set a bool[N] node mask; per ResourceClass a
+:class:`ClassMask` (matching GPU slots). Each is computed once over all nodes, kept in a bounded
+LRU cache (node masks) or until the class changes (class masks), and patched row by row when the
+snapshot reloads a node (`patch_row`), so no filter loops over nodes per pod. The per-shape
+helpers built on them say how many whole GPUs or shares (by milli and GPU memory) of a class are
+free per node.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from cachetools import Cache, LRUCache
 
-from gpuyard.apis.devicematching import DeviceInfo
 from gpuyard.apis.resourceclasses import Matcher, ResourceClass
 from gpuyard.scheduler.gang_requests import (
     GPU_MILLI,
@@ -29,54 +29,34 @@ from gpuyard.scheduler.gang_requests import (
     selector_ok,
     taints_ok,
 )
+from gpuyard.scheduler.nodearrays import NodeArrays
+from gpuyard.scheduler.noderows import NodeRows
 
-__all__ = ["ClassMask", "SnapshotMasks"]
+__all__ = ["ClassMask", "Masks"]
 
 _MASK_CACHE_SIZE = 1024
 
 
 @dataclass(slots=True)
 class ClassMask:
-    """Which GPU slots a ResourceClass matches: `gpu[N, G]`, and per node whether any does."""
+    """Which GPU slots a ResourceClass matches: `gpu[N, G]`, and how many per node."""
 
     gpu: np.ndarray
-    node_any: np.ndarray
     count: np.ndarray  # matching GPUs per node (healthy or not)
 
 
-class SnapshotMasks:
-    """Cached node masks, ResourceClass masks and per-shape GPU availability (a mixin of `Snapshot`)."""
+class Masks:
+    """Cached node masks, ResourceClass masks and per-shape GPU availability (see the module docstring)."""
 
-    # created by Snapshot.__init__ / Snapshot._alloc_arrays
-    n: int
-    g: int
-    names: list[str | None]
-    labels: list[Mapping[str, str]]
-    taints: list[tuple[tuple[str, str | None, str], ...]]
-    devices: list[list[DeviceInfo]]
-    epoch: int
-    version: int
-    static_version: int
-    alive: np.ndarray
-    ready: np.ndarray
-    schedulable: np.ndarray
-    tainted: np.ndarray
-    gpu_healthy: np.ndarray
-    gpu_free_milli: np.ndarray
-    gpu_mem_mib: np.ndarray
-    gpu_mem_free: np.ndarray
-    gpu_whole_free: np.ndarray
-    _matchers: dict[str, tuple[int, Matcher]]
-    _class_masks: dict[str, ClassMask]
-    _selector_masks: OrderedDict[tuple, np.ndarray]
-    _taint_masks: OrderedDict[tuple, np.ndarray]
+    def __init__(self, *, arrays: NodeArrays, rows: NodeRows) -> None:
+        self._arrays = arrays
+        self._rows = rows
+        self._selector_masks: LRUCache[tuple, np.ndarray] = LRUCache(maxsize=_MASK_CACHE_SIZE)
+        self._taint_masks: LRUCache[tuple, np.ndarray] = LRUCache(maxsize=_MASK_CACHE_SIZE)
+        self._matchers: dict[str, tuple[int, Matcher]] = {}  # class name -> (resourceVersion, matcher)
+        self._class_masks: dict[str, ClassMask] = {}
 
-    # --- masks -------------------------------------------------------------------------------
-
-    @property
-    def usable(self) -> np.ndarray:
-        """bool[N]: nodes that exist, are Ready and not cordoned."""
-        return self.alive & self.ready & self.schedulable
+    # --- node masks --------------------------------------------------------------------------
 
     def selector_mask(self, constraints: Constraints) -> np.ndarray | None:
         """bool[N] for nodeSelector + required affinity (cached); None when the pod selects nothing."""
@@ -94,42 +74,48 @@ class SnapshotMasks:
         """bool[N]: nodes whose NoSchedule/NoExecute taints the pod tolerates (cached)."""
         key = constraints.tolerations
         if not key:
-            return ~self.tainted
-        return self._cached(self._taint_masks, key, lambda row: taints_ok(self.taints[row], key))
+            return ~self._arrays.tainted
+        taints = self._rows.taints
+        return self._cached(self._taint_masks, key, lambda row: taints_ok(taints[row], key))
 
     def _selects(self, key: tuple, row: int) -> bool:
         node_selector, affinity = key
-        labels = self.labels[row]
+        labels = self._rows.labels[row]
         if node_selector and not selector_ok(node_selector, labels):
             return False
-        return not affinity or affinity_ok(affinity, labels, self.names[row] or "")
+        return not affinity or affinity_ok(affinity, labels, self._rows.names[row] or "")
 
-    def _cached(self, cache: OrderedDict, key: tuple, test) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def _cached(self, cache: LRUCache, key: tuple, test: Callable[[int], bool]) -> np.ndarray:
         mask = cache.get(key)
-        if mask is not None:
-            cache.move_to_end(key)
-            return mask
-        mask = np.zeros(self.n, dtype=bool)
-        for row, name in enumerate(self.names):
-            if name is not None:
-                mask[row] = test(row)
-        cache[key] = mask
-        if len(cache) > _MASK_CACHE_SIZE:
-            cache.popitem(last=False)
+        if mask is None:
+            mask = np.zeros(self._arrays.n, dtype=bool)
+            for row, name in enumerate(self._rows.names):
+                if name is not None:
+                    mask[row] = test(row)
+            cache[key] = mask  # evicts the least recently used beyond the cache size
         return mask
 
-    def _patch_masks(self, row: int) -> None:
-        for key, mask in self._selector_masks.items():
-            mask[row] = self._selects(key, row)
-        for key, mask in self._taint_masks.items():
-            mask[row] = taints_ok(self.taints[row], key)
+    def patch_row(self, row: int) -> None:
+        """`row`'s node changed: recompute its entry in every cached mask."""
+        for key in self._selector_masks:
+            _peek(self._selector_masks, key)[row] = self._selects(key, row)
+        taints = self._rows.taints[row]
+        for key in self._taint_masks:
+            _peek(self._taint_masks, key)[row] = taints_ok(taints, key)
         for name, cm in self._class_masks.items():
             self._class_row(cm, self._matchers[name][1], row)
+
+    def forget(self) -> None:
+        """The arrays were resized: drop every cached mask (recomputed at the new size when asked)."""
+        self._selector_masks.clear()
+        self._taint_masks.clear()
+        self._class_masks.clear()
 
     # --- resource classes --------------------------------------------------------------------
 
     def set_classes(self, classes: Iterable[ResourceClass]) -> bool:
-        """Install the current ResourceClasses; masks of changed classes are recomputed lazily."""
+        """Install the current ResourceClasses (True if any changed); masks of changed classes
+        are recomputed lazily."""
         fresh = {c.metadata.name: c for c in classes}
         changed = False
         for name in list(self._matchers):
@@ -143,14 +129,11 @@ class SnapshotMasks:
                 self._matchers[name] = (c.resource_version, c.matcher())
                 self._class_masks.pop(name, None)
                 changed = True
-        if changed:
-            self.epoch += 1
-            self.version += 1
-            self.static_version += 1
         return changed
 
     @property
     def class_names(self) -> Mapping[str, object]:
+        """The installed ResourceClasses by name."""
         return self._matchers
 
     def class_mask(self, name: str) -> ClassMask | None:
@@ -161,12 +144,9 @@ class SnapshotMasks:
         known = self._matchers.get(name)
         if known is None:
             return None
-        cm = ClassMask(
-            np.zeros((self.n, self.g), dtype=bool),
-            np.zeros(self.n, dtype=bool),
-            np.zeros(self.n, dtype=np.int32),
-        )
-        for row, node in enumerate(self.names):
+        n, g = self._arrays.n, self._arrays.g
+        cm = ClassMask(np.zeros((n, g), dtype=bool), np.zeros(n, dtype=np.int32))
+        for row, node in enumerate(self._rows.names):
             if node is not None:
                 self._class_row(cm, known[1], row)
         self._class_masks[name] = cm
@@ -174,7 +154,7 @@ class SnapshotMasks:
 
     def _class_row(self, cm: ClassMask, matcher: Matcher, row: int) -> None:
         cm.gpu[row, :] = False
-        devices = self.devices[row] if self.names[row] is not None else []
+        devices = self._rows.devices[row] if self._rows.names[row] is not None else []
         if devices:
             if matcher.per_device:
                 for d in devices:
@@ -187,52 +167,60 @@ class SnapshotMasks:
                         ok = verdicts[id(d.shared)] = matcher.matches(d.shared)
                     cm.gpu[row, d.index] = ok
         cm.count[row] = int(cm.gpu[row].sum())
-        cm.node_any[row] = cm.count[row] > 0
 
     # --- per-shape helpers used by filters and the GPU chooser --------------------------------
 
     def gpu_usable(self, gpu_class: str | None) -> np.ndarray:
         """bool[N, G]: healthy GPU slots of the class (any GPU for None)."""
+        healthy = self._arrays.gpu_healthy
         if gpu_class is None:
-            return self.gpu_healthy
+            return healthy
         cm = self.class_mask(gpu_class)
-        return self.gpu_healthy & cm.gpu if cm is not None else np.zeros_like(self.gpu_healthy)
+        return healthy & cm.gpu if cm is not None else np.zeros_like(healthy)
 
     def gpu_available(self, gpu_class: str | None, gpu_milli: int) -> np.ndarray:
         """int[N]: for whole GPUs, how many idle GPUs of the class; for a share (`gpu_milli` < 1000),
         how many such shares fit, summed over the GPUs of the class."""
+        a = self._arrays
         if gpu_class is None and gpu_milli >= GPU_MILLI:
-            return self.gpu_whole_free
+            return a.gpu_whole_free
         usable = self.gpu_usable(gpu_class)
         if gpu_milli >= GPU_MILLI:
-            return ((self.gpu_free_milli == GPU_MILLI) & usable).sum(axis=1)
-        return np.where(usable, np.maximum(self.gpu_free_milli, 0) // gpu_milli, 0).sum(axis=1)
+            return ((a.gpu_free_milli == GPU_MILLI) & usable).sum(axis=1)
+        return np.where(usable, np.maximum(a.gpu_free_milli, 0) // gpu_milli, 0).sum(axis=1)
 
     def share_memory(self, row: int, shape: PodShape) -> np.ndarray:
         """int64[G]: MiB a share of `shape` needs on each GPU of `row` (0 where the GPU's memory is unknown)."""
+        mib = self._arrays.gpu_mem_mib[row]
         if shape.gpu_mem_mib:
-            return np.where(self.gpu_mem_mib[row] > 0, shape.gpu_mem_mib, 0).astype(np.int64)
-        total = self.gpu_mem_mib[row].astype(np.int64)
-        return -(-total * shape.gpu_mem_permille // GPU_MILLI)
+            return np.where(mib > 0, shape.gpu_mem_mib, 0).astype(np.int64)
+        return -(-mib.astype(np.int64) * shape.gpu_mem_permille // GPU_MILLI)
 
     def share_available(self, shape: PodShape) -> np.ndarray:
         """int[N]: how many shares of `shape` fit on each node, by milli AND memory (vectorised;
         `gpu_available` counts by milli only)."""
+        a = self._arrays
         usable = self.gpu_usable(shape.gpu_class)
-        total = self.gpu_mem_mib.astype(np.int64)
+        total = a.gpu_mem_mib.astype(np.int64)
         if shape.gpu_mem_mib:
             need = np.where(total > 0, shape.gpu_mem_mib, 0)
         else:
             need = -(-total * shape.gpu_mem_permille // GPU_MILLI)
-        by_milli = np.maximum(self.gpu_free_milli, 0) // shape.gpu_milli
-        by_mem = np.where(need > 0, np.maximum(self.gpu_mem_free, 0) // np.maximum(need, 1), by_milli)
+        by_milli = np.maximum(a.gpu_free_milli, 0) // shape.gpu_milli
+        by_mem = np.where(need > 0, np.maximum(a.gpu_mem_free, 0) // np.maximum(need, 1), by_milli)
         return np.where(usable, np.minimum(by_milli, by_mem), 0).sum(axis=1)
 
     def share_fits(self, row: int, shape: PodShape) -> np.ndarray:
         """bool[G]: GPUs of `row` a share of `shape` fits on (healthy, of its class, milli and memory free)."""
+        a = self._arrays
         usable = self.gpu_usable(shape.gpu_class)[row]
         return (
             usable
-            & (self.gpu_free_milli[row] >= shape.gpu_milli)
-            & (self.gpu_mem_free[row] >= self.share_memory(row, shape))
+            & (a.gpu_free_milli[row] >= shape.gpu_milli)
+            & (a.gpu_mem_free[row] >= self.share_memory(row, shape))
         )
+
+
+_peek = Cache.__getitem__
+"""A cached mask without marking it recently used (`LRUCache.__getitem__` would): patching every
+mask must not reorder the cache."""

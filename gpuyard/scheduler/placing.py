@@ -51,16 +51,12 @@ def place(
 ) -> Placement | Unschedulable:
     """Place every required pod of `gang` or none; optional pods where they fit. Pure (see module doc).
 
-    `state` lets the caller share one CycleState with the Permit/Reserve plugins it runs after.
+    `state`: a CycleState the caller made (plugins' per-attempt scratch); a fresh one by default.
     """
     state = state or CycleState(snapshot, gang, profile)
     reset = getattr(profile.chooser, "reset", None)
     if reset is not None:
         reset()
-    for plugin in profile.pre_filters:
-        why = plugin.pre_filter(state)
-        if why:
-            return Unschedulable(reason="Rejected", message=why, needed=gang.required)
     undo: _Undo = []
     result: Placement | Unschedulable
     try:
@@ -71,10 +67,6 @@ def place(
         failed = state.data.get("failed_part")
         if failed is not None:
             result.notes.extend(_topology_notes(state, failed))
-        for plugin in profile.post_filters:
-            note = plugin.post_filter(state, result)
-            if note:
-                result.notes.append(note)
     return result
 
 

@@ -1,4 +1,4 @@
-"""Reclaim: give a quota back its guarantee by preempting jobs that borrowed it.
+"""Reclaim: give a quota back its guarantee by asking jobs that borrowed it to stop.
 
 When a waiting job fits its quota's min and runtime (`Admission.owed`) but cannot start —
 the cluster has no room, or an ancestor (the cluster itself) is full — the borrowers hold the
@@ -6,18 +6,21 @@ room. For a one-pod job of several GPUs the victims are chosen on one node, so t
 where the pod can use it (`quota.node_victims.plan_node_reclaim`); other jobs, or when no node
 plan exists, get the cluster-wide plan. After `scheduler.reclaim_delay` seconds of that (Koordinator waits 120 s; 0 in tests),
 :class:`Reclaimer` asks the pure :func:`plan_reclaim` for victims (whole gangs, lowest priority
-first, newest first, never non-preemptible ones) and executes the plan **through the store**:
+first, newest first, never non-preemptible ones) and turns the plan into decisions:
 
-* it deletes every Reservation of each victim. The job operator already treats a running pod
-  whose reservation disappeared as preempted: it stops the pod, marks the job `Restarting`
-  ("lost their placement") without counting a restart, and creates the pods again once the
-  scheduler places the PodGroup anew — the job is requeued, not failed;
-* the victim's PodGroup goes back to `Pending` (reason `Preempted`), it returns to its queue
-  keeping its submission time, and its quota charge is released at once;
+* each victim's PodGroup gets `status.evictions` (pod -> why) for every pod holding a
+  Reservation, and goes back to `Pending` (reason `Preempted`). The job operator stops those
+  pods (the job is `Restarting`, not failed, no restart counted) and then releases their
+  Reservations through `spec.release`; the Reservations keep holding the devices until then,
+  so a GPU is never handed out while a pod still runs on it;
+* the victim returns to its queue keeping its submission time, and its quota charge is
+  released at once; it is placed again only once every evicted Reservation is gone;
 * Kubernetes-style Events are recorded on the victim ("Preempted: reclaimed by quota team-a
-  (min 16)") and on the beneficiary ("Reclaiming: preempted 2 jobs of borrowing quotas ...").
+  (min 16)") and on the beneficiary ("Reclaiming: preempted 2 jobs of borrowing quotas ...");
+* while a plan's victims still hold their Reservations, no new plan is made for the same
+  quota (the room is coming; another plan would preempt more than needed).
 
-The scheduler never imports the operator; the store is the only channel.
+The scheduler never imports the operator; PodGroup status is the only channel.
 """
 
 from __future__ import annotations
@@ -31,13 +34,13 @@ import structlog
 
 from gpuyard.apis.core import GPU_RESOURCE
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.scheduler.assuming import record_event, write_status
 from gpuyard.scheduler.gatekeeping import Admission
+from gpuyard.scheduler.objects import ObjectCache
 from gpuyard.scheduler.quota import ReclaimPlan, RunningJob, plan_reclaim
 from gpuyard.scheduler.quota.node_victims import plan_node_reclaim
 from gpuyard.scheduler.quota.resources import format_amount
+from gpuyard.scheduler.recording import Recorder
 from gpuyard.scheduler.snapshot import Snapshot
-from gpuyard.state.store import NotFound, Store
 
 __all__ = ["Reclaimer"]
 
@@ -50,11 +53,10 @@ Key = tuple[str, str]
 class Reclaimer:
     """Waits `delay` seconds per owed job, then executes a reclaim plan (see the module docstring)."""
 
-    store: Store
     delay: float = 0.0
-    events: bool = True
     owed_since: dict[Key, float] = field(default_factory=dict)
     preempted: int = 0
+    evicting: dict[str, set[Key]] = field(default_factory=dict)  # quota -> victims still holding room
     _tried_epoch: dict[str, int] = field(default_factory=dict)
     _fired: set[Key] = field(default_factory=set)
 
@@ -77,6 +79,13 @@ class Reclaimer:
         self.owed_since.pop(key, None)
         self._fired.discard(key)
 
+    def released(self, victim: Key) -> None:
+        """A victim's evicted Reservations are all gone (or it is gone)."""
+        for quota, victims in list(self.evicting.items()):
+            victims.discard(victim)
+            if not victims:
+                del self.evicting[quota]
+
     def consider(
         self,
         adm: Admission,
@@ -86,6 +95,8 @@ class Reclaimer:
         utcnow: datetime,
         epoch: int,
         snapshot: Snapshot,
+        objects: ObjectCache,
+        recorder: Recorder,
         owed: bool | None = None,
     ) -> list[Key]:
         """The waiting job `key` could not start: reclaim for it if it is owed and has waited
@@ -100,24 +111,27 @@ class Reclaimer:
         charge = adm.quotas.charge(key)
         if charge is None:
             return []
-        if self._tried_epoch.get(charge.quota) == epoch:
-            return []  # one plan per quota per state of the cluster
+        if self._tried_epoch.get(charge.quota) == epoch or charge.quota in self.evicting:
+            return []  # one plan per quota per state of the cluster; none while room is coming
         self._tried_epoch[charge.quota] = epoch
         running = adm.running_jobs()
         # a one-pod job of several GPUs needs the room on one node: take it there if possible
-        plan = self._node_plan(adm, key, charge.quota, charge.usage, running, snapshot)
+        pg = objects.get("PodGroup", *key)
+        plan = self._node_plan(adm, pg, charge.quota, charge.usage, running, snapshot)
         if plan is None:
             plan = plan_reclaim(adm.tree, owner=charge.quota, need=charge.usage, running=running)
         if not plan.feasible or not plan.victims:
             if plan.reason:
                 log.debug("reclaim.infeasible", job=f"{key[0]}/{key[1]}", reason=plan.reason)
             return []
-        return self._execute(adm, key, plan, utcnow=utcnow, snapshot=snapshot)
+        return self._execute(
+            adm, key, plan, utcnow=utcnow, snapshot=snapshot, objects=objects, recorder=recorder
+        )
 
     def _node_plan(
         self,
         adm: Admission,
-        key: Key,
+        pg: object,
         quota: str,
         usage: Mapping[str, int],
         running: list[RunningJob],
@@ -127,7 +141,6 @@ class Reclaimer:
         gpus = usage.get(GPU_RESOURCE, 0)
         if gpus <= 1 or any(r != GPU_RESOURCE and "/" in r and a > 0 for r, a in usage.items()):
             return None  # one GPU always fits where one is free; class requests are left alone
-        pg = self.store.get("PodGroup", *key)
         if not isinstance(pg, PodGroup) or sum(r.replicas for r in pg.spec.roles) != 1:
             return None
         spec = pg.spec.roles[0].template
@@ -142,7 +155,15 @@ class Reclaimer:
         return plan if plan.feasible and plan.victims else None
 
     def _execute(
-        self, adm: Admission, owner_key: Key, plan: ReclaimPlan, *, utcnow: datetime, snapshot: Snapshot
+        self,
+        adm: Admission,
+        owner_key: Key,
+        plan: ReclaimPlan,
+        *,
+        utcnow: datetime,
+        snapshot: Snapshot,
+        objects: ObjectCache,
+        recorder: Recorder,
     ) -> list[Key]:
         tree = adm.tree
         mins = ", ".join(
@@ -153,37 +174,30 @@ class Reclaimer:
         done: list[Key] = []
         for victim in plan.victims:
             key: Key = victim.job.key  # type: ignore[assignment]
-            for pod in snapshot.placed_pods(key):
-                try:
-                    self.store.delete("Reservation", key[0], pod)
-                except NotFound:
-                    pass
             adm.requeue(key)
             done.append(key)
             message = (
                 f"reclaimed by quota {plan.owner} ({mins}) for {owner_key[0]}/{owner_key[1]}: {victim.reason}"
             )
-            pg = self.store.get("PodGroup", *key)
+            pg = objects.get("PodGroup", *key)
             if isinstance(pg, PodGroup):
-                write_status(
-                    self.store,
-                    key,
+                held = snapshot.placed_pods(key)
+                extra: dict[str, object] = {}
+                if held:  # the operator stops these pods, then releases their Reservations
+                    self.evicting.setdefault(plan.owner, set()).add(key)
+                    view = recorder.view(pg)
+                    view.evictions = {**view.evictions, **dict.fromkeys(held, message)}
+                    extra["evictions"] = dict(view.evictions)
+                recorder.status(
+                    pg,
                     phase="Pending",
                     reason="Preempted",
                     message=message,
                     placed=0,
-                    attempts=pg.status.attempts,
                     now=utcnow,
+                    extra=extra,
                 )
-                if self.events:
-                    record_event(
-                        self.store,
-                        podgroup=pg,
-                        reason="Preempted",
-                        message=message,
-                        type_="Warning",
-                        now=utcnow,
-                    )
+                recorder.event(pg, reason="Preempted", message=message, type_="Warning", now=utcnow)
             log.info(
                 "job.preempted",
                 job=f"{key[0]}/{key[1]}",
@@ -191,12 +205,11 @@ class Reclaimer:
                 beneficiary=f"{owner_key[0]}/{owner_key[1]}",
             )
         self.preempted += len(done)
-        owner = self.store.get("PodGroup", *owner_key)
-        if self.events and isinstance(owner, PodGroup):
+        owner = objects.get("PodGroup", *owner_key)
+        if isinstance(owner, PodGroup):
             names = ", ".join(f"{k[0]}/{k[1]}" for k in done)
-            record_event(
-                self.store,
-                podgroup=owner,
+            recorder.event(
+                owner,
                 reason="Reclaiming",
                 message=f"quota {plan.owner} ({mins}) takes back borrowed capacity: preempted {names}",
                 now=utcnow,

@@ -36,7 +36,6 @@ from gpuyard.scheduler.filter_plugins import DEFAULT_FILTERS
 from gpuyard.scheduler.framework import (
     CHOOSERS,
     FILTERS,
-    HOOKS,
     PROFILES,
     SCORES,
     Profile,
@@ -134,8 +133,6 @@ def build_profile(
         fill=spec.fill,
         rng=np.random.default_rng(seed),
     )
-    for hook in spec.hooks:
-        profile.add_hook(_make(HOOKS, "job-level plugin", hook, args))
     link = getattr(profile.chooser, "link", None)
     if link is not None:  # a chooser that follows a score plugin's decisions (packing)
         link([plugin for plugin, _ in scores])

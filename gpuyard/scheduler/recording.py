@@ -1,38 +1,34 @@
-"""What one scheduling attempt leaves behind: a committed placement, or a job set aside and why.
+"""What one scheduling attempt leaves behind, as decisions: PodGroup statuses, events, counters.
 
-The scheduling loop (`running`) decides; the methods here, mixed into its class as
-:class:`Recorder`, act on the decision:
+The core (`core.SchedulerState`) decides; its :class:`Recorder` turns each outcome into plain
+decisions (`decisions.PatchStatus`, `decisions.RecordEvent`) for the loop to write:
 
-* **commit** a placement: Permit and Reserve plugins, then *assume* (every Reservation created
-  synchronously), the PodGroup status `Placed` and a `Scheduled` event; a failed assume is
-  un-reserved and **backed off** (exponential, up to a minute);
-* **park** a job that does not start now: not placed (no room, not permitted, a gang-group member
-  missing) or blocked by quota; its PodGroup status names its position, its queue's share and
-  the first blocking cause (rewritten at most every `_STATUS_EVERY` seconds when only the
-  position changed), with a `FailedScheduling` event when the cause changes;
-* :class:`QuotaParking`: jobs parked by quota alone, grouped by job shape, so that a cluster
-  change wakes them only when quota no longer blocks their shape or reclaim could help.
+* a placed gang: status `Placed` and a `Scheduled` event (attached to the gang's
+  `PlaceGang.then`, so they are written only once its Reservations exist);
+* a job set aside: not placed (no room, not permitted, a gang-group member missing) or blocked
+  by quota; its status names its position, its queue's share and the first blocking cause
+  (rewritten at most every `_STATUS_EVERY` seconds when only the position changed), with a
+  `FailedScheduling` event when the cause changes;
+* a failed write: the job backs off (exponential, up to a minute) and says so.
+
+The Recorder keeps the scheduler's view of each PodGroup's status (:class:`StatusView`): the
+scheduler is the only writer of those fields, so it writes only what changed, without reading
+the store. Also here: :class:`QuotaParking`, jobs parked by quota alone, grouped by job shape,
+so that a cluster change wakes them only when quota no longer blocks their shape or reclaim
+could help.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from datetime import datetime
 
 import structlog
 
 from gpuyard.apis.scheduling import PodGroup, pod_name
-from gpuyard.scheduler.assuming import AssumeFailed, assume, record_event, write_status
-from gpuyard.scheduler.framework import CycleState, Profile
+from gpuyard.scheduler.assuming import StatusView, event_about, patch, status_changes
+from gpuyard.scheduler.decisions import Decision, PatchStatus, RecordEvent
 from gpuyard.scheduler.gatekeeping import Admission
-from gpuyard.scheduler.outcomes import Placement, Unschedulable
-from gpuyard.scheduler.snapshot import Snapshot
-from gpuyard.state.clock import Clock
-from gpuyard.state.store import Store
-
-if TYPE_CHECKING:
-    from gpuyard.scheduler.quota import FairQueue
 
 __all__ = ["Key", "QuotaParking", "Recorder", "is_complete"]
 
@@ -84,199 +80,141 @@ class QuotaParking:
 
 
 class Recorder:
-    """The commit, status and parking half of :class:`~gpuyard.scheduler.running.SchedulerLoop`.
+    """PodGroup statuses and events as decisions, attempt and failure counts per job."""
 
-    A mixin: the loop's constructor sets every attribute named below.
-    """
+    def __init__(self, *, events: bool = True) -> None:
+        self.events = events
+        self.out: list[Decision] = []
+        self.views: dict[Key, StatusView] = {}
+        self.attempts: dict[Key, int] = {}
+        self.failures: dict[Key, int] = {}
+        self.last_cause: dict[Key, tuple[str, str, float]] = {}
 
-    store: Store
-    clock: Clock
-    admission: Admission
-    snapshot: Snapshot
-    profile: Profile
-    events: bool
-    parking: QuotaParking
-    placed_pods: int
-    placed_jobs: int
-    queue: FairQueue
-    _wake: asyncio.Event
-    _attempts: dict[Key, int]
-    _failures: dict[Key, int]
-    _own_writes: dict[Key, str]
-    _partial: dict[Key, int]
-    _positions: dict[Key, int]
-    _last_cause: dict[Key, tuple[str, str, float]]
-    _epoch: Callable[[], int]
+    def take(self) -> list[Decision]:
+        """The decisions recorded since the last call."""
+        out, self.out = self.out, []
+        return out
 
-    def _quota_blocked(self, key: Key, reason: str, *, shape: tuple | None = None) -> None:
-        pg = self.store.get("PodGroup", *key)
-        self.queue.park(key, epoch=self._epoch(), reason=reason, reserve=False)
-        self.parking.park(key, shape)
-        if pg is None:
-            return
-        code = "ResourceQuotaExceeded" if reason.startswith("ResourceQuota") else "QuotaExceeded"
-        self._attempts[key] = self._attempts.get(key, pg.status.attempts) + 1  # type: ignore[attr-defined]
-        self._waiting(pg, code, reason, held=0)  # type: ignore[arg-type]
+    def forget(self, key: Key) -> None:
+        for table in (self.views, self.attempts, self.failures, self.last_cause):
+            table.pop(key, None)  # type: ignore[attr-defined]
 
-    def _waiting(self, pg: PodGroup, code: str, cause: str, *, held: int) -> None:
-        """Why a queued job waits: its position and queue share, then the first blocking cause.
+    def clear(self) -> None:
+        """A re-list: statuses are read again from the objects."""
+        self.views.clear()
+        self.last_cause.clear()
 
-        The FailedScheduling event follows the cause; a message that differs only in position is
-        rewritten at most every `_STATUS_EVERY` seconds.
-        """
+    def view(self, pg: PodGroup) -> StatusView:
         key = (pg.metadata.namespace, pg.metadata.name)
-        now = self.clock.now()
-        last = self._last_cause.get(key)
-        same = last is not None and last[0] == code and last[1] == cause
-        if same and now - last[2] < _STATUS_EVERY:  # type: ignore[index]
-            return
-        job = self.queue.get(key)
-        qname = job.queue if job is not None else (pg.spec.queue or pg.metadata.namespace)
-        share = self.queue.share(qname)
-        pos = self._positions.get(key)
-        where = f"#{pos + 1} in queue {qname}" if pos is not None else f"queue {qname}"
-        self._last_cause[key] = (code, cause, now)
-        self._status(
-            key,
-            phase="Placed" if held else "Pending",
-            reason=code,
-            message=f"{where} (share {share:.2f}): {cause}" if self.admission.tenancy else cause,
-            placed=held,
-        )
-        if same or not self.events:
-            return
-        record_event(
-            self.store,
-            podgroup=pg,
-            reason="FailedScheduling",
-            message=cause,
-            type_="Warning",
-            now=self.clock.utcnow(),
-        )
-        log.info("job.unschedulable", job=f"{key[0]}/{key[1]}", reason=code, message=cause)
+        view = self.views.get(key)
+        if view is None:
+            view = self.views[key] = StatusView.of(pg)
+        return view
 
-    def _commit(
-        self, state: CycleState, members: list[PodGroup], placement: Placement
-    ) -> Placement | Unschedulable:
-        profile = self.profile
-        for plugin in profile.permits:
-            why = plugin.permit(state, placement)
-            if why:
-                result = Unschedulable(reason="NotPermitted", message=why)
-                self._not_placed(members, result)
-                return result
-        reserved = []
-        for plugin in profile.reserves:
-            why = plugin.reserve(state, placement)
-            if why:
-                for done in reversed(reserved):
-                    done.unreserve(state, placement)
-                result = Unschedulable(reason="NotReserved", message=why)
-                self._not_placed(members, result)
-                return result
-            reserved.append(plugin)
-        owners = {m.key[1:]: m.metadata.uid for m in members}
-        try:
-            assume(self.store, self.snapshot, placement, owners=owners)
-        except AssumeFailed as exc:
-            for done in reversed(reserved):
-                done.unreserve(state, placement)
-            self._backoff(members, str(exc))
-            return Unschedulable(reason="AssumeFailed", message=str(exc))
-        self.placed_pods += len(placement.pods)
-        self.placed_jobs += 1
-        now = self.clock.utcnow()
-        summary = placement.summary()
-        by_member: dict[Key, int] = {}
-        for pp in placement.pods:
-            k = (pp.pod.namespace, pp.pod.group)
-            by_member[k] = by_member.get(k, 0) + 1
-        for m in members:
-            key = m.key[1:]
-            self._failures.pop(key, None)
-            held_pods = self.snapshot.placed_pods(key)
-            held = len(held_pods)
-            self.admission.start(key, now=self.clock.now())
-            self.parking.unpark(key)
-            self._last_cause.pop(key, None)
-            if is_complete(m, held_pods):
-                self._partial.pop(key, None)
-            else:
-                self._partial[key] = self._epoch()
-            self._status(key, phase="Placed", reason="Placed", message=summary, placed=held)
-            if self.events and by_member.get(key):
-                record_event(
-                    self.store,
-                    podgroup=m,
-                    reason="Scheduled",
-                    message=f"{summary}: {', '.join(placement.nodes[:8])}{' ...' if len(placement.nodes) > 8 else ''}",
-                    now=now,
-                )
-        log.info(
-            "job.placed",
-            job=f"{state.gang.key[0]}/{state.gang.key[1]}",
-            pods=len(placement.pods),
-            nodes=len(placement.nodes),
-            deferred=len(placement.deferred),
-        )
-        return placement
+    def write_failed(self, key: Key) -> None:
+        """A status write did not happen: read the status again from the object next time."""
+        self.views.pop(key, None)
 
-    def _not_placed(self, members: list[PodGroup], result: Unschedulable) -> None:
-        epoch = self._epoch()
-        message = result.full_message()
-        fits = self.admission.has_quotas and result.reason == "Unschedulable"
-        cause = f"fits quota, waiting for room: {message}" if fits else message
-        for m in members:
-            key = m.key[1:]
-            self.queue.park(key, epoch=epoch, reason=cause)
-            self.parking.unpark(key)
-            if key in self._partial:
-                self._partial[key] = epoch
-            held = len(self.snapshot.placed_pods(key))
-            self._attempts[key] = self._attempts.get(key, m.status.attempts) + 1
-            self._waiting(m, result.reason, cause, held=held)
+    # --- statuses and events ---------------------------------------------------------------------
 
-    def _backoff(self, members: list[PodGroup], message: str) -> None:
-        for m in members:
-            key = m.key[1:]
-            n = self._failures.get(key, 0)
-            self._failures[key] = n + 1
-            delay = min(_BACKOFF_MAX, _BACKOFF_BASE * 2**n)
-            self.queue.backoff(key, until=self.clock.now() + delay, reason=message)
-            held = len(self.snapshot.placed_pods(key))
-            self._status(
-                key,
-                phase="Placed" if held else "Pending",
-                reason="AssumeFailed",
-                message=f"{message}; retrying in {delay:g}s",
-                placed=held,
-            )
-            log.warning("job.assume_failed", job=f"{key[0]}/{key[1]}", error=message, retry_in=delay)
-        self._wake.set()
-
-    def _retry_later(self, key: Key) -> None:
-        n = self._failures.get(key, 0)
-        self._failures[key] = n + 1
-        pg = self.store.get("PodGroup", *key)
-        if pg is not None:
-            delay = min(_BACKOFF_MAX, _BACKOFF_BASE * 2**n)
-            self.queue.backoff(key, until=self.clock.now() + delay)
-
-    def _status(self, key: Key, *, phase: str, reason: str, message: str, placed: int | None = None) -> None:
-        if placed is None:
-            placed = len(self.snapshot.placed_pods(key))
-        stored = write_status(
-            self.store,
-            key,
+    def status(
+        self,
+        pg: PodGroup,
+        *,
+        phase: str,
+        reason: str,
+        message: str,
+        placed: int,
+        now: datetime,
+        into: list | None = None,
+        extra: Mapping[str, object] | None = None,
+    ) -> PatchStatus | None:
+        """Record the scheduler's status fields of `pg` when they changed (plus `extra` fields)."""
+        key = (pg.metadata.namespace, pg.metadata.name)
+        view = self.view(pg)
+        changes = status_changes(
+            view,
             phase=phase,
             reason=reason,
             message=message,
             placed=placed,
-            attempts=self._attempts.get(key, 0),
-            now=self.clock.utcnow(),
+            attempts=self.attempts.get(key, 0),
+            now=now,
         )
-        if stored is not None:
-            self._own_writes[key] = stored.metadata.resource_version
+        if extra:
+            changes = {**(changes or {}), **extra}
+        if not changes:
+            return None
+        decision = patch(key, changes)
+        (self.out if into is None else into).append(decision)
+        return decision
+
+    def evictions(self, pg: PodGroup, evictions: dict[str, str]) -> None:
+        """Set `status.evictions` (pod -> why) when it differs from what was written."""
+        view = self.view(pg)
+        if view.evictions != evictions:
+            view.evictions = dict(evictions)
+            self.out.append(patch((pg.metadata.namespace, pg.metadata.name), {"evictions": dict(evictions)}))
+
+    def event(
+        self,
+        pg: PodGroup,
+        *,
+        reason: str,
+        message: str,
+        type_: str = "Normal",
+        now: datetime,
+        into: list | None = None,
+    ) -> RecordEvent | None:
+        if not self.events:
+            return None
+        decision = event_about(pg, reason=reason, message=message, type_=type_, now=now)
+        (self.out if into is None else into).append(decision)
+        return decision
+
+    def attempted(self, pg: PodGroup) -> None:
+        key = (pg.metadata.namespace, pg.metadata.name)
+        self.attempts[key] = self.attempts.get(key, pg.status.attempts) + 1
+
+    def waiting(
+        self,
+        pg: PodGroup,
+        code: str,
+        cause: str,
+        *,
+        held: int,
+        now: float,
+        utcnow: datetime,
+        where: str | None,
+    ) -> None:
+        """Why a queued job waits: `where` (its position and queue share, when tenancy is
+        configured), then the first blocking cause. The FailedScheduling event follows the
+        cause; a message that differs only in position is rewritten at most every
+        `_STATUS_EVERY` seconds."""
+        key = (pg.metadata.namespace, pg.metadata.name)
+        last = self.last_cause.get(key)
+        same = last is not None and last[0] == code and last[1] == cause
+        if same and now - last[2] < _STATUS_EVERY:  # type: ignore[index]
+            return
+        self.last_cause[key] = (code, cause, now)
+        self.status(
+            pg,
+            phase="Placed" if held else "Pending",
+            reason=code,
+            message=f"{where}: {cause}" if where else cause,
+            placed=held,
+            now=utcnow,
+        )
+        if same:
+            return
+        self.event(pg, reason="FailedScheduling", message=cause, type_="Warning", now=utcnow)
+        log.info("job.unschedulable", job=f"{key[0]}/{key[1]}", reason=code, message=cause)
+
+    def backoff_delay(self, key: Key) -> float:
+        """One more failure of `key`: how long it waits before the next try."""
+        n = self.failures.get(key, 0)
+        self.failures[key] = n + 1
+        return min(_BACKOFF_MAX, _BACKOFF_BASE * 2**n)
 
 
 def is_complete(pg: PodGroup, held: dict[str, str]) -> bool:

@@ -142,7 +142,9 @@ async def test_events_and_follow(live: Live) -> None:
     job = next(iter(live.ctx.store.list("PyTorchJob", namespace="team-a")))
     ref = f"team-a/{job.metadata.name}"
     now = live.ctx.clock.utcnow()
-    record_event(live.ctx.store, job, reason="JobCreated", message="created", now=now)  # type: ignore[arg-type]
+    await record_event(
+        job, store=live.ctx.store, writer=live.ctx.writer, reason="JobCreated", message="created", now=now
+    )  # type: ignore[arg-type]
     r = await live.cli("events", "--job", ref)
     assert r.exit_code == 0, r.output
     assert r.output.splitlines()[0].split() == ["TIME", "TYPE", "REASON", "COUNT", "MESSAGE"]
@@ -152,7 +154,9 @@ async def test_events_and_follow(live: Live) -> None:
         live.cli("events", "--job", ref, "--follow", "--max-events", "1", "-o", "json")
     )
     await asyncio.sleep(0.5)
-    record_event(live.ctx.store, job, reason="JobRunning", message="is running", now=now)  # type: ignore[arg-type]
+    await record_event(
+        job, store=live.ctx.store, writer=live.ctx.writer, reason="JobRunning", message="is running", now=now
+    )  # type: ignore[arg-type]
     r = await asyncio.wait_for(task, 20)
     assert r.exit_code == 0, r.output
     followed = [json.loads(line) for line in r.output.splitlines()]

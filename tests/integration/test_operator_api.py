@@ -36,6 +36,7 @@ async def api(aiohttp_client) -> AsyncIterator[Any]:  # type: ignore[no-untyped-
     for n in ("node-a", "node-b"):
         ctx.store.create(make_node(n))
     ctx.backend = ScriptedBackend(ctx.store)
+    ctx.writer = ctx.backend.writer
     tasks = [
         asyncio.create_task(ControllerRunner(JobReconciler(ctx), store=ctx.store, clock=ctx.clock).run()),
         asyncio.create_task(

@@ -52,6 +52,7 @@ async def cluster() -> AsyncIterator[Cluster]:
     ctx = Context.for_tests()
     fake = FakeCluster(ctx, load_scenario(ROOT / "configs" / "clusters" / "demo.yaml"))
     ctx.backend = fake
+    ctx.writer = fake.writer
     scheduler = TinyScheduler(ctx.store)
     tasks = [
         asyncio.create_task(fake.run(), name="fake-cluster"),

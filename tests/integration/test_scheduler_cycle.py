@@ -52,6 +52,12 @@ class Running:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
+def release(sched: Running, group: str, *pods: str, ns: str = "default") -> None:
+    """What the operator does when it no longer needs pods' Reservations: `spec.release`."""
+    uids = {p: sched.store.must_get("Reservation", ns, p).metadata.uid for p in pods}
+    sched.store.mutate("PodGroup", ns, group, lambda pg: pg.spec.release.update(uids))
+
+
 @pytest.fixture
 async def sched():
     ctx = Context.for_tests()
@@ -134,11 +140,11 @@ async def test_a_failed_write_un_assumes_and_retries_after_a_backoff(sched, monk
     assert sched.pg("j").status.phase == "Placed" and len(sched.reservations("j")) == 2
 
 
-async def test_deleted_reservations_are_placed_again_with_a_new_port(sched):
+async def test_released_reservations_are_placed_again_with_a_new_port(sched):
     sched.store.create(podgroup("hn", role(replicas=2, gpus=1, host_ports=1)))
     await sched.settle()
     old = sched.reservations("hn")["hn-worker-1"]
-    sched.store.delete("Reservation", "default", "hn-worker-1")  # the operator: this pod must move
+    release(sched, "hn", "hn-worker-1")  # the operator: this pod must move
     await sched.settle()
     new = sched.reservations("hn")["hn-worker-1"]
     assert new.metadata.uid != old.metadata.uid
@@ -150,10 +156,40 @@ async def test_deleted_reservations_are_placed_again_with_a_new_port(sched):
 async def test_all_reservations_deleted_sends_the_job_back_to_pending_until_placed(sched):
     sched.store.create(podgroup("j", role(replicas=1, gpus=8)))
     await sched.settle()
-    for name in list(sched.reservations("j")):
+    for name in list(sched.reservations("j")):  # gone without a release (deleted by hand)
         sched.store.delete("Reservation", "default", name)
     await sched.settle()
     assert sched.pg("j").status.phase == "Placed" and len(sched.reservations("j")) == 1
+
+
+async def test_a_suspended_job_keeps_nothing_once_released_and_is_placed_again_on_resume(sched):
+    sched.store.create(podgroup("s", role(replicas=2, gpus=4)))
+    await sched.settle()
+    sched.store.mutate("PodGroup", "default", "s", lambda pg: setattr(pg.spec, "suspend", True))
+    await sched.settle()
+    assert sched.pg("s").status.phase == "Suspended"
+    assert len(sched.reservations("s")) == 2  # the operator releases them, not the scheduler
+    release(sched, "s", "s-worker-0", "s-worker-1")
+    await sched.settle()
+    assert sched.reservations("s") == {} and sched.loop.snapshot.reservation_count == 0
+    sched.store.mutate("PodGroup", "default", "s", lambda pg: setattr(pg.spec, "suspend", False))
+    await sched.settle()
+    assert sched.pg("s").status.phase == "Placed" and len(sched.reservations("s")) == 2
+
+
+async def test_a_recreated_podgroup_does_not_inherit_the_old_reservations(sched):
+    sched.store.create(podgroup("r", role(gpus=8)))
+    await sched.settle()
+    old = sched.reservations("r")["r-worker-0"]
+    sched.store.delete("PodGroup", "default", "r")
+    sched.store.create(
+        podgroup("r", role(gpus=8)).model_copy(
+            update={"metadata": podgroup("r").metadata.model_copy(update={"uid": "second"})}
+        )
+    )
+    await sched.settle(1)
+    new = sched.reservations("r")["r-worker-0"]
+    assert new.metadata.uid != old.metadata.uid and new.metadata.owner_references[0].uid == "second"
 
 
 async def test_optional_pods_are_placed_later_without_blocking(sched):
@@ -165,9 +201,7 @@ async def test_optional_pods_are_placed_later_without_blocking(sched):
     elastic = sched.pg("elastic")
     assert elastic.status.phase == "Placed" and elastic.status.placed == 1
     assert "2 optional pods wait for room" in elastic.status.message
-    sched.store.delete("Reservation", "default", "fill-worker-0")
-    sched.store.delete("Reservation", "default", "fill-worker-1")
-    sched.store.delete("PodGroup", "default", "fill")
+    sched.store.delete("PodGroup", "default", "fill")  # the job ended: its Reservations are collected
     await sched.settle()
     assert sched.pg("elastic").status.placed == 3
 
@@ -278,7 +312,7 @@ async def test_demo_cluster_v100_class_and_a_gang_that_does_not_fit():
 
 
 async def test_an_error_in_one_cycle_does_not_stop_the_scheduler(sched, monkeypatch):
-    from gpuyard.scheduler import running
+    from gpuyard.scheduler import attempting as running
 
     real_place = running.place
     failures = {"boom": 1}
@@ -300,7 +334,8 @@ async def test_an_error_in_one_cycle_does_not_stop_the_scheduler(sched, monkeypa
 
 
 async def test_a_job_whose_minimum_is_zero_waits_quietly_until_a_pod_fits(sched):
-    sched.store.create(podgroup("hog", role(replicas=3, gpus=8)))
+    sched.store.create(podgroup("hog", role(replicas=2, gpus=8)))
+    sched.store.create(podgroup("small-hog", role(replicas=1, gpus=8)))
     await sched.settle()
     sched.store.create(podgroup("zero", role(replicas=2, gpus=8, min_available=0)))
     await sched.settle(2)
@@ -309,7 +344,79 @@ async def test_a_job_whose_minimum_is_zero_waits_quietly_until_a_pod_fits(sched)
     rv = zero.metadata.resource_version
     await sched.settle(5)
     assert sched.pg("zero").metadata.resource_version == rv  # no status flapping
-    sched.store.delete("PodGroup", "default", "hog")  # the job ended: the operator releases its pods
-    sched.store.delete("Reservation", "default", "hog-worker-0")
+    sched.store.delete("PodGroup", "default", "small-hog")  # that job ended: its Reservation is collected
     await sched.settle()
     assert sched.pg("zero").status.phase == "Placed" and sched.pg("zero").status.placed == 1
+
+
+async def test_with_a_journal_a_placement_is_written_once_durable(tmp_path):
+    from gpuyard.state.journal import Journal
+
+    ctx = Context.for_tests()
+    journal = Journal(tmp_path / "journal.db")
+    ctx.store.attach_journal(journal)
+    ctx = Context(store=ctx.store, clock=ctx.clock, settings=ctx.settings, journal=journal)
+    ctx.store.create(make_node("n1", gpus=8))
+    running = Running(ctx)
+    try:
+        await running.settle()
+        for i in range(3):
+            running.store.create(podgroup(f"j{i}", role(replicas=2, gpus=1)))
+        running.store.create(podgroup("big", role(replicas=2, gpus=8)))
+        await running.settle()
+        assert all(running.pg(f"j{i}").status.phase == "Placed" for i in range(3))
+        assert sum(len(running.reservations(f"j{i}")) for i in range(3)) == 6
+        assert running.pg("big").status.reason == "Unschedulable"
+        assert journal.pending == 0
+    finally:
+        await running.stop()
+        journal.close()
+
+
+class SuspendingWriter:
+    """A writer that answers later, like an API server, and refuses chosen creates once."""
+
+    def __init__(self, inner, refuse: set[str]) -> None:  # type: ignore[no-untyped-def]
+        self.inner, self.refuse = inner, refuse
+
+    async def create(self, obj):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0)
+        if obj.metadata.name in self.refuse:
+            self.refuse.discard(obj.metadata.name)
+            raise StoreError("admission webhook said no")
+        return await self.inner.create(obj)
+
+    async def update(self, obj):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0)
+        return await self.inner.update(obj)
+
+    async def patch_status(self, kind, namespace, name, changes, *, resource_version=None):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0)
+        return await self.inner.patch_status(
+            kind, namespace, name, changes, resource_version=resource_version
+        )
+
+    async def delete(self, kind, namespace, name, *, resource_version=None):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0)
+        return await self.inner.delete(kind, namespace, name, resource_version=resource_version)
+
+
+async def test_with_a_writer_that_waits_gangs_are_written_together_and_a_refused_one_backs_off():
+    ctx = Context.for_tests()
+    ctx.writer = SuspendingWriter(ctx.writer, refuse={"b-worker-1"})
+    for name in ("n1", "n2"):
+        ctx.store.create(make_node(name, gpus=8))
+    running = Running(ctx)
+    try:
+        await running.settle()
+        running.store.create(podgroup("a", role(replicas=2, gpus=4)))
+        running.store.create(podgroup("b", role(replicas=2, gpus=4)))
+        await running.settle()
+        assert running.pg("a").status.phase == "Placed" and len(running.reservations("a")) == 2
+        b = running.pg("b")
+        assert b.status.reason == "AssumeFailed" and "admission webhook said no" in b.status.message
+        assert running.reservations("b") == {} and running.loop.snapshot.reservation_count == 2
+        await running.settle(1)  # the backoff ends
+        assert running.pg("b").status.phase == "Placed" and len(running.reservations("b")) == 2
+    finally:
+        await running.stop()

@@ -3,7 +3,7 @@
 A plugin is a small, pure description of a framework (TensorFlow, PyTorch, ...): its default
 start order, how to wire one pod's distributed environment (`TF_CONFIG`, `MASTER_ADDR`, an MPI
 hostfile, ...), which pods carry the `job-role=master` label, and when the job has succeeded.
-The engine (`gpuyard.controllers.reconciling`) does everything else: gangs, reservations, pods,
+The engine (`gpuyard.controllers.planning` and around it) does everything else: gangs, reservations, pods,
 services, restarts, status. Plugins never touch the store.
 
 `wire()` receives a :class:`Wiring`: the job, the pod's role and index, the pod template being
@@ -134,12 +134,6 @@ class Wiring:
         if name is None:
             return list(self.spec.containers)
         return [c for c in self.spec.containers if c.name == name]
-
-    def default_container(self) -> Container | None:
-        found = self.containers(self.port_default.container)
-        if found:
-            return found[0]
-        return self.spec.containers[0] if self.spec.containers else None
 
 
 def container_port(spec: PodSpec, default: PortDefault) -> int | None:

@@ -33,10 +33,8 @@ __all__ = [
     "dominant_share",
     "fits",
     "format_amount",
-    "is_zero",
     "podgroup_usage",
     "quantities_of",
-    "scaled",
     "sub",
     "to_units",
     "usage_of_requests",
@@ -95,14 +93,6 @@ def add(into: Vector, delta: Mapping[str, int], *, sign: int = 1) -> Vector:
 def sub(a: Mapping[str, int], b: Mapping[str, int]) -> Vector:
     out = dict(a)
     return add(out, b, sign=-1)
-
-
-def scaled(v: Mapping[str, int], factor: int) -> Vector:
-    return {k: a * factor for k, a in v.items()}
-
-
-def is_zero(v: Mapping[str, int]) -> bool:
-    return not any(v.values())
 
 
 def fits(request: Mapping[str, int], free: Mapping[str, int]) -> bool:

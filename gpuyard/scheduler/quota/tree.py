@@ -386,10 +386,6 @@ class QuotaTree:
     def spec(self, name: str) -> QuotaSpec:
         return self._root.spec if name == ROOT_QUOTA else self._nodes[name].spec
 
-    def parent_of(self, name: str) -> str | None:
-        node = self._nodes.get(name)
-        return node.parent.name if node is not None and node.parent is not None else None
-
     def children_of(self, name: str) -> list[str]:
         node = self._root if name == ROOT_QUOTA else self._nodes.get(name)
         return [c.name for c in node.children] if node is not None else []

@@ -71,6 +71,7 @@ async def env() -> AsyncIterator[OperatorEnv]:
         ctx.store.create(make_node(name, gpus=8))
     backend = ScriptedBackend(ctx.store)
     ctx.backend = backend
+    ctx.writer = backend.writer
     operator = JobReconciler(ctx)
     scheduler = TinyScheduler(ctx.store)
     runners = [
@@ -80,6 +81,8 @@ async def env() -> AsyncIterator[OperatorEnv]:
     tasks = [asyncio.create_task(r.run(), name=r.reconciler.name) for r in runners]
     try:
         yield OperatorEnv(ctx, backend, scheduler, operator)
+        # ownership: the operator never writes Reservations, PodGroup status or pod status
+        assert not backend.writer.foreign_writes()
     finally:
         for t in tasks:
             t.cancel()

@@ -2,25 +2,30 @@
 
 * :func:`reserve` places a job's replicas on named nodes with plain data (golden tests).
 * :class:`TinyScheduler` is a reconciler that does what the real scheduler promises in the
-  contract (`gpuyard.apis.scheduling`): for a PodGroup that is not suspended, it creates the
-  missing Reservations of the whole gang in one synchronous step, GPUs first-fit per node,
-  host ports round-robin from the range, preferring `spec.preferredNodes`.
-* :class:`ScriptedBackend` is a `ClusterBackend` whose pods change phase only when a test says so.
+  contract (`gpuyard.apis.scheduling`): it deletes exactly the Reservations named in
+  `spec.release` and those of a PodGroup that is gone, and for a PodGroup that is not suspended
+  creates the missing Reservations of the whole gang in one synchronous step, GPUs first-fit per
+  node, host ports round-robin from the range, preferring `spec.preferredNodes`; :func:`evict`
+  preempts as the scheduler does (`status.evictions`, Reservations kept).
+* :class:`ScriptedBackend` is a `ClusterBackend` whose pods change phase only when a test says
+  so; its :class:`ScriptedWriter` (the write path) can refuse pod creates.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from gpuyard.apis.core import GPU_RESOURCE, Pod, PodStatus, Service
-from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.core import GPU_RESOURCE, Pod, PodStatus
+from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
 from gpuyard.apis.jobs import load_documents, parse_job
-from gpuyard.apis.meta import ObjectMeta
+from gpuyard.apis.meta import ObjectMeta, OwnerReference, Resource
 from gpuyard.apis.quantity import to_int
 from gpuyard.apis.scheduling import (
+    GROUP,
     LABEL_JOB_NAME,
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
@@ -31,8 +36,11 @@ from gpuyard.apis.scheduling import (
 )
 from gpuyard.fakecluster.kubelet import terminate
 from gpuyard.state.backend import BackendError
-from gpuyard.state.store import AlreadyExists, NotFound, Store
+from gpuyard.state.store import AlreadyExists, Store
 from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
+from gpuyard.state.writing import StoreWriter
+
+R = TypeVar("R", bound=Resource)
 
 ROOT = Path(__file__).resolve().parents[3]
 JOBS = ROOT / "configs" / "jobs"
@@ -50,6 +58,52 @@ def load_job(name: str, *, host_network: bool = False, namespace: str | None = N
 
 def job_from(doc: dict[str, Any]) -> TrainingJob:
     return parse_job(doc)
+
+
+def tf_job(
+    name: str = "tf",
+    *,
+    ns: str = "team-a",
+    ps: int = 1,
+    workers: int = 2,
+    policy: str = "ExitCode",
+    **run: Any,
+) -> TrainingJob:
+    spec: dict[str, Any] = {
+        "tfReplicaSpecs": {
+            "PS": {
+                "replicas": ps,
+                "restartPolicy": policy,
+                "template": {"spec": {"containers": [{"name": "tensorflow", "image": "tf"}]}},
+            },
+            "Worker": {
+                "replicas": workers,
+                "restartPolicy": policy,
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "tensorflow",
+                                "image": "tf",
+                                "resources": {"limits": {"nvidia.com/gpu": 1}},
+                            }
+                        ]
+                    }
+                },
+            },
+        },
+        **run,
+    }
+    if not ps:
+        del spec["tfReplicaSpecs"]["PS"]
+    return job_from(
+        {
+            "apiVersion": "training.kubedl.io/v1alpha1",
+            "kind": "TFJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": spec,
+        }
+    )
 
 
 def gpus_of(job: TrainingJob, role: str) -> int:
@@ -96,19 +150,21 @@ def reserve(
 
 
 class TinyScheduler:
-    """Places PodGroups the simplest way that honours the contract (whole gang, one step)."""
+    """Places PodGroups the simplest way that honours the contract (whole gang, one step).
+
+    Per PodGroup: collects the Reservations of a PodGroup that is gone (or was recreated),
+    deletes exactly the Reservations named in `spec.release`, clears `status.evictions` entries
+    whose Reservations are gone, and places every replica without one (not while evicted).
+    """
 
     name = "tiny-scheduler"
     concurrency = 1
     watches = (Watch("PodGroup"), Watch("Reservation", lambda r: ((r.metadata.namespace, r.spec.pod_group),)))
 
-    def __init__(
-        self, store: Store, *, port_range: tuple[int, int] = (20000, 30000), assign_ports: bool = True
-    ) -> None:
+    def __init__(self, store: Store, *, port_range: tuple[int, int] = (20000, 30000)) -> None:
         self.store = store
         self.port_range = port_range
         self.next_port = port_range[0]
-        self.assign_ports = assign_ports
         self.placements = 0
         self.hold = False  # tests set this to keep gangs queued
         self.max_placements: int | None = None  # stop placing after this many gangs
@@ -129,22 +185,38 @@ class TinyScheduler:
         self.next_port = port + 1 if port < self.port_range[1] else self.port_range[0]
         return port
 
+    def _collect(self, pg: PodGroup | None, ns: str, name: str) -> dict[str, Reservation]:
+        """Delete what the PodGroup no longer holds; return the Reservations it keeps."""
+        kept: dict[str, Reservation] = {}
+        for r in self.store.list("Reservation", namespace=ns, selector={LABEL_JOB_NAME: name}):
+            assert isinstance(r, Reservation)
+            owners = [o.uid for o in r.metadata.owner_references if o.kind == "PodGroup"]
+            gone = pg is None or (owners and pg.metadata.uid not in owners)
+            if gone or (pg is not None and pg.spec.release.get(r.metadata.name) == r.metadata.uid):
+                self.store.delete("Reservation", ns, r.metadata.name)
+            else:
+                kept[r.metadata.name] = r
+        if pg is not None and pg.status.evictions:
+            left = {p: why for p, why in pg.status.evictions.items() if p in kept}
+            if left != pg.status.evictions:
+                self.store.mutate("PodGroup", ns, name, lambda p: setattr(p.status, "evictions", left))
+        return kept
+
     async def reconcile(self, key: ObjectKey) -> Requeue | None:
+        ns, name = key
         pg = self.store.get("PodGroup", *key)
+        assert pg is None or isinstance(pg, PodGroup)
+        have = self._collect(pg, ns, name)
         if pg is None or self.hold:
             return None
-        if self.max_placements is not None and self.placements >= self.max_placements:
-            return None
+        pg = self.store.must_get("PodGroup", *key)
         assert isinstance(pg, PodGroup)
         if pg.spec.suspend:
             if pg.status.phase != "Suspended":
                 self.store.mutate("PodGroup", *key, lambda p: setattr(p.status, "phase", "Suspended"))
             return None
-        ns, name = key
-        have = {
-            r.metadata.name
-            for r in self.store.list("Reservation", namespace=ns, selector={LABEL_JOB_NAME: name})
-        }
+        if self.max_placements is not None and self.placements >= self.max_placements:
+            return None
         nodes = [n.metadata.name for n in self.store.list("Node") if n.ready]  # type: ignore[attr-defined]
         free = {n: self._free_gpus(n) for n in nodes}
         plan: list[Reservation] = []
@@ -152,7 +224,7 @@ class TinyScheduler:
             want = to_int(role.template.requests().get(GPU_RESOURCE, Decimal(0)))
             for index in range(role.replicas):
                 pname = pod_name(name, role.name, index)
-                if pname in have:
+                if pname in have or pname in pg.status.evictions:
                     continue
                 preferred = pg.spec.preferred_nodes.get(pname)
                 order = ([preferred] if preferred in free else []) + [n for n in nodes if n != preferred]
@@ -161,7 +233,7 @@ class TinyScheduler:
                     self.store.mutate("PodGroup", *key, _pending(f"no node has {want} free GPUs for {pname}"))
                     return None
                 gpus, free[node] = free[node][:want], free[node][want:]
-                ports = [self._port() for _ in range(role.host_ports)] if self.assign_ports else []
+                ports = [self._port() for _ in range(role.host_ports)]
                 plan.append(
                     Reservation(
                         metadata=ObjectMeta(
@@ -172,6 +244,11 @@ class TinyScheduler:
                                 LABEL_REPLICA_TYPE: role.name.lower(),
                                 LABEL_REPLICA_INDEX: str(index),
                             },
+                            owner_references=[
+                                OwnerReference(
+                                    api_version=GROUP, kind="PodGroup", name=name, uid=pg.metadata.uid
+                                )
+                            ],
                         ),
                         spec=ReservationSpec(
                             pod_group=name,
@@ -186,7 +263,7 @@ class TinyScheduler:
                     )
                 )
         if not plan:
-            if pg.status.phase != "Placed" and have:
+            if pg.status.phase != "Placed" and have and not pg.status.evictions:
                 self.store.mutate("PodGroup", *key, _placed)
             return None
         for res in plan:  # the assume: all in one synchronous step
@@ -211,6 +288,73 @@ def _placed(pg: PodGroup) -> None:
     pg.status.message = ""
 
 
+def evict(store: Store, ns: str, name: str, pods: dict[str, str]) -> None:
+    """What the scheduler does to preempt: ask for the pods to stop, keep their Reservations."""
+
+    def change(pg: PodGroup) -> None:
+        pg.status.evictions = {**pg.status.evictions, **pods}
+        pg.status.phase = "Pending"
+        pg.status.reason = "Preempted"
+        pg.status.message = "; ".join(sorted(set(pods.values())))
+
+    store.mutate("PodGroup", ns, name, change)
+
+
+class ScriptedWriter(StoreWriter):
+    """The write path of :class:`ScriptedBackend`: records every write (`writes`: operation, kind,
+    name) and refuses the next `fail_creates` pod creates."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.fail_creates = 0
+        self.writes: list[tuple[str, str, str]] = []
+
+    def foreign_writes(self) -> list[tuple[str, str, str]]:
+        """Writes the operator must never make: Reservations, PodGroup status, pods' status or
+        spec, a job's spec (the user's)."""
+        return [
+            w
+            for w in self.writes
+            if w[1] == "Reservation"
+            or (w[0] == "patch_status" and w[1] in ("PodGroup", "Pod"))
+            or (w[0] == "update" and (w[1] == "Pod" or w[1] in KIND_INFO))
+        ]
+
+    async def create(self, obj: R) -> R:
+        self.writes.append(("create", obj.kind, obj.metadata.name))
+        if isinstance(obj, Pod):
+            if self.fail_creates > 0:
+                self.fail_creates -= 1
+                raise BackendError(f"pod {obj.metadata.name}: admission webhook denied the request")
+            try:
+                return await super().create(obj.model_copy(update={"status": PodStatus(phase="Pending")}))
+            except AlreadyExists as exc:
+                raise BackendError(str(exc)) from None
+        return await super().create(obj)
+
+    async def update(self, obj: R) -> R:
+        self.writes.append(("update", obj.kind, obj.metadata.name))
+        return await super().update(obj)
+
+    async def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        changes: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
+    ) -> Resource:
+        self.writes.append(("patch_status", kind, name))
+        return await super().patch_status(kind, namespace, name, changes, resource_version=resource_version)
+
+    async def delete(
+        self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
+    ) -> None:
+        self.writes.append(("delete", kind, name))
+        await super().delete(kind, namespace, name, resource_version=resource_version)
+
+
 class ScriptedBackend:
     """A ClusterBackend whose pods stay Pending until the test moves them."""
 
@@ -220,44 +364,10 @@ class ScriptedBackend:
         self.store = store
         self.synced = asyncio.Event()
         self.synced.set()
-        self.fail_creates = 0
-        self.created: list[str] = []
-        self.deleted: list[str] = []
-        self.services: list[str] = []
+        self.writer = ScriptedWriter(store)
 
     async def run(self) -> None:  # pragma: no cover - not used by the tests
         await asyncio.Event().wait()
-
-    async def create_pod(self, pod: Pod) -> Pod:
-        if self.fail_creates > 0:
-            self.fail_creates -= 1
-            raise BackendError(f"pod {pod.metadata.name}: admission webhook denied the request")
-        try:
-            stored = self.store.create(pod.model_copy(update={"status": PodStatus(phase="Pending")}))
-        except AlreadyExists as exc:
-            raise BackendError(str(exc)) from None
-        self.created.append(pod.metadata.name)
-        return stored
-
-    async def delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            self.store.delete("Pod", namespace, name)
-            self.deleted.append(name)
-        except NotFound:
-            pass
-
-    async def apply_service(self, service: Service) -> Service:
-        self.services.append(service.metadata.name)
-        current = self.store.get("Service", service.metadata.namespace or "default", service.metadata.name)
-        if current is None:
-            return self.store.create(service)
-        return self.store.update(service, check_version=False)
-
-    async def delete_service(self, namespace: str, name: str) -> None:
-        try:
-            self.store.delete("Service", namespace, name)
-        except NotFound:
-            pass
 
     # --- moving pods ---------------------------------------------------------------------------
 

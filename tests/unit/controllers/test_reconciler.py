@@ -8,53 +8,7 @@ from typing import Any
 from gpuyard.apis.core import NodeCondition
 from gpuyard.apis.scheduling import ANNOTATION_DEVICES
 from tests.unit.controllers.conftest import OperatorEnv
-from tests.unit.controllers.fakes import job_from, load_job
-
-
-def tf_job(
-    name: str = "tf",
-    *,
-    ns: str = "team-a",
-    ps: int = 1,
-    workers: int = 2,
-    policy: str = "ExitCode",
-    **run: Any,
-) -> Any:
-    spec: dict[str, Any] = {
-        "tfReplicaSpecs": {
-            "PS": {
-                "replicas": ps,
-                "restartPolicy": policy,
-                "template": {"spec": {"containers": [{"name": "tensorflow", "image": "tf"}]}},
-            },
-            "Worker": {
-                "replicas": workers,
-                "restartPolicy": policy,
-                "template": {
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "tensorflow",
-                                "image": "tf",
-                                "resources": {"limits": {"nvidia.com/gpu": 1}},
-                            }
-                        ]
-                    }
-                },
-            },
-        },
-        **run,
-    }
-    if not ps:
-        del spec["tfReplicaSpecs"]["PS"]
-    return job_from(
-        {
-            "apiVersion": "training.kubedl.io/v1alpha1",
-            "kind": "TFJob",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": spec,
-        }
-    )
+from tests.unit.controllers.fakes import evict, job_from, load_job, tf_job
 
 
 def conditions(env: OperatorEnv, ns: str, name: str) -> list[tuple[str, str]]:
@@ -324,18 +278,24 @@ async def test_host_network_failover_gets_a_new_port_and_retargets_the_service(e
 async def test_service_is_retargeted_before_the_new_pod_is_created(env: OperatorEnv) -> None:
     await start(env, load_job("tf-mnist-hostnetwork"))
     order: list[str] = []
-    backend = env.backend
-    real_apply, real_create = backend.apply_service, backend.create_pod
+    writer = env.backend.writer
+    real_create, real_update = writer.create, writer.update
 
-    async def apply(svc):  # type: ignore[no-untyped-def]
-        order.append(f"service:{svc.metadata.name}:{svc.spec.ports[0].target_port}")
-        return await real_apply(svc)
+    def note(obj) -> None:  # type: ignore[no-untyped-def]
+        if obj.kind == "Service":
+            order.append(f"service:{obj.metadata.name}:{obj.spec.ports[0].target_port}")
+        elif obj.kind == "Pod":
+            order.append(f"pod:{obj.metadata.name}:{obj.spec.containers[0].ports[0].host_port}")
 
-    async def create(pod):  # type: ignore[no-untyped-def]
-        order.append(f"pod:{pod.metadata.name}:{pod.spec.containers[0].ports[0].host_port}")
-        return await real_create(pod)
+    async def create(obj):  # type: ignore[no-untyped-def]
+        note(obj)
+        return await real_create(obj)
 
-    backend.apply_service, backend.create_pod = apply, create  # type: ignore[method-assign]
+    async def update(obj):  # type: ignore[no-untyped-def]
+        note(obj)
+        return await real_update(obj)
+
+    writer.create, writer.update = create, update  # type: ignore[method-assign]
     env.backend.finish("kubedl", "mnist-worker-2", exit_code=137)
     await env.settle()
     assert (
@@ -378,16 +338,16 @@ async def test_unhealthy_gpu_moves_the_pod(env: OperatorEnv) -> None:
     assert (moved.spec.node_name, devices["gpus"]) != (node, [gpu])  # type: ignore[attr-defined]
 
 
-async def test_backend_refusal_unassumes_and_requeues(env: OperatorEnv) -> None:
-    env.backend.fail_creates = 1
+async def test_backend_refusal_releases_the_reservations_and_requeues(env: OperatorEnv) -> None:
+    env.backend.writer.fail_creates = 1
     env.scheduler.max_placements = 1
     env.submit(tf_job())
     await env.settle()
+    assert not env.reservations("team-a") and not env.pods("team-a")  # released: nothing held
     pg = env.pod_group("team-a", "tf")
-    assert pg is not None and pg.status.phase == "Pending" and pg.status.reason == "PodCreationFailed"
-    assert "admission webhook denied" in pg.status.message
-    assert not env.reservations("team-a") and not env.pods("team-a")  # un-assumed: nothing held
-    assert any(reason == "FailedCreatePod" for reason, _ in env.events("team-a", "tf"))
+    assert pg is not None and not pg.spec.release  # the scheduler took them back: releases pruned
+    refused = [m for reason, m in env.events("team-a", "tf") if reason == "FailedCreatePod"]
+    assert refused and "admission webhook denied" in refused[0] and "released 3 reservation(s)" in refused[0]
     env.scheduler.max_placements = None
     env.store.mutate(
         "PodGroup", "team-a", "tf", lambda p: setattr(p.status, "attempts", 1)
@@ -406,9 +366,10 @@ async def test_suspend_releases_everything_and_resume_requeues(env: OperatorEnv)
     await env.settle()
     job = env.job("team-a", "tf")
     assert job.status.phase == "Suspended" and job.status.is_true("Suspended")
-    assert not env.pods("team-a") and not env.reservations("team-a")
+    assert not env.pods("team-a") and not env.reservations("team-a")  # released, the scheduler freed them
     pg = env.pod_group("team-a", "tf")
     assert pg is not None and pg.spec.suspend and pg.status.phase == "Suspended"
+    assert not pg.spec.release  # done: pruned
     env.store.mutate("TFJob", "team-a", "tf", lambda j: setattr(j.spec, "suspend", False))
     await env.settle()
     job = env.job("team-a", "tf")
@@ -443,6 +404,47 @@ async def test_preempted_pod_is_stopped_when_its_reservation_goes(env: OperatorE
     env.store.mutate("PodGroup", "team-a", "tf", lambda pg: setattr(pg.status, "phase", "Pending"))
     await env.settle()
     assert "tf-worker-1" in env.pods("team-a")
+
+
+async def test_evicted_pods_stop_without_a_restart_and_come_back_once_placed_again(env: OperatorEnv) -> None:
+    await start(env, tf_job())
+    before = env.reservations("team-a")["tf-worker-0"]
+    env.scheduler.hold = True  # the preemptor holds the devices for now
+    evict(env.store, "team-a", "tf", {"tf-worker-0": "preempted by team-b/urgent (priority 1000)"})
+    await env.settle()
+    assert "tf-worker-0" not in env.pods("team-a") and "tf-worker-1" in env.pods("team-a")
+    job = env.job("team-a", "tf")
+    assert job.status.phase == "Restarting" and job.status.restarts == 0  # not counted against backoffLimit
+    assert "were preempted (preempted by team-b/urgent (priority 1000)): tf-worker-0" in (
+        job.status.condition("Restarting").message  # type: ignore[union-attr]
+    )
+    assert "tf-worker-0" not in env.reservations("team-a")  # released, then deleted by the scheduler
+    pg = env.pod_group("team-a", "tf")
+    assert pg is not None and not pg.status.evictions and not pg.spec.release
+    env.scheduler.hold = False
+    env.store.mutate("PodGroup", "team-a", "tf", lambda p: setattr(p.status, "attempts", 1))  # wake it
+    await env.settle()
+    after = env.reservations("team-a")["tf-worker-0"]
+    assert after.metadata.uid != before.metadata.uid  # type: ignore[attr-defined]
+    assert "tf-worker-0" in env.pods("team-a")
+    env.backend.run_all("team-a", "tf")
+    await env.settle()
+    assert env.job("team-a", "tf").status.phase == "Running"
+
+
+async def test_scaling_in_stops_the_extra_pods_and_gives_their_reservations_back(env: OperatorEnv) -> None:
+    await start(env, tf_job(workers=3))
+
+    def scale_in(job):  # type: ignore[no-untyped-def]
+        job.replica_specs["Worker"].replicas = 1
+
+    env.store.mutate("TFJob", "team-a", "tf", scale_in)
+    await env.settle()
+    assert sorted(env.pods("team-a")) == ["tf-ps-0", "tf-worker-0"]
+    assert sorted(env.reservations("team-a")) == ["tf-ps-0", "tf-worker-0"]  # released, then freed
+    pg = env.pod_group("team-a", "tf")
+    assert pg is not None and [r.replicas for r in pg.spec.roles] == [1, 1] and not pg.spec.release
+    assert env.job("team-a", "tf").status.phase == "Running"
 
 
 async def test_a_new_job_of_the_same_name_does_not_inherit_the_old_gang(env: OperatorEnv) -> None:

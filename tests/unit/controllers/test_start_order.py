@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobspecs import DAGCondition
-from gpuyard.controllers.ordering import can_start, dependencies_of, start_order
+from gpuyard.controllers.ordering import can_start, dependencies_of
+from gpuyard.controllers.workloads.base import WorkloadPlugin
 from gpuyard.controllers.workloads.registry import plugin_for
 from tests.unit.controllers.fakes import job_from, load_job
 
@@ -27,6 +29,21 @@ def job(kind: str, api: str, roles: list[str]):  # type: ignore[no-untyped-def]
 
 
 KUBEDL, KUBEFLOW = "training.kubedl.io/v1alpha1", "kubeflow.org/v1"
+
+
+def start_order(job: TrainingJob, plugin: WorkloadPlugin) -> list[list[str]]:
+    """Roles grouped in waves: each wave starts once the waves before it are up."""
+    deps = dependencies_of(job, plugin)
+    remaining = list(job.roles())
+    done: set[str] = set()
+    waves: list[list[str]] = []
+    while remaining:
+        wave = [r for r in remaining if all(c.upstream in done for c in deps.get(r, []))]
+        assert wave, f"a cycle among {remaining}"
+        waves.append(wave)
+        done.update(wave)
+        remaining = [r for r in remaining if r not in wave]
+    return waves
 
 
 @pytest.mark.parametrize(

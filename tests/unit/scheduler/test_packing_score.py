@@ -36,7 +36,7 @@ def test_gpu_kinds_count_pods_per_kind_and_follow_apply_and_unapply() -> None:
     assert isinstance(placed, Placement)
     assume_into(s, placed)
     assert s.gpu_kinds[0, 0] == 2
-    assert s.packing_state().gpu_pods[0].tolist() == [2, 0, 0, 0, 0]
+    assert PackingScore(policy="fgd").mirror(s).gpu_pods[0].tolist() == [2, 0, 0, 0, 0]
 
 
 def test_chooser_puts_a_share_on_the_policys_gpu() -> None:

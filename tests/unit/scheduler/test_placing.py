@@ -375,34 +375,6 @@ def test_explanation_says_what_is_missing():
     )
 
 
-def test_job_level_hooks_run():
-    class Reject:
-        name = "reject-big"
-
-        def pre_filter(self, state):
-            return "too many pods for this test" if state.gang.wanted > 2 else None
-
-    class Note:
-        name = "note"
-
-        def post_filter(self, state, result):
-            return "(no preemption candidates)"
-
-    register_profile("test-hooks", ProfileSpec(scores={"gpu-binpack": 1}), replace=True)
-    profile = build_profile("test-hooks")
-    profile.add_hook(Reject())
-    profile.add_hook(Note())
-    s = snap([make_node("a", gpus=1)])
-    rejected = place(s, gang_of(s, podgroup("j", role(replicas=3))), profile)
-    assert (
-        isinstance(rejected, Unschedulable)
-        and rejected.reason == "Rejected"
-        and rejected.message == "too many pods for this test"
-    )
-    failed = place(s, gang_of(s, podgroup("j", role(replicas=2, gpus=1))), profile)
-    assert failed.full_message().endswith("(no preemption candidates)")
-
-
 def test_a_gpu_chooser_that_refuses_a_node_sends_the_pods_elsewhere():
     from gpuyard.scheduler.choosing import LowestIndexChooser
     from gpuyard.scheduler.framework import register_chooser

@@ -29,7 +29,7 @@ def assume(s, placement: Placement) -> list[Reservation]:
     out = []
     for i, pp in enumerate(placement.pods):
         r = reservation_for(pp, peers=[], gpu_memory_mib=share_memory_of(s, pp))
-        r.metadata.resource_version = str(50_000 + len(s._entries) + i)
+        r.metadata.resource_version = str(50_000 + s.reservation_count + i)
         s.upsert_reservation(r)
         out.append(r)
     return out

@@ -10,6 +10,7 @@ from gpuyard.apis.core import Taint
 from gpuyard.apis.resourceclasses import ResourceClass, default_class
 from gpuyard.apis.scheduling import Reservation
 from gpuyard.scheduler.gang_requests import Constraints
+from gpuyard.scheduler.packing_plugins import PackingScore
 from gpuyard.scheduler.snapshot import Snapshot
 from tests.unit.scheduler.helpers import make_node
 
@@ -157,12 +158,12 @@ def test_host_ports_round_robin_skip_used_and_wrap():
     assert s.take_ports(0, 3) is None  # only 102 and 104 are free
 
 
-def test_packing_state_uses_the_same_arrays():
+def test_the_packing_mirror_reads_the_same_arrays():
     s = Snapshot.build(
         nodes=[make_node("a", gpus=4), make_node("b", gpus=0)],
         reservations=[reservation("j-worker-0", "a", gpus=(0,), milli=500)],
     )
-    cs = s.packing_state()
+    cs = PackingScore().mirror(s)
     assert cs.node_names == ["a", "b"]
     assert cs.gpu_free[0].tolist()[:4] == [500, 1000, 1000, 1000]
     assert cs.cpu_free.tolist() == [63000, 64000]

@@ -1,0 +1,394 @@
+"""Planning a reconcile pass: from what a job owns to what to write, as plain data.
+
+The middle of the operator's three steps (observe -> plan -> apply). :func:`plan` is a pure
+function of the job, its plugin, the :class:`~gpuyard.controllers.observing.Observed` snapshot
+and the time; it returns a :class:`Plan` that `applying.py` carries out through the writer:
+
+1. conditions first seen: Created; a finished job: clean up (cleanPodPolicy), delete its
+   PodGroup (the scheduler then collects its Reservations), TTL; a suspended job: stop its pods
+   and release every Reservation (`spec.release`), keep the job and its PodGroup;
+2. finished pods through the restart-policy table (`restarting.py`, `judging.py`): restart
+   (counted against `backoffLimit`), or end the job; `activeDeadlineSeconds`;
+3. a restarted pod that must move (host network, NodeLost/DeviceUnhealthy, its node or GPU no
+   longer usable) gets its Reservation released and `spec.preferredNodes[pod]` = the node it ran
+   on; the scheduler places it again. A pod the scheduler evicts (`status.evictions`: priority
+   preemption, quota reclaim, migration) is stopped without counting a restart, then its
+   Reservation released; a running pod whose Reservation vanished without a release (a lost
+   node, a recreated PodGroup) is stopped likewise;
+4. the PodGroup from the job (`podgroups.py`): created once any Reservations of an earlier gang
+   of the same name are collected, its spec rebuilt when the job's generation changes, the
+   release and failover requests added, done releases pruned;
+5. one Service per held Reservation (host network: targetPort = the Reservation's host port),
+   then, once the PodGroup's status says Placed, the pods of held Reservations, in start order
+   (`ordering.py`), built by `materializing.py`.
+
+The status (conditions, replica statuses, restart records) is written before anything is
+deleted, so a crash never loses or double-counts a restart: each restart is recorded with the
+uid of the failed pod it replaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpuyard.apis.core import Pod, Service
+from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobspecs import PodRestart
+from gpuyard.apis.scheduling import PodGroup, Reservation
+from gpuyard.controllers.judging import Replica, judge, uncounted
+from gpuyard.controllers.materializing import build_pod, build_service
+from gpuyard.controllers.observing import Observed
+from gpuyard.controllers.ordering import can_start, dependencies_of
+from gpuyard.controllers.podgroups import (
+    ANNOTATION_JOB_GENERATION,
+    PodGroupChange,
+    build_pod_group,
+    pod_group_spec,
+)
+from gpuyard.controllers.reporting import (
+    Launch,
+    Report,
+    deadline_after,
+    progress,
+    replica_statuses,
+    status_changes,
+)
+from gpuyard.controllers.restarting import Ending, needs_new_placement
+from gpuyard.controllers.workloads.base import WorkloadPlugin
+
+__all__ = ["ACTIVE", "Plan", "plan"]
+
+ACTIVE = ("Pending", "Running", "Unknown")
+
+
+@dataclass(slots=True)
+class Plan:
+    """What one pass writes, in the order `applying.py` writes it."""
+
+    report: Report  # the status draft, its events and phase transitions
+    status: dict[str, object] = field(default_factory=dict)  # job status fields to patch ({}: none)
+    launch: Launch | None = None  # pods of the job run (launch-delay metrics)
+    delete_pods: list[Pod] = field(default_factory=list)
+    delete_services: list[str] = field(default_factory=list)
+    delete_pod_group: PodGroup | None = None
+    create_pod_group: PodGroup | None = None
+    pod_group: PodGroupChange = field(default_factory=PodGroupChange)
+    services: list[Service] = field(default_factory=list)  # to create or update, before the pods
+    create_pods: list[Pod] = field(default_factory=list)
+    held: dict[str, str] = field(default_factory=dict)  # pod name -> uid of each Reservation it may use
+    requeue: float | None = None  # look again after this many seconds
+    delete_job: bool = False  # ttlSecondsAfterFinished ran out
+
+
+def plan(
+    job: TrainingJob,
+    *,
+    plugin: WorkloadPlugin,
+    observed: Observed,
+    now: datetime,
+    cluster_domain: str = "",
+) -> Plan:
+    """Decide one pass for `job` (see the module docstring)."""
+    obs = observed
+    report = Report(job, now)
+    out = Plan(report)
+    status = report.status
+    out.delete_pods.extend(obs.stale_pods)
+    out.delete_pod_group = obs.stale_group  # the gang of an earlier job of the same name
+    if status.condition("Created") is None:
+        report.set("Created", reason=report.reason("Created"), message=f"{report.name} is created.")
+    if status.finished:
+        return _finished(out, job=job, obs=obs)
+    if job.suspended:
+        return _suspended(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain)
+    if status.is_true("Suspended"):
+        status.start_time = None
+        report.set(
+            "Suspended", reason=report.reason("Resumed"), message=f"{report.name} is resumed.", true=False
+        )
+        status.phase = "Created"
+
+    verdict = judge(job, plugin, status, obs.replicas, now)
+    if verdict.terminal is not None:
+        type_, reason, message = verdict.terminal
+        status.completion_time = now
+        report.set(type_, reason=reason, message=message, warning=type_ == "Failed")
+        replica_statuses(job, status, replicas=obs.replicas)
+        return _finished(out, job=job, obs=obs)
+
+    pg = obs.pod_group
+    released = pg.spec.release if pg is not None else {}  # asked for before: never used again
+    evictions = pg.status.evictions if pg is not None else {}
+    release: dict[str, str] = {}  # new requests of this pass
+    moves: dict[str, str] = {}
+    wanted = {r.name for r in obs.replicas}
+    for name, res in obs.reservations.items():
+        if name not in wanted and released.get(name) != res.metadata.uid:
+            release[name] = res.metadata.uid  # scaled in: a replica no longer wanted
+    restarted = _restart(out, job=job, obs=obs, restarts=verdict.restarts, release=release, moves=moves)
+    held = {
+        name: res
+        for name, res in obs.reservations.items()
+        if name in wanted
+        and released.get(name) != res.metadata.uid
+        and name not in release
+        and name not in evictions
+    }
+    live = {r.name: r.pod for r in obs.replicas if r.pod is not None and r.name not in restarted}
+    stopped = _stop_unplaced(out, obs, live=live, held=held, evictions=evictions)
+    for name in evictions:  # stopped above (or already gone): the scheduler may take the devices back
+        res = obs.reservations.get(name)
+        if res is not None and released.get(name) != res.metadata.uid:
+            release[name] = res.metadata.uid
+    out.delete_pods.extend(obs.extra_pods)
+    _gang(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain, release=release, moves=moves)
+    out.held = {name: res.metadata.uid for name, res in held.items()}
+    _services(out, job=job, plugin=plugin, obs=obs, held=held)
+    _creates(out, job=job, plugin=plugin, obs=obs, live=live, held=held, cluster_domain=cluster_domain)
+    out.launch = progress(
+        report,
+        replicas=obs.replicas,
+        live=live,
+        pod_group=pg,
+        restarting=bool(restarted or stopped),
+    )
+    replica_statuses(job, status, replicas=obs.replicas, live=live)
+    out.status = status_changes(job.status, status, now=now)
+    out.requeue = deadline_after(job, status, now=now)
+    return out
+
+
+# --- restarts and lost placements ------------------------------------------------------------
+
+
+def _restart(
+    out: Plan,
+    *,
+    job: TrainingJob,
+    obs: Observed,
+    restarts: list[tuple[Replica, Ending]],
+    release: dict[str, str],
+    moves: dict[str, str],
+) -> set[str]:
+    """Record and stop the replicas to restart; release the placements they cannot keep."""
+    if not restarts:
+        return set()
+    report = out.report
+    status = report.status
+    per_role: dict[str, int] = {}
+    exited_ok = 0
+    for rep, ending in restarts:
+        assert rep.pod is not None
+        if uncounted(status, rep):
+            record = status.pod_restarts.setdefault(rep.name, PodRestart())
+            record.count += 1
+            record.last_uid = rep.pod.metadata.uid
+            status.restarts += 1
+            if ending.exit_code is not None:
+                report.note(
+                    "ExitedWithCode",
+                    f"Pod: {rep.pod.metadata.namespace}.{rep.name} exited with code {ending.exit_code}",
+                )
+        out.delete_pods.append(rep.pod)
+        if ending.phase == "Failed":
+            per_role[rep.role] = per_role.get(rep.role, 0) + 1
+        else:
+            exited_ok += 1
+        res = rep.reservation
+        if job.host_network or needs_new_placement(ending) or (res is not None and rep.name in obs.unusable):
+            if res is not None:
+                release[rep.name] = res.metadata.uid
+            node = res.spec.node if res is not None else rep.pod.spec.node_name
+            if node:
+                moves[rep.name] = node
+    if per_role:
+        parts = ", ".join(f"{n} {role}" for role, n in per_role.items())
+        message = f"{report.name} is restarting because {parts} replica(s) failed."
+    else:
+        message = (
+            f"{report.name} is restarting because {exited_ok} replica(s) exited and restartPolicy is Always."
+        )
+    report.restarting(message)
+    return {rep.name for rep, _ in restarts}
+
+
+def _stop_unplaced(
+    out: Plan,
+    obs: Observed,
+    *,
+    live: dict[str, Pod],
+    held: dict[str, Reservation],
+    evictions: dict[str, str],
+) -> bool:
+    """Stop the active pods that have no Reservation to keep: evicted, or placement lost."""
+    preempted: list[str] = []
+    lost: list[str] = []
+    for rep in obs.replicas:
+        pod = live.get(rep.name)
+        if pod is None or rep.name in held or pod.status.phase not in ACTIVE:
+            continue
+        out.delete_pods.append(pod)
+        del live[rep.name]
+        (preempted if rep.name in evictions else lost).append(rep.name)
+    if not (preempted or lost):
+        return False
+    report = out.report
+    parts = []
+    if preempted:
+        why = "; ".join(dict.fromkeys(evictions[n] for n in preempted if evictions[n]))
+        parts.append(
+            f"{len(preempted)} replica(s) were preempted"
+            + (f" ({why})" if why else "")
+            + f": {', '.join(preempted)}"
+        )
+    if lost:
+        parts.append(f"{len(lost)} replica(s) lost their placement: {', '.join(lost)}")
+    report.restarting(f"{report.name} is restarting because {' and '.join(parts)}.")
+    return True
+
+
+# --- gang, services, pods ---------------------------------------------------------------------
+
+
+def _gang(
+    out: Plan,
+    *,
+    job: TrainingJob,
+    plugin: WorkloadPlugin,
+    obs: Observed,
+    cluster_domain: str,
+    release: dict[str, str],
+    moves: dict[str, str],
+) -> None:
+    """Create the PodGroup, or plan the change of its spec (job generation, requests)."""
+    pg = obs.pod_group
+    generation = str(job.metadata.generation)
+    if pg is None:
+        if not obs.leftovers and obs.stale_group is None:  # an earlier gang's placement is not ours
+            out.create_pod_group = build_pod_group(
+                job, plugin, cluster_domain=cluster_domain, preferred_nodes=moves
+            )
+        return
+    respec = pg.metadata.annotations.get(ANNOTATION_JOB_GENERATION) != generation
+    existing = {name: res.metadata.uid for name, res in obs.reservations.items()}
+    out.pod_group = PodGroupChange(
+        spec=pod_group_spec(job, plugin, cluster_domain=cluster_domain) if respec else None,
+        generation=generation,
+        preferred=moves,
+        release=release,
+        existing=existing,
+        prune=any(existing.get(pod) != uid for pod, uid in pg.spec.release.items()),
+    )
+
+
+def _reserved_port(job: TrainingJob, res: Reservation) -> int | None:
+    """The host port the scheduler reserved for a host-network pod."""
+    return res.spec.host_ports[0] if job.host_network and res.spec.host_ports else None
+
+
+def _services(
+    out: Plan, *, job: TrainingJob, plugin: WorkloadPlugin, obs: Observed, held: dict[str, Reservation]
+) -> None:
+    """One Service per held replica, written when it differs (before its pod: the targetPort)."""
+    for rep in obs.replicas:
+        res = held.get(rep.name)
+        if res is None:
+            continue
+        desired = build_service(job, rep.role, rep.index, plugin=plugin, host_port=_reserved_port(job, res))
+        current = obs.services.get(rep.name)
+        if (
+            current is None
+            or current.spec != desired.spec
+            or current.metadata.labels != desired.metadata.labels
+        ):
+            out.services.append(desired)
+
+
+def _creates(
+    out: Plan,
+    *,
+    job: TrainingJob,
+    plugin: WorkloadPlugin,
+    obs: Observed,
+    live: dict[str, Pod],
+    held: dict[str, Reservation],
+    cluster_domain: str,
+) -> None:
+    """The pods to create now: the gang is Placed (its minimum before any pod starts), start order."""
+    pg = obs.pod_group
+    if pg is None or pg.status.phase != "Placed":
+        return
+    wanted = [r for r in obs.replicas if r.name in held and r.name not in live]
+    if not wanted:
+        return
+    started = out.report.status.start_time is not None or bool(live)
+    if not started and len(held) < max(1, pg.spec.minimum()):
+        return  # the whole gang (its minimum) is placed before any pod starts
+    deps = dependencies_of(job, plugin)
+    replicas = {r: s.count for r, s in job.replica_specs.items()}
+    phases: dict[str, dict[int, str]] = {}
+    for rep in obs.replicas:
+        pod = live.get(rep.name)
+        if pod is not None:
+            phases.setdefault(rep.role, {})[rep.index] = pod.status.phase
+    for rep in wanted:
+        if can_start(rep.role, deps=deps, replicas=replicas, phases=phases):
+            res = held[rep.name]
+            out.create_pods.append(
+                build_pod(
+                    job,
+                    rep.role,
+                    rep.index,
+                    plugin=plugin,
+                    reservation=res,
+                    host_port=_reserved_port(job, res),
+                    cluster_domain=cluster_domain,
+                    peers=held,
+                )
+            )
+
+
+# --- suspension and completion ------------------------------------------------------------------
+
+
+def _suspended(
+    out: Plan, *, job: TrainingJob, plugin: WorkloadPlugin, obs: Observed, cluster_domain: str
+) -> Plan:
+    """Stop every pod and release every Reservation; the job and its PodGroup (spec.suspend) stay."""
+    report = out.report
+    status = report.status
+    if not status.is_true("Suspended"):
+        status.start_time = None
+        report.set("Suspended", reason=report.reason("Suspended"), message=f"{report.name} is suspended.")
+    replica_statuses(job, status, replicas=obs.replicas, live={})
+    out.delete_pods.extend(r.pod for r in obs.replicas if r.pod is not None)
+    out.delete_pods.extend(obs.extra_pods)
+    release = {name: res.metadata.uid for name, res in obs.reservations.items()}
+    _gang(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain, release=release, moves={})
+    out.status = status_changes(job.status, status, now=report.now)
+    return out
+
+
+def _finished(out: Plan, *, job: TrainingJob, obs: Observed) -> Plan:
+    """cleanPodPolicy, the PodGroup deleted (its Reservations go with it), TTL."""
+    report = out.report
+    status = report.status
+    now = report.now
+    policy = job.run_policy.clean_pod_policy or "Running"
+    for pod in [*(r.pod for r in obs.replicas if r.pod is not None), *obs.extra_pods]:
+        if policy == "All" or (policy == "Running" and pod.status.phase in ACTIVE):
+            out.delete_pods.append(pod)
+            if pod.metadata.name in obs.services:
+                out.delete_services.append(pod.metadata.name)
+    if obs.pod_group is not None:
+        out.delete_pod_group = obs.pod_group
+    out.status = status_changes(job.status, status, now=now)
+    ttl = job.run_policy.ttl_seconds_after_finished
+    if ttl is not None:
+        remaining = (status.completion_time or now).timestamp() + ttl - now.timestamp()
+        if remaining > 0:
+            out.requeue = remaining
+        else:
+            out.delete_job = True
+    return out

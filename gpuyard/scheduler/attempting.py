@@ -1,0 +1,304 @@
+"""One cycle's walk over the queues, and each attempt: a PodGroup (with its gang group) is
+placed and assumed, or set aside.
+
+A :class:`Walk` takes the FairQueue's candidates in order; `offer` checks quota and
+ResourceQuota admission first (a blocked job is parked with the cause and may reclaim borrowed
+capacity when its quota is owed its min, `preempting`), then tries to place it.
+
+`schedule_one(state, key)` reads the PodGroup from the core's objects, builds the plain gang
+request (`gang_requests.build_gang`), answers from the per-epoch "does not fit" cache when the
+same shape failed since the snapshot last changed, else calls the pure `place()`. A placement
+is *assumed* at once (`assuming.assume`: its Reservations recorded in the snapshot) and becomes
+a :class:`~gpuyard.scheduler.decisions.PlaceGang` with the `Placed` statuses and `Scheduled`
+events to write after it; a gang that does not start is parked with a readable reason. It is
+synchronous: between taking a job and recording its placement nothing else runs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from gpuyard.apis.resourceclasses import RequestError
+from gpuyard.apis.scheduling import PodGroup
+from gpuyard.scheduler.assuming import assume
+from gpuyard.scheduler.decisions import PlaceGang
+from gpuyard.scheduler.framework import CycleState
+from gpuyard.scheduler.gang_requests import GangRequest, build_gang
+from gpuyard.scheduler.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.placing import place
+from gpuyard.scheduler.recording import Key, is_complete
+
+if TYPE_CHECKING:
+    from gpuyard.scheduler.core import SchedulerState
+
+__all__ = ["Walk", "backoff", "offer", "retry_partial", "schedule_one", "waiting"]
+
+log = structlog.get_logger(__name__)
+
+
+class Walk:
+    """One cycle's walk over the queues' candidates."""
+
+    __slots__ = ("candidates", "seen", "verdicts")
+
+    def __init__(self, candidates: Any) -> None:
+        self.candidates = candidates
+        self.seen: dict[str, int] = {}  # per queue: candidates so far this cycle
+        # Quota answers per job shape (quota, demand, namespace) while the quota state stays as it
+        # is: many waiting jobs of few shapes cost one check (and one `owed`) per shape. Cleared
+        # whenever the state may change (a placement, a reclaim, new changes).
+        self.verdicts: dict[tuple, tuple[str, bool]] = {}
+
+
+def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
+    """Quota admission, then an attempt to place; the walk hears how it went."""
+    adm, candidates = state.admission, walk.candidates
+    key: Key = job.key
+    state.positions[key] = walk.seen.get(job.queue, 0)
+    walk.seen[job.queue] = state.positions[key] + 1
+    state.parking.unpark(key)
+    try:
+        shape = adm.shape(key)
+        known = walk.verdicts.get(shape) if shape is not None else None
+        reason = known[0] if known is not None else adm.check(key)
+        if reason is not None:
+            candidates.blocked(job, reason, reserve=False)
+            quota_blocked(state, key, reason, shape=shape)
+            outcome = None
+        else:
+            outcome = schedule_one(state, key)
+            if outcome is None:  # gone, suspended, or nothing to place: a change brings it back
+                state.queue.park(key, epoch=state.epoch(), reserve=False)
+            if isinstance(outcome, Placement):
+                candidates.placed(job)
+                walk.verdicts.clear()
+            else:
+                why = outcome.full_message() if outcome is not None else ""
+                candidates.blocked(job, why, reserve=outcome is not None)
+        if outcome is not None or reason is not None:
+            if reason is not None and shape is not None and known is None:
+                known = walk.verdicts[shape] = (reason, adm.owed(key))
+            if maybe_reclaim(state, key, owed=known[1] if known is not None else None):
+                walk.verdicts.clear()
+    except Exception:  # one bad job must not stop the scheduler: retry it later
+        log.exception("scheduler.cycle_failed", job=f"{key[0]}/{key[1]}")
+        state.queue.backoff(key, until=state.now + state.recorder.backoff_delay(key))
+        walk.verdicts.clear()
+
+
+def retry_partial(state: SchedulerState) -> None:
+    """Running jobs with pods still unplaced (elastic minimum, failover): try again when the
+    cluster changed since their last try. Owners whose reclaim delay ended are tried again."""
+    for key in state.reclaimer.due(state.now):
+        job = state.queue.get(key)
+        if job is not None and state.queue.is_held(key):
+            state.queue.add(job)
+    epoch = state.epoch()
+    for key, tried in list(state.partial.items()):
+        if tried < epoch and key in state.partial:
+            state.partial[key] = epoch
+            schedule_one(state, key)
+
+
+def maybe_reclaim(state: SchedulerState, key: Key, *, owed: bool | None = None) -> bool:
+    """Reclaim for `key` if it is owed; whether jobs were preempted."""
+    victims = state.reclaimer.consider(
+        state.admission,
+        key,
+        now=state.now,
+        utcnow=state.utcnow,
+        epoch=state.epoch(),
+        snapshot=state.snapshot,
+        objects=state.objects,
+        recorder=state.recorder,
+        owed=owed,
+    )
+    return bool(victims)
+
+
+def quota_blocked(state: SchedulerState, key: Key, reason: str, *, shape: tuple | None = None) -> None:
+    state.queue.park(key, epoch=state.epoch(), reason=reason, reserve=False)
+    state.parking.park(key, shape)
+    pg = state.objects.get("PodGroup", *key)
+    if not isinstance(pg, PodGroup):
+        return
+    code = "ResourceQuotaExceeded" if reason.startswith("ResourceQuota") else "QuotaExceeded"
+    state.recorder.attempted(pg)
+    waiting(state, pg, code, reason, held=0)
+
+
+def waiting(state: SchedulerState, pg: PodGroup, code: str, cause: str, *, held: int) -> None:
+    """Why a queued job waits: its position and queue share, then the first blocking cause."""
+    key = (pg.metadata.namespace, pg.metadata.name)
+    where = None
+    if state.admission.tenancy:
+        job = state.queue.get(key)
+        qname = job.queue if job is not None else (pg.spec.queue or pg.metadata.namespace)
+        pos = state.positions.get(key)
+        place_ = f"#{pos + 1} in queue {qname}" if pos is not None else f"queue {qname}"
+        where = f"{place_} (share {state.queue.share(qname):.2f})"
+    state.recorder.waiting(pg, code, cause, held=held, now=state.now, utcnow=state.utcnow, where=where)
+
+
+def backoff(state: SchedulerState, pg: PodGroup, message: str) -> None:
+    key = (pg.metadata.namespace, pg.metadata.name)
+    delay = state.recorder.backoff_delay(key)
+    state.queue.backoff(key, until=state.now + delay, reason=message)
+    held = len(state.snapshot.placed_pods(key))
+    state.recorder.status(
+        pg,
+        phase="Placed" if held else "Pending",
+        reason="AssumeFailed",
+        message=f"{message}; retrying in {delay:g}s",
+        placed=held,
+        now=state.utcnow,
+    )
+    log.warning("job.assume_failed", job=f"{key[0]}/{key[1]}", error=message, retry_in=delay)
+
+
+def schedule_one(state: SchedulerState, key: Key) -> Placement | Unschedulable | None:
+    """Try to place the PodGroup `key` (and its gang group) now; None when there is nothing to
+    place (gone, suspended, complete, or stopped pods still hold their room)."""
+    started = time.perf_counter()
+    objects = state.objects
+    pg = objects.get("PodGroup", *key)
+    if not isinstance(pg, PodGroup) or pg.spec.suspend:
+        return None
+    state.generation[key] = pg.metadata.generation
+    members, waiting_for = state.groups.members(pg, lambda k: objects.get("PodGroup", *k))  # type: ignore[arg-type, return-value]
+    if any(state.evicting(m) for m in members):
+        return None  # placed again once the operator released the evicted pods' Reservations
+    if waiting_for:
+        msg = f"waiting for gang-group members: {', '.join(waiting_for)}"
+        result = Unschedulable(reason="WaitingForGangGroup", message=msg)
+        _not_placed(state, members, result)
+        return result
+    snap = state.snapshot
+    try:
+        gang = build_gang(
+            members,
+            placed={m.key[1:]: snap.placed_pods(m.key[1:]) for m in members},  # type: ignore[misc]
+            classes=snap.class_names,
+            cache=state.shapes,
+        )
+    except RequestError as exc:
+        result = Unschedulable(reason="InvalidRequest", message=f"{exc.resource}: {exc.reason}")
+        _not_placed(state, members, result)
+        return result
+    if not gang.parts:
+        return None
+    signature = _signature(gang)
+    cached = state.no_fit.get(signature) if signature is not None else None
+    if cached is not None and cached[0] == snap.epoch:
+        _not_placed(state, members, cached[1])
+        return cached[1]
+    outcome: Placement | Unschedulable = place(
+        snap, gang, state.profile, state=CycleState(snap, gang, state.profile)
+    )
+    if isinstance(outcome, Placement) and not outcome.pods:  # nothing required, nothing fits
+        n = len(outcome.deferred)
+        outcome = Unschedulable(
+            reason="Unschedulable",
+            message=f"none of the {n} pod{'s' if n != 1 else ''} above the minimum fits now; they wait for room",
+        )
+        _not_placed(state, members, outcome)
+    elif isinstance(outcome, Placement):
+        _commit(state, members, outcome)
+    else:
+        if signature is not None:
+            if len(state.no_fit) > 10_000:
+                state.no_fit.clear()
+            state.no_fit[signature] = (snap.epoch, outcome)
+        _not_placed(state, members, outcome)
+    state.observe(started, outcome)
+    return outcome
+
+
+def _commit(state: SchedulerState, members: list[PodGroup], placement: Placement) -> None:
+    """Assume the placement and decide what to write: Reservations, then statuses and events."""
+    owners = {m.key[1:]: m.metadata.uid for m in members}
+    reservations = assume(state.snapshot, placement, owners=owners)  # type: ignore[arg-type]
+    state.assumed(reservations)
+    decision = PlaceGang(
+        key=placement.gang.key,  # type: ignore[arg-type]
+        members=tuple(m.key[1:] for m in members),  # type: ignore[misc]
+        reservations=reservations,
+    )
+    state.count_placed(decision)
+    rec, now, utcnow = state.recorder, state.now, state.utcnow
+    summary = placement.summary()
+    by_member: dict[Key, int] = {}
+    for pp in placement.pods:
+        k = (pp.pod.namespace, pp.pod.group)
+        by_member[k] = by_member.get(k, 0) + 1
+    for m in members:
+        key: Key = m.key[1:]  # type: ignore[assignment]
+        rec.failures.pop(key, None)
+        held_pods = state.snapshot.placed_pods(key)
+        state.admission.start(key, now=now)
+        state.parking.unpark(key)
+        rec.last_cause.pop(key, None)
+        if is_complete(m, held_pods):
+            state.partial.pop(key, None)
+        else:
+            state.partial[key] = state.epoch()
+        rec.status(
+            m,
+            phase="Placed",
+            reason="Placed",
+            message=summary,
+            placed=len(held_pods),
+            now=utcnow,
+            into=decision.then,
+        )
+        if by_member.get(key):
+            nodes = placement.nodes
+            rec.event(
+                m,
+                reason="Scheduled",
+                message=f"{summary}: {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}",
+                now=utcnow,
+                into=decision.then,
+            )
+    rec.out.append(decision)
+    log.info(
+        "job.placed",
+        job=f"{decision.key[0]}/{decision.key[1]}",
+        pods=len(placement.pods),
+        nodes=len(placement.nodes),
+        deferred=len(placement.deferred),
+    )
+
+
+def _not_placed(state: SchedulerState, members: list[PodGroup], result: Unschedulable) -> None:
+    epoch = state.epoch()
+    message = result.full_message()
+    fits = state.admission.has_quotas and result.reason == "Unschedulable"
+    cause = f"fits quota, waiting for room: {message}" if fits else message
+    for m in members:
+        key: Key = m.key[1:]  # type: ignore[assignment]
+        state.queue.park(key, epoch=epoch, reason=cause)
+        state.parking.unpark(key)
+        if key in state.partial:
+            state.partial[key] = epoch
+        held = len(state.snapshot.placed_pods(key))
+        state.recorder.attempted(m)
+        waiting(state, m, result.reason, cause, held=held)
+
+
+def _signature(gang: GangRequest) -> tuple | None:
+    """Gangs with the same roles, shapes and counts fit or not alike within one epoch.
+
+    None (do not cache) for gang groups and failover hints, whose explanations name more.
+    """
+    if len(gang.members) > 1:
+        return None
+    parts = []
+    for p in gang.parts:
+        if any(pod.preferred_node for pod in p.pods):
+            return None
+        parts.append((p.role, p.shape, p.required, len(p.pods)))
+    return tuple(parts)
