@@ -14,14 +14,12 @@ import asyncio
 
 import structlog
 
-from gpuyard.apis.core import Pod, Service
 from gpuyard.devices.scenarios import Scenario
 from gpuyard.fakecluster.faulting import FakeFaults
 from gpuyard.fakecluster.health import DeviceHealth
 from gpuyard.fakecluster.kubelet import FakeKubelet
 from gpuyard.fakecluster.writing import FakeWriter
 from gpuyard.state.context import Context
-from gpuyard.state.store import NotFound
 from gpuyard.state.workqueues import ControllerRunner
 
 __all__ = ["FakeCluster"]
@@ -78,35 +76,3 @@ class FakeCluster:
     @property
     def pods_created(self) -> int:
         return self.writer.pods_created
-
-    # --- deprecated: pods and services go through `writer` ----------------------------------
-    # Thin forwarders kept only while the operator still calls them; delete them once it
-    # writes through `ctx.writer`. They are not part of the ClusterBackend protocol.
-
-    async def create_pod(self, pod: Pod) -> Pod:
-        return await self.writer.create(pod)
-
-    async def delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            await self.writer.delete("Pod", namespace, name)
-        except NotFound:
-            pass
-
-    async def apply_service(self, service: Service) -> Service:
-        current = self.store.get("Service", service.metadata.namespace or "default", service.metadata.name)
-        if current is None:
-            return await self.writer.create(service)
-        replacement = service.model_copy(
-            update={
-                "metadata": service.metadata.model_copy(
-                    update={"resource_version": current.metadata.resource_version}
-                )
-            }
-        )
-        return await self.writer.update(replacement)
-
-    async def delete_service(self, namespace: str, name: str) -> None:
-        try:
-            await self.writer.delete("Service", namespace, name)
-        except NotFound:
-            pass

@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from gpuyard.apis.labels import Selector, parse_selector
 from gpuyard.apis.meta import Resource, utcnow
@@ -241,6 +241,27 @@ class Store:
             out.append(obj)
         out.sort(key=lambda o: (o.metadata.namespace, o.metadata.name))
         return out
+
+    # Typed reads: the kind comes from the model class, and the result has that type. The store
+    # holds only objects of a kind's registered class, so no check is made per object.
+
+    def get_of(self, cls: type[R], namespace: str, name: str) -> R | None:
+        """`get(cls.KIND, ...)` typed as `cls`."""
+        return cast("R | None", self._kind(cls.KIND).objects.get((namespace, name)))
+
+    def must_get_of(self, cls: type[R], namespace: str, name: str) -> R:
+        """`must_get(cls.KIND, ...)` typed as `cls`."""
+        return cast(R, self.must_get(cls.KIND, namespace, name))
+
+    def list_of(
+        self,
+        cls: type[R],
+        *,
+        namespace: str | None = None,
+        selector: str | Mapping[str, str] | Selector | None = None,
+    ) -> list[R]:
+        """`list(cls.KIND, ...)` typed as `cls`."""
+        return cast("list[R]", self.list(cls.KIND, namespace=namespace, selector=selector))
 
     def count(self, kind: str) -> int:
         return len(self._kind(kind).objects)
