@@ -18,6 +18,7 @@ copy, then `store.update(copy)`. `update` checks the copy's resourceVersion and 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import random
 import time
@@ -259,9 +260,9 @@ class Store:
         *,
         namespace: str | None = None,
         selector: str | Mapping[str, str] | Selector | None = None,
-    ) -> list[R]:
+    ) -> builtins.list[R]:
         """`list(cls.KIND, ...)` typed as `cls`."""
-        return cast("list[R]", self.list(cls.KIND, namespace=namespace, selector=selector))
+        return cast("builtins.list[R]", self.list(cls.KIND, namespace=namespace, selector=selector))
 
     def count(self, kind: str) -> int:
         return len(self._kind(kind).objects)
