@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from gpuyard.apis.core import PodTemplateSpec
 from gpuyard.apis.meta import K8sModel
@@ -64,6 +64,13 @@ class ReplicaSpec(K8sModel):
     """One replica type (role) of a job: how many pods, their template, how they restart."""
 
     replicas: int | None = None
+    min_available: int | None = Field(
+        default=None,
+        ge=0,
+        description="gpuyard extension (Volcano's task minAvailable, Koordinator's per-role minMember): "
+        "how many of this role's pods must be placed together for the gang to start; the rest are "
+        "placed when room appears. Default: all replicas (elastic PyTorch workers: minReplicas).",
+    )
     template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
     restart_policy: RestartPolicy | None = None
     depends_on: list[DAGCondition] | None = Field(
@@ -78,6 +85,15 @@ class ReplicaSpec(K8sModel):
         if value is not None and value < 0:
             raise ValueError(f"must be a non-negative integer (0, 1, 2, ...); got {value}")
         return value
+
+    @model_validator(mode="after")
+    def _minimum_within_replicas(self) -> ReplicaSpec:
+        if self.min_available is not None and self.min_available > self.count:
+            raise ValueError(
+                f"minAvailable ({self.min_available}) must not exceed replicas ({self.count}); "
+                f"allowed: 0..{self.count}"
+            )
+        return self
 
     @property
     def count(self) -> int:

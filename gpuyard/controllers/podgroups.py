@@ -68,7 +68,11 @@ def quota_metadata(job: TrainingJob) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def _role_minimum(job: TrainingJob, role: str) -> int | None:
-    """Elastic PyTorch workers may start with `elasticPolicy.minReplicas`."""
+    """The role's `minAvailable` (per-role gang minimum); elastic PyTorch workers otherwise start
+    with `elasticPolicy.minReplicas`; None: every replica."""
+    explicit = job.replica_specs[role].min_available
+    if explicit is not None:
+        return explicit
     if isinstance(job, PyTorchJob) and role == "Worker" and job.spec.elastic_policy is not None:
         return job.spec.elastic_policy.min_replicas
     return None

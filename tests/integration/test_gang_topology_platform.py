@@ -71,3 +71,41 @@ async def test_eight_one_gpu_workers_fill_one_node(gpuyard_cluster: ClusterFacto
     await c.run_until(job, "Running", timeout=120)
     placed = gpus_by_node(c, job)
     assert [sorted(g) for g in placed.values()] == [list(range(8))]
+
+
+def tfjob(name: str, *, workers: int, gpus: int, minimum: int | None) -> dict[str, Any]:
+    worker: dict[str, Any] = {
+        "replicas": workers,
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "tensorflow",
+                        "image": "train",
+                        "resources": {"limits": {"nvidia.com/gpu": gpus, "cpu": "4", "memory": "16Gi"}},
+                    }
+                ]
+            }
+        },
+    }
+    if minimum is not None:
+        worker["minAvailable"] = minimum
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"tfReplicaSpecs": {"Worker": worker}},
+    }
+
+
+async def test_a_role_minimum_lets_the_gang_start_with_part_of_its_workers(
+    gpuyard_cluster: ClusterFactory,
+) -> None:
+    c = await gpuyard_cluster(nodes=[("dgx1-v100", 1)])
+    whole = await c.submit(tfjob("whole", workers=4, gpus=4, minimum=None))
+    await c.advance(30)
+    assert c.placement(whole).pods == []  # 16 GPUs asked, 8 exist: all or nothing
+    await c.delete(whole)
+    part = await c.submit(tfjob("part", workers=4, gpus=4, minimum=2))
+    await c.run_until(part, "Running", timeout=120)
+    assert len(c.placement(part).pods) == 2
