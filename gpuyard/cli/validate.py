@@ -78,7 +78,7 @@ class _Offline:
         self.scenario = scenario
         given = {c.metadata.name for c in classes}
         if scenario is not None:
-            models = sorted({g.gpu.model for g in scenario.node_groups if g.gpu is not None})
+            models = sorted({m for g in scenario.node_groups for m in g.gpu_models()})
         else:
             models = sorted(GPU_MODELS)
         defaults = [default_class(m) for m in models]

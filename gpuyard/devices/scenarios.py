@@ -24,7 +24,7 @@ from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import ObjectMeta, StrictK8sModel
 from gpuyard.apis.quantity import Quantity, format_quantity
 from gpuyard.devices.presets import GPU_MODELS, PRESET_MODELS, PRESETS, get_preset
-from gpuyard.devices.topo_import import TopologyParseError, load_topology_file
+from gpuyard.devices.topo_import import TopologyParseError, load_topology_file, topology_from_links
 
 __all__ = [
     "ANNOTATION_DURATION",
@@ -81,6 +81,12 @@ class NodeGroup(StrictK8sModel):
         default=Decimal(2 * 2**40), description="Local disk for pods (ephemeral-storage)."
     )
     gpu: GpuSpec | None = None
+    gpus: list[GpuSpec] | None = Field(
+        default=None,
+        min_length=1,
+        description="Several GPU models in one node, in GPU index order (e.g. 4 x a100 then 2 x t4); "
+        "instead of `gpu`. The node gets a PCIe topology with each GPU's own model and memory.",
+    )
     topology: str | None = Field(default=None, description="Topology preset name (dgx1-v100, dgx-a100, ...).")
     topology_file: str | None = Field(default=None, description="An `nvidia-smi topo -m` text file.")
     rdma_nics: int = Field(default=0, ge=0, le=64, description="RDMA NICs (resource rdma/hca).")
@@ -106,6 +112,13 @@ class NodeGroup(StrictK8sModel):
             raise ValueError("memory must be positive")
         if self.topology is not None and self.topology_file is not None:
             raise ValueError("give either topology (a preset) or topologyFile, not both")
+        if self.gpus is not None:
+            if self.gpu is not None:
+                raise ValueError("give either gpu (one model) or gpus (several models), not both")
+            if self.topology is not None or self.topology_file is not None:
+                raise ValueError(
+                    "gpus (several models) takes no topology or topologyFile: its GPUs share PCIe"
+                )
         if self.topology is not None:
             preset = get_preset(self.topology)
             model = PRESET_MODELS[self.topology]
@@ -120,8 +133,22 @@ class NodeGroup(StrictK8sModel):
                 )
         return self
 
+    @property
+    def gpu_count(self) -> int:
+        if self.gpus is not None:
+            return sum(g.count for g in self.gpus)
+        return self.gpu.count if self.gpu else 0
+
+    def gpu_models(self) -> list[str]:
+        """The model key of each GPU, in index order."""
+        specs = self.gpus if self.gpus is not None else ([self.gpu] if self.gpu else [])
+        return [g.model for g in specs for _ in range(g.count)]
+
     def node_topology(self, node_name: str, *, base_dir: Path | None = None) -> NodeTopology | None:
-        """The device topology of one node of this group (preset or imported file), or None."""
+        """The device topology of one node of this group (preset, imported file, or the PCIe
+        topology of a node with several GPU models), or None."""
+        if self.gpus is not None:
+            return _mixed_topology(self.gpus, node_name)
         if self.topology is not None:
             return get_preset(self.topology, node_name=node_name)
         if self.topology_file is not None:
@@ -191,7 +218,24 @@ class Scenario(StrictK8sModel):
 
     @property
     def total_gpus(self) -> int:
-        return sum(g.count * (g.gpu.count if g.gpu else 0) for g in self.node_groups)
+        return sum(g.count * g.gpu_count for g in self.node_groups)
+
+
+def _mixed_topology(specs: list[GpuSpec], node_name: str) -> NodeTopology:
+    """All GPUs under one host bridge (PHB), each with its own model and memory."""
+    fields = []
+    for spec in specs:
+        model = GPU_MODELS[spec.model]
+        for _ in range(spec.count):
+            fields.append(
+                {
+                    "model": spec.product or model.name,
+                    "memory_mib": spec.memory_mib or model.memory_mib,
+                }
+            )
+    n = len(fields)
+    labels = [["X" if i == j else "PHB" for j in range(n)] for i in range(n)]
+    return topology_from_links(name=node_name, gpu_count=n, nic_names=(), labels=labels, gpu_fields=fields)
 
 
 def _make_node(group: NodeGroup, name: str) -> Node:
@@ -202,6 +246,9 @@ def _make_node(group: NodeGroup, name: str) -> Node:
         "ephemeral-storage": group.ephemeral_storage,
         "pods": Decimal(group.max_pods),
     }
+    if group.gpus is not None:
+        labels[LABEL_GPU_COUNT] = str(group.gpu_count)  # model, product and memory differ per GPU:
+        capacity[GPU_RESOURCE] = Decimal(group.gpu_count)  # the NodeTopology says which is which
     if group.gpu is not None:
         model = GPU_MODELS[group.gpu.model]
         labels[LABEL_GPU_MODEL] = group.gpu.model
@@ -286,8 +333,8 @@ def describe(scenario: Scenario) -> str:
     nodes = 0
     for g in scenario.node_groups:
         nodes += g.count
-        if g.gpu:
-            per_model[g.gpu.model] = per_model.get(g.gpu.model, 0) + g.count * g.gpu.count
+        for model in g.gpu_models():
+            per_model[model] = per_model.get(model, 0) + g.count
     models = ", ".join(f"{n} {m}" for m, n in sorted(per_model.items()))
     return (
         f"{scenario.name}: {nodes} nodes, {scenario.total_gpus} GPUs ({models or 'none'}); "

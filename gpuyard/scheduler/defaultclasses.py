@@ -48,7 +48,10 @@ class DefaultClassReconciler:
         return out
 
     def _node_keys(self, node: object) -> list[tuple[str, str]]:
-        return self._keys(d.model for d in gpu_devices(node))  # type: ignore[arg-type]
+        topology = None
+        if "NodeTopology" in self.store.kinds():  # a node's GPUs may differ in model: ask its topology
+            topology = self.store.get("NodeTopology", "", node.metadata.name)  # type: ignore[attr-defined]
+        return self._keys(d.model for d in gpu_devices(node, topology))  # type: ignore[arg-type]
 
     def _topology_keys(self, topology: object) -> list[tuple[str, str]]:
         node = self.store.get("Node", "", topology.metadata.name)  # type: ignore[attr-defined]

@@ -250,10 +250,9 @@ def scenario_models(scenario: Scenario, *, label: str) -> set[str]:
     """The GPU model names a ``gpu_spec`` may use on this cluster (values of `label`)."""
     out = set()
     for group in scenario.node_groups:
-        if group.gpu is None:
-            continue
-        if label == LABEL_GPU_PRODUCT:
-            out.add(group.gpu.product or GPU_MODELS[group.gpu.model].name)
-        elif label == LABEL_GPU_MODEL:
-            out.add(group.gpu.model)
+        for spec in group.gpus or ([group.gpu] if group.gpu else []):
+            if label == LABEL_GPU_PRODUCT:
+                out.add(spec.product or GPU_MODELS[spec.model].name)
+            elif label == LABEL_GPU_MODEL:
+                out.add(spec.model)
     return out

@@ -21,9 +21,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from gpuyard.apis.core import Pod
+from gpuyard.apis.core import Node, Pod
+from gpuyard.apis.devicematching import gpu_devices
+from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.jobkinds import TrainingJob, find_job
 from gpuyard.apis.meta import Resource
+from gpuyard.apis.resourceclasses import default_class_name
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.devices.scenarios import Scenario
 from gpuyard.platform.runtime import Platform
@@ -129,8 +132,12 @@ class Cluster:
         await self.clock.run_until(self._classes_ready, timeout=5.0)
 
     def _classes_ready(self) -> bool:
-        models = {n.metadata.labels.get("gpuyard.io/gpu-model") for n in self.store.list("Node")} - {None, ""}
-        return all(self.store.get("ResourceClass", "", f"nvidia.{m}") is not None for m in models)
+        models: set[str] = set()
+        for node in self.store.list_of(Node):
+            topology = self.store.get_of(NodeTopology, "", node.metadata.name)
+            models.update(d.model for d in gpu_devices(node, topology))
+        models.discard("")
+        return all(self.store.get("ResourceClass", "", default_class_name(m)) is not None for m in models)
 
     async def stop(self) -> None:
         """Stop every component; no task of the platform is left running."""

@@ -133,17 +133,22 @@ def placement_of(store: Any, job: JobRef) -> JobPlacement:
         if r.spec.node not in topologies:
             topo = topologies[r.spec.node] = store.get("NodeTopology", "", r.spec.node)
         link = ""
+        model, product = labels.get(LABEL_GPU_MODEL, ""), labels.get(LABEL_GPU_PRODUCT, "")
         if r.spec.gpus and topo is not None:
             worst, _ = link_table(topo, list(r.spec.gpus))
             link = worst.label if worst is not None else ""
+            held = [g for g in topo.spec.gpus if g.index in r.spec.gpus]
+            if held:  # the GPUs' own model: a node may hold several models
+                model = "/".join(sorted({g.model_key for g in held if g.model_key})) or model
+                product = "/".join(sorted({g.model for g in held if g.model})) or product
         out.pods.append(
             PodPlacement(
                 pod=r.metadata.name,
                 role=r.spec.role,
                 index=r.spec.index,
                 node=r.spec.node,
-                gpu_model=labels.get(LABEL_GPU_MODEL, ""),
-                gpu_product=labels.get(LABEL_GPU_PRODUCT, ""),
+                gpu_model=model,
+                gpu_product=product,
                 gpus=tuple(r.spec.gpus),
                 gpu_ids=tuple(r.spec.gpu_ids),
                 nics=tuple(r.spec.nics),

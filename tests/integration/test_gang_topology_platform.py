@@ -109,3 +109,44 @@ async def test_a_role_minimum_lets_the_gang_start_with_part_of_its_workers(
     part = await c.submit(tfjob("part", workers=4, gpus=4, minimum=2))
     await c.run_until(part, "Running", timeout=120)
     assert len(c.placement(part).pods) == 2
+
+
+MIXED = {
+    "name": "mixed",
+    "nodeGroups": [
+        {
+            "name": "mix",
+            "count": 1,
+            "cpu": "64",
+            "memory": "256Gi",
+            "gpus": [{"model": "a100", "count": 4}, {"model": "t4", "count": 2}],
+        }
+    ],
+}
+
+
+def one_pod(name: str, resource: str, count: int) -> dict[str, Any]:
+    job = tfjob(name, workers=1, gpus=1, minimum=None)
+    limits = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"][
+        "limits"
+    ]
+    del limits["nvidia.com/gpu"]
+    limits[resource] = count
+    return job
+
+
+async def test_a_node_with_two_gpu_models_serves_each_class_from_its_own_gpus(
+    gpuyard_cluster: ClusterFactory,
+) -> None:
+    c = await gpuyard_cluster(MIXED)
+    t4 = await c.submit(one_pod("t4", "nvidia.t4", 2))
+    a100 = await c.submit(one_pod("a100", "nvidia.a100", 3))
+    await c.run_until(t4, "Running", timeout=120)
+    await c.run_until(a100, "Running", timeout=120)
+    assert gpus_by_node(c, t4) == {"mix-0": {4, 5}}
+    [a100_gpus] = gpus_by_node(c, a100).values()
+    assert a100_gpus <= {0, 1, 2, 3} and len(a100_gpus) == 3
+    c.assert_on_model(a100, "A100")
+    more = await c.submit(one_pod("more-t4", "nvidia.t4", 1))
+    await c.advance(30)
+    assert c.placement(more).pods == []  # both T4s are taken; free A100s do not count
