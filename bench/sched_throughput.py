@@ -21,7 +21,9 @@ status and an Event per job).
 Prints one JSON object: per scenario pods/s, jobs/s, cycle p50/p99 (ms: one job's decision
 and assume in the core), and the process's peak RSS (MiB) after it. `pods_per_cpu_s` divides by the
 process's CPU time instead of wall time: on a shared machine it shows the cost without the
-neighbours' load (the CPU time includes the waiting rounds at the end of C).
+neighbours' load (the CPU time includes the waiting rounds at the end of C). Each scenario runs
+with the `default` profile and then `binpack` (`--profile` picks others); the top-level figures
+are the first profile's, `by_profile` has each one's and `ratio_to_binpack` the throughput ratio.
 """
 
 from __future__ import annotations
@@ -157,11 +159,15 @@ def scenario_c(scale: float) -> tuple[list[Node], list[PodGroup]]:
 SCENARIOS = {"A": scenario_a, "B": scenario_b, "C": scenario_c}
 
 
-async def run(name: str, scale: float) -> dict[str, object]:
+async def run(name: str, scale: float, *, profile: str = "default") -> dict[str, object]:
     nodes, jobs = SCENARIOS[name](scale)
     store = Store(history=max(50_000, 20 * len(jobs)))
     register_kinds(store)
-    ctx = Context(store=store, clock=RealClock(), settings=Settings(backend={"data_dir": None}))
+    ctx = Context(
+        store=store,
+        clock=RealClock(),
+        settings=Settings(backend={"data_dir": None}, scheduler={"profile": profile}),
+    )
     for n in nodes:
         store.create(n)
     for model in ("v100", "a100", "t4"):
@@ -222,6 +228,11 @@ def main() -> None:
     parser.add_argument(
         "--scenario", choices=sorted(SCENARIOS), action="append", help="run only these (repeatable)"
     )
+    parser.add_argument(
+        "--profile",
+        action="append",
+        help="scheduler profile(s) to run (repeatable; default: default and binpack, with the ratio)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -232,8 +243,19 @@ def main() -> None:
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
+    profiles = args.profile or ["default", "binpack"]
     for name in args.scenario or sorted(SCENARIOS):
-        out[name] = asyncio.run(run(name, scale))
+        runs = {prof: asyncio.run(run(name, scale, profile=prof)) for prof in profiles}
+        out[name] = runs[profiles[0]]  # the first profile's figures, as before
+        if len(profiles) > 1:
+            out[name]["by_profile"] = {  # type: ignore[index]
+                prof: {k: r[k] for k in ("pods_per_s", "cycle_p99_ms", "placed_pods")}
+                for prof, r in runs.items()
+            }
+            base = runs[profiles[1]]["pods_per_s"]
+            out[name]["ratio_to_" + profiles[1]] = (
+                round(runs[profiles[0]]["pods_per_s"] / base, 3) if base else None
+            )  # type: ignore[index, operator]
     print(json.dumps(out, indent=2))
 
 

@@ -16,6 +16,12 @@ framework, on the live :class:`~gpuyard.scheduler.snapshot.Snapshot`, so the tra
 * :class:`PackingChooser` (chooser ``packing-gpus``): a GPU share goes on the GPU the policy picks (FGD:
   the GPU whose use fragments the node least); whole GPUs come from the `topology` chooser, which
   keeps NVLink-aware choices (for fragmentation only the number of idle GPUs on a node counts).
+* :class:`CPUStranding` (score ``cpu-stranding``, for CPU-only pods): the increase of each node's
+  CPU deficit, ``max(0, free GPUs x r - free CPU)`` with r the CPU per GPU of the GPU pods
+  running now. The gpuyard policy leaves CPU-only pods to FGD, whose coarse scores tie on most
+  nodes: the ``packing`` profile breaks those ties by node order (as the paper's simulator), a
+  live profile that also spreads CPU-only pods (``cpu-spread``) breaks them with this score
+  first, so spreading never takes the CPU that a GPU node's idle GPUs need.
 * the ``packing`` profile: ``packing`` as the only score, pack fill, the ``packing-gpus`` chooser,
   and the default filters but ``gpu-node-reserve`` (how much CPU to leave next to idle GPUs is
   the policy's business: gpuyard's policy weighs exactly that).
@@ -48,7 +54,7 @@ from gpuyard.scheduler.packing import POLICIES, ClusterState, PackingPolicy, Pod
 from gpuyard.scheduler.snapshot import Snapshot
 from gpuyard.scheduler.topology import TopologyChooser
 
-__all__ = ["PackingChooser", "PackingScore", "mirror_of"]
+__all__ = ["CPUStranding", "PackingChooser", "PackingScore", "mirror_of"]
 
 _SCORE_CACHE_SIZE = 64  # pod shapes whose per-node scores are kept
 
@@ -286,6 +292,50 @@ class PackingChooser:
         return share_choice(snapshot, row, shape)  # the policy's GPU is not of the class, or short of memory
 
 
+class CPUStranding:
+    """Score ``cpu-stranding`` (see the module docstring); no opinion on GPU pods."""
+
+    name = "cpu-stranding"
+    normalize = staticmethod(PackingScore.normalize)  # dense rank, as the packing score
+
+    def __init__(self) -> None:
+        self._ratio: tuple[int, int] = (-1, 0)  # snapshot version, milli-CPU per GPU (x1000)
+
+    def cpu_per_gpu(self, snapshot: Snapshot) -> int:
+        """Milli-CPU per whole GPU of the GPU reservations now held, as the gpuyard policy's r."""
+        version, ratio = self._ratio
+        if version != snapshot.version:
+            cpu = gpu = 0
+            for (cpu_milli, gpus, milli), count in snapshot.workload_counts().items():
+                cpu += cpu_milli * count
+                gpu += gpus * milli * count
+            ratio = round(cpu * 1000 / gpu) if gpu else 0
+            self._ratio = (snapshot.version, ratio)
+        return ratio
+
+    def score(
+        self, state: CycleState, shape: PodShape, nodes: np.ndarray | slice, take: np.ndarray
+    ) -> np.ndarray | None:
+        if shape.gpus:
+            return None
+        snap = state.snapshot
+        r = self.cpu_per_gpu(snap)
+        if not r:
+            return None
+        gpu = snap.gpu_free_milli[nodes].sum(axis=1, dtype=np.int64)
+        cpu = snap.cpu_free[nodes].astype(np.int64) * 1000
+        need = take.astype(np.int64) * shape.cpu_milli * 1000
+        before = np.maximum(0, gpu * r - cpu)
+        after = np.maximum(0, gpu * r - (cpu - need))
+        return -(after - before).astype(np.float64)
+
+
+def _cpu_stranding(args: Mapping[str, Any]) -> CPUStranding:
+    if args:
+        raise ValueError(f"score plugin 'cpu-stranding' takes no arguments, got {sorted(args)}")
+    return CPUStranding()
+
+
 def _score_factory(name: str, *, gpu_only: bool) -> Any:
     def make(args: Mapping[str, Any]) -> PackingScore:
         unknown = sorted(set(args) - {"policy", "coverage", "seed"})
@@ -309,6 +359,7 @@ def _chooser(args: Mapping[str, Any]) -> PackingChooser:
 
 register_score(PackingScore.name, _score_factory(PackingScore.name, gpu_only=False), replace=True)
 register_score("packing-gpu", _score_factory("packing-gpu", gpu_only=True), replace=True)
+register_score(CPUStranding.name, _cpu_stranding, replace=True)
 register_chooser(PackingChooser.name, _chooser, replace=True)
 register_profile(
     "packing",

@@ -53,6 +53,7 @@ register_profile(
             "topology": 200,
             "packing": 50,
             "gpu-type": 20,
+            "cpu-stranding": 5,  # CPU-only pods: strand no GPU, then spread
             "topology-frag": 2,
             "cpu-spread": 1,
         },
