@@ -33,6 +33,7 @@ from gpuyard.platform.api.app import CTX, delete_object, writer_of
 from gpuyard.platform.api.auth import Action, allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
+from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists
 from gpuyard.state.writing import create_all
 
@@ -102,7 +103,7 @@ def pod_view(pod: Pod) -> dict[str, Any]:
     return out
 
 
-def _validate_resources(ctx: Any, job: TrainingJob) -> list[dict[str, str]]:
+def _validate_resources(ctx: Context, job: TrainingJob) -> list[dict[str, str]]:
     """Resource-class checks from the scheduler's module, when it provides them."""
     try:
         from gpuyard.apis import resourceclasses
