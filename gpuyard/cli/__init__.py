@@ -108,9 +108,9 @@ def _run_server(settings: Settings, *, banner: str | None = None, jobs: list[Pat
         match, rest = group.split(OSError)
         if match is None or rest is not None:
             raise
-        exc = match.exceptions[0]
+        first = match.exceptions[0]
         fail(
-            f"cannot serve on {settings.server.host}:{settings.server.port}: {getattr(exc, 'strerror', None) or exc}",
+            f"cannot serve on {settings.server.host}:{settings.server.port}: {getattr(first, 'strerror', None) or first}",
             code=1,
         )
 
@@ -142,7 +142,16 @@ def main() -> None:
 @click.option(
     "--insecure", is_flag=True, default=None, help="Allow a non-loopback address without API tokens."
 )
-def serve(config, backend, cluster, host, port, data_dir, clock, insecure) -> None:  # type: ignore[no-untyped-def]
+def serve(
+    config: str | None,
+    backend: str | None,
+    cluster: str | None,
+    host: str | None,
+    port: int | None,
+    data_dir: str | None,
+    clock: str | None,
+    insecure: bool | None,
+) -> None:
     """Run the platform: HTTP API, controllers, scheduler and the cluster backend."""
     settings = _load(
         config,

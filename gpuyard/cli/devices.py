@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from gpuyard.apis.devices import NodeTopology
 from gpuyard.devices import PRESETS, DiscoveryError, discover, draw, get_preset, to_yaml
 from gpuyard.devices.presets import GPU_MODELS
 from gpuyard.devices.topo_import import TopologyParseError, load_topology_file
@@ -15,7 +16,7 @@ from gpuyard.devices.topo_import import TopologyParseError, load_topology_file
 __all__ = ["devices"]
 
 
-def _emit(topology, as_drawing: bool) -> None:  # type: ignore[no-untyped-def]
+def _emit(topology: NodeTopology, as_drawing: bool) -> None:
     click.echo(draw(topology) if as_drawing else to_yaml(topology), nl=as_drawing)
 
 

@@ -33,10 +33,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from gpuyard.apis.core import GPU_RESOURCE
+from gpuyard.apis.core import GPU_RESOURCE, Event, Node
 from gpuyard.apis.devicematching import LABEL_GPU_MODEL, unhealthy_indices
 from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.quantity import QuantityError, parse_quantity
+from gpuyard.apis.quotakinds import ElasticQuota, Queue
+from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.state.store import Store
 
 __all__ = [
@@ -142,30 +144,30 @@ def cluster_usage(store: Store) -> ClusterUsage:
     cpu_used: dict[str, Decimal] = defaultdict(Decimal)
     mem_used: dict[str, Decimal] = defaultdict(Decimal)
     sizes: Counter[int] = Counter()
-    for res in store.list("Reservation"):
-        spec = res.spec  # type: ignore[attr-defined]
-        job = f"{res.metadata.namespace}/{spec.pod_group}"
+    for res in store.list_of(Reservation):
+        spec = res.spec
+        holder = f"{res.metadata.namespace}/{spec.pod_group}"
         per_node = held[spec.node]
         for idx in spec.gpus:
-            holders = per_node.setdefault(idx, [])
-            if job not in holders:
-                holders.append(job)
+            gpu_holders = per_node.setdefault(idx, [])
+            if holder not in gpu_holders:
+                gpu_holders.append(holder)
         reqs = spec.requests
         cpu_used[spec.node] += _q(reqs.get("cpu"))
         mem_used[spec.node] += _q(reqs.get("memory"))
         if len(spec.gpus) > 1 and (spec.gpu_milli in (0, 1000)):
             sizes[len(spec.gpus)] += 1
-    for pg in store.list("PodGroup"):
-        if pg.status.phase != "Pending":  # type: ignore[attr-defined]
+    for pg in store.list_of(PodGroup):
+        if pg.status.phase != "Pending":
             continue
-        for role in pg.spec.roles:  # type: ignore[attr-defined]
+        for role in pg.spec.roles:
             k = _whole_gpus(role.template.requests())
             if k > 1:
                 sizes[k] += role.replicas
     reference = max(sizes.items(), key=lambda kv: (kv[1], kv[0]))[0] if sizes else DEFAULT_REFERENCE_REQUEST
     nodes = []
-    for node in store.list("Node"):
-        alloc = node.status.allocatable  # type: ignore[attr-defined]
+    for node in store.list_of(Node):
+        alloc = node.status.allocatable
         name = node.metadata.name
         gpus = _whole_gpus(alloc)
         holders = held.get(name, {})
@@ -173,7 +175,7 @@ def cluster_usage(store: Store) -> ClusterUsage:
             NodeUsage(
                 name=name,
                 model=node.metadata.labels.get(LABEL_GPU_MODEL, "unknown" if gpus else "none"),
-                ready=node.ready,  # type: ignore[attr-defined]
+                ready=node.ready,
                 gpus=gpus,
                 gpus_allocated=len(holders),
                 gpus_unhealthy=len(unhealthy_indices(node)),
@@ -186,14 +188,14 @@ def cluster_usage(store: Store) -> ClusterUsage:
         )
     phases: Counter[str] = Counter()
     queues: Counter[str] = Counter()
-    for kind in KIND_INFO:
+    for kind, info in KIND_INFO.items():
         if kind not in store.kinds():
             continue
-        for job in store.list(kind):
-            phase = job.status.phase or "Created"  # type: ignore[attr-defined]
+        for job in store.list_of(info.cls):
+            phase = job.status.phase or "Created"
             phases[phase] += 1
             if phase in PENDING_PHASES:
-                queues[job.queue or "default"] += 1  # type: ignore[attr-defined]
+                queues[job.queue or "default"] += 1
     return ClusterUsage(
         nodes=nodes,
         reference_request=reference,
@@ -260,31 +262,31 @@ class ClusterCollector(Collector):
             "gpuyard_queue_weighted_share", "A queue's weighted dominant-resource share.", labels=["queue"]
         )
         if "Queue" in kinds:
-            for q in store.list("Queue"):
+            for q in store.list_of(Queue):
                 name = q.metadata.name
-                depth.add_metric([name], q.status.pending)  # type: ignore[attr-defined]
-                running.add_metric([name], q.status.running)  # type: ignore[attr-defined]
-                share.add_metric([name], q.status.share)  # type: ignore[attr-defined]
+                depth.add_metric([name], q.status.pending)
+                running.add_metric([name], q.status.running)
+                share.add_metric([name], q.status.share)
         quota = GaugeMetricFamily(
             "gpuyard_quota_resource",
             "Elastic quota per resource: min, max, runtime (what it may use now), used.",
             labels=["quota", "resource", "kind"],
         )
         if "ElasticQuota" in kinds:
-            for eq in store.list("ElasticQuota"):
+            for eq in store.list_of(ElasticQuota):
                 name = eq.metadata.name
                 for what, values in (
-                    ("min", eq.spec.min),  # type: ignore[attr-defined]
-                    ("max", eq.spec.max),  # type: ignore[attr-defined]
-                    ("runtime", eq.status.runtime),  # type: ignore[attr-defined]
-                    ("used", eq.status.used),  # type: ignore[attr-defined]
+                    ("min", eq.spec.min),
+                    ("max", eq.spec.max),
+                    ("runtime", eq.status.runtime),
+                    ("used", eq.status.used),
                 ):
-                    for resource, q in values.items():
-                        quota.add_metric([name, resource, what], float(q))
+                    for resource, amount in values.items():
+                        quota.add_metric([name, resource, what], float(amount))
         preempted = GaugeMetricFamily(
             "gpuyard_preemptions",
             "Jobs preempted (reclaimed by a quota), from their Events.",
-            value=sum(e.count for e in store.list("Event") if e.reason == "Preempted"),  # type: ignore[attr-defined]
+            value=sum(e.count for e in store.list_of(Event) if e.reason == "Preempted"),
         )
         yield from (depth, running, share, quota, preempted)
 

@@ -65,7 +65,7 @@ class _Backoff:
     def __call__(self, state: RetryCallState) -> float:
         ran = self.now() - self.started
         self.failures = 0 if ran > self.healthy_after else self.failures + 1
-        return min(self.max_backoff, 0.1 * 2**self.failures)
+        return min(self.max_backoff, 0.1 * 2.0**self.failures)
 
 
 async def supervise(
@@ -172,12 +172,11 @@ class Platform:
 
     def _build_components(self) -> list[Component]:
         components = [Component("backend", self.backend.run)]
-        if self.journal is not None:
+        journal = self.journal
+        if journal is not None:
             components.append(
-                Component(
-                    "journal", lambda: self.journal.run(interval=self.settings.backend.journal_interval)
-                )
-            )  # type: ignore[union-attr]
+                Component("journal", lambda: journal.run(interval=self.settings.backend.journal_interval))
+            )
         if isinstance(self.clock, VirtualClock) and self.drive_clock:
             components.append(Component("virtual-clock", self.clock.run))
         components.append(Component("metrics", self.metrics.run))

@@ -147,7 +147,7 @@ def openb(
     seed_text: str,
     load: float,
     out_dir: Path,
-    node_order: str,
+    node_order: Literal["simulator", "trace"],  # a click.Choice of these
     engine: str,
     profile: str,
 ) -> None:

@@ -74,8 +74,16 @@ class FaultInjector(Protocol):
 class ClusterBackend(Protocol):
     name: str
     synced: asyncio.Event
-    writer: Writer  # the one write path every component uses (Context.writer)
-    faults: FaultInjector | None  # None where the backend cannot inject faults
+
+    @property
+    def writer(self) -> Writer:
+        """The one write path every component uses (Context.writer)."""
+        ...
+
+    @property
+    def faults(self) -> FaultInjector | None:
+        """None where the backend cannot inject faults."""
+        ...
 
     async def run(self) -> None:
         """Sync into the store, set `synced`, then run until cancelled."""

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar, cast
 
+from pydantic import BaseModel
+
 from gpuyard.apis.labels import Selector, parse_selector
 from gpuyard.apis.meta import Resource, utcnow
 
@@ -42,6 +44,7 @@ __all__ = [
 ]
 
 R = TypeVar("R", bound=Resource)
+M = TypeVar("M", bound=BaseModel)
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
@@ -63,7 +66,7 @@ def tune_gc() -> None:
     gc.freeze()
 
 
-def _copy_with(model: Any, changes: dict[str, Any]) -> Any:
+def _copy_with(model: M, changes: dict[str, Any]) -> M:
     """A shallow copy of a pydantic model with some fields replaced (no validation).
 
     What `model_copy(update=...)` does, minus its generic overhead: the store makes two such

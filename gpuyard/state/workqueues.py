@@ -118,7 +118,7 @@ class WorkQueue:
         """Re-add after an exponential backoff for this key; return the delay used."""
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
-        delay = min(self._max, self._base * (2**n))
+        delay = min(self._max, self._base * 2.0**n)
         self.add_after(key, delay)
         return delay
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
+
+from pydantic import BaseModel
 
 from gpuyard.apis.meta import Resource
 from gpuyard.state.store import Conflict, NotFound, Store
@@ -66,6 +68,12 @@ class Durability(Protocol):
     def flush(self) -> None: ...
 
 
+class _WithStatus(Protocol):
+    """A model with a `status` field (checked with `"status" in type(obj).model_fields`)."""
+
+    status: BaseModel
+
+
 class StoreWriter:
     """API-server semantics over the in-memory store (the fake backend's write path)."""
 
@@ -88,7 +96,8 @@ class StoreWriter:
                 key=(obj.kind, current.metadata.namespace, current.metadata.name),
             )
         if "status" in type(obj).model_fields:
-            obj = obj.model_copy(update={"status": current.status})  # type: ignore[attr-defined]  # status is a subresource
+            # status is a subresource; `current` is of the same kind, so it has the field too
+            obj = obj.model_copy(update={"status": cast(_WithStatus, current).status})
         stored = self.store.update(obj)
         await self._durable(stored.kind)
         return stored
@@ -111,7 +120,7 @@ class StoreWriter:
             )
         if "status" not in type(current).model_fields:
             raise ValueError(f"{kind} has no status")
-        status = current.status  # type: ignore[attr-defined]
+        status = cast(_WithStatus, current).status  # the model has a `status` field (checked above)
         unknown = set(changes) - set(type(status).model_fields)
         if unknown:
             raise ValueError(f"{kind}.status has no field {', '.join(sorted(unknown))}")
@@ -135,13 +144,13 @@ class StoreWriter:
         if fut is None:
             loop = asyncio.get_running_loop()
             fut = self._flush = loop.create_future()
-            loop.call_soon(self._group_commit, fut)
+            loop.call_soon(self._group_commit, journal, fut)
         await asyncio.shield(fut)
 
-    def _group_commit(self, fut: asyncio.Future[None]) -> None:
+    def _group_commit(self, journal: Durability, fut: asyncio.Future[None]) -> None:
         self._flush = None
         try:
-            self.journal.flush()  # type: ignore[union-attr]  # only scheduled with a journal
+            journal.flush()
         except Exception as exc:  # the writers waiting on it learn the write is not durable
             if not fut.done():
                 fut.set_exception(exc)
@@ -185,12 +194,16 @@ async def create_all(writer: Writer, objects: Sequence[R]) -> list[R]:
     """Create every object or none: if any create is refused, the ones created are deleted
     again and the first error is raised."""
     results = await write_together(writer.create(obj) for obj in objects)
-    errors = [r for r in results if isinstance(r, BaseException)]
+    done: list[R] = []
+    errors: list[BaseException] = []
+    for r in results:
+        if isinstance(r, BaseException):
+            errors.append(r)
+        else:
+            done.append(r)
     if not errors:
-        return results  # type: ignore[return-value]  # no exceptions among them
-    for created in results:
-        if isinstance(created, BaseException):
-            continue
+        return done
+    for created in done:
         try:
             await writer.delete(created.kind, created.metadata.namespace, created.metadata.name)
         except NotFound:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpuyard.apis.meta import Resource
@@ -27,7 +28,7 @@ __all__ = ["CTX", "READY", "delete_object", "make_app", "stored", "writer_of"]
 log = structlog.get_logger(__name__)
 
 CTX: web.AppKey[Context] = web.AppKey("ctx", Context)
-READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready", Callable[[], bool])
+READY = web.AppKey[Callable[[], bool]]("ready")  # a callable is not a class: the type goes in [...]
 
 # Each module exposes `setup(app: web.Application) -> None` adding its routes.
 ROUTE_MODULES: list[str] = [
@@ -45,7 +46,7 @@ ROUTE_MODULES: list[str] = [
 
 
 @web.middleware
-async def error_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as exc:

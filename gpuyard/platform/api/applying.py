@@ -199,11 +199,13 @@ async def apply(request: web.Request) -> web.Response:
     results = await write_together(
         put_object(ctx, obj) for obj in sorted(objects, key=lambda o: _ORDER[o.kind])
     )
-    errors = [r for r in results if isinstance(r, BaseException)]
-    if errors:
-        raise errors[0]
+    done: list[tuple[Resource, str]] = []
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result  # the first error, as the objects were given
+        done.append(result)
     applied = []
-    for stored, action in results:  # type: ignore[misc]  # no exceptions among them
+    for stored, action in done:
         applied.append(
             {
                 "kind": stored.kind,

@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.state.config import TokenConfig
 
 __all__ = [
     "PRINCIPAL",
+    "Action",
     "Principal",
     "allowed_namespaces",
     "authorize",
@@ -67,9 +69,9 @@ def _lookup(tokens: Iterable[TokenConfig], presented: str) -> Principal | None:
     return found
 
 
-def make_auth_middleware(tokens: list[TokenConfig]):  # type: ignore[no-untyped-def]
+def make_auth_middleware(tokens: list[TokenConfig]) -> Middleware:
     @web.middleware
-    async def auth_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not tokens:
             request[PRINCIPAL] = ANONYMOUS_ADMIN
             return await handler(request)
@@ -90,7 +92,9 @@ def make_auth_middleware(tokens: list[TokenConfig]):  # type: ignore[no-untyped-
 
 
 def principal_of(request: web.Request) -> Principal:
-    return request.get(PRINCIPAL, ANONYMOUS_ADMIN)
+    if PRINCIPAL in request:
+        return request[PRINCIPAL]
+    return ANONYMOUS_ADMIN
 
 
 def authorize(request: web.Request, action: Action, namespace: str | None = None) -> Principal:

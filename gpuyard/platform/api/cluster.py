@@ -23,6 +23,7 @@ from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.api.paging import list_body, paginate
 from gpuyard.platform.cluster_metrics import PENDING_PHASES, cluster_usage
+from gpuyard.state.store import Store
 
 __all__ = ["setup"]
 
@@ -131,12 +132,12 @@ async def summary(request: web.Request) -> web.Response:
     )
 
 
-def cluster_usage_jobs(store: Any, visible: frozenset[str]) -> tuple[dict[str, int], dict[str, int]]:
+def cluster_usage_jobs(store: Store, visible: frozenset[str]) -> tuple[dict[str, int], dict[str, int]]:
     """Jobs by phase and queue depths over the namespaces in `visible` only."""
     phases: Counter[str] = Counter()
     queues: Counter[str] = Counter()
-    for kind in KIND_INFO:
-        for job in store.list(kind):
+    for info in KIND_INFO.values():
+        for job in store.list_of(info.cls):
             if job.metadata.namespace not in visible:
                 continue
             phase = job.status.phase or "Created"

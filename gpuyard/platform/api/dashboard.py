@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from gpuyard.apis.devices import NodeTopology
-from gpuyard.apis.scheduling import LABEL_JOB_NAME
+from gpuyard.apis.scheduling import LABEL_JOB_NAME, Reservation
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
@@ -73,13 +73,13 @@ async def list_reservations(request: web.Request) -> web.Response:
     authorize(request, "read", namespace)
     visible = allowed_namespaces(request)
     node, job = q.get("node") or None, q.get("jobName") or None
-    items = store.list("Reservation", namespace=namespace, selector={LABEL_JOB_NAME: job} if job else None)
+    items = store.list_of(Reservation, namespace=namespace, selector={LABEL_JOB_NAME: job} if job else None)
     items = [
         r
         for r in items
         if (visible is None or r.metadata.namespace in visible)
-        and (node is None or r.spec.node == node)  # type: ignore[attr-defined]
-        and (job is None or r.spec.pod_group == job)  # type: ignore[attr-defined]
+        and (node is None or r.spec.node == node)
+        and (job is None or r.spec.pod_group == job)
     ]
     page, token = paginate(request, items)
     return web.json_response(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gpuyard.apis.core import Node
 from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
@@ -25,9 +26,9 @@ CRASH_REASONS = ("Error", "OOMKilled", "Evicted")
 def _faults(request: web.Request) -> FaultInjector:
     authorize(request, "admin")
     backend = request.app[CTX].backend
-    faults = getattr(backend, "faults", None)
+    faults = backend.faults if backend is not None else None
     if faults is None:
-        name = getattr(backend, "name", None)
+        name = backend.name if backend is not None else None
         raise ApiError(
             501,
             f"fault injection is not available: the {name} backend cannot inject faults"
@@ -70,7 +71,7 @@ def _gpu_index(request: web.Request, node: str, raw: str) -> int:
             f"GPU index {raw!r} is not a number",
             details=[{"field": "idx", "reason": "must be an integer"}],
         ) from None
-    count = int(request.app[CTX].store.must_get("Node", "", node).status.capacity.get("nvidia.com/gpu", 0))  # type: ignore[attr-defined]
+    count = int(request.app[CTX].store.must_get_of(Node, "", node).status.capacity.get("nvidia.com/gpu", 0))
     if not 0 <= index < count:
         raise ApiError(
             422,

@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuyard.apis.core import Event, Pod
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
 from gpuyard.apis.scheduling import (
@@ -29,9 +30,10 @@ from gpuyard.apis.scheduling import (
     LABEL_REPLICA_TYPE,
 )
 from gpuyard.platform.api.app import CTX, delete_object, writer_of
-from gpuyard.platform.api.auth import allowed_namespaces, authorize
+from gpuyard.platform.api.auth import Action, allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
+from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists
 from gpuyard.state.writing import create_all
 
@@ -77,7 +79,7 @@ def _json_documents(text: str) -> list[Any]:
     return docs
 
 
-def pod_view(pod: Any) -> dict[str, Any]:
+def pod_view(pod: Pod) -> dict[str, Any]:
     """The pod as stored plus `summary`: phase, node, host port, devices and each container's env."""
     import json
 
@@ -101,7 +103,7 @@ def pod_view(pod: Any) -> dict[str, Any]:
     return out
 
 
-def _validate_resources(ctx: Any, job: TrainingJob) -> list[dict[str, str]]:
+def _validate_resources(ctx: Context, job: TrainingJob) -> list[dict[str, str]]:
     """Resource-class checks from the scheduler's module, when it provides them."""
     try:
         from gpuyard.apis import resourceclasses
@@ -251,9 +253,9 @@ async def list_jobs(request: web.Request) -> web.Response:
     )
 
 
-def _job(request: web.Request, action: str = "read") -> TrainingJob:
+def _job(request: web.Request, action: Action = "read") -> TrainingJob:
     ns, name = request.match_info["ns"], request.match_info["name"]
-    authorize(request, action, ns)  # type: ignore[arg-type]
+    authorize(request, action, ns)
     job = find_job(request.app[CTX].store, ns, name)
     if job is None:
         raise ApiError(404, f"job {ns}/{name} not found")
@@ -283,8 +285,8 @@ async def job_pods(request: web.Request) -> web.Response:
     store = request.app[CTX].store
     pods = [
         p
-        for p in store.list(
-            "Pod", namespace=job.metadata.namespace, selector={LABEL_JOB_NAME: job.metadata.name}
+        for p in store.list_of(
+            Pod, namespace=job.metadata.namespace, selector={LABEL_JOB_NAME: job.metadata.name}
         )
         if any(ref.uid == job.metadata.uid for ref in p.metadata.owner_references)
     ]
@@ -297,10 +299,10 @@ async def job_events(request: web.Request) -> web.Response:
     store = request.app[CTX].store
     events = [
         e
-        for e in store.list(
-            "Event", namespace=job.metadata.namespace, selector={LABEL_JOB_NAME: job.metadata.name}
+        for e in store.list_of(
+            Event, namespace=job.metadata.namespace, selector={LABEL_JOB_NAME: job.metadata.name}
         )
-        if e.involved_object.get("uid") == job.metadata.uid  # type: ignore[attr-defined]
+        if e.involved_object.get("uid") == job.metadata.uid
     ]
     events.sort(key=lambda e: int(e.metadata.resource_version or 0))
     return web.json_response({"items": [e.to_dict() for e in events]})

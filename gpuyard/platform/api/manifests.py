@@ -17,10 +17,12 @@ Shared by the quota routes (`quotas`) and `apply` (`applying`):
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, cast
 
 import yaml
 from aiohttp import web
+from pydantic import BaseModel
 
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError
@@ -173,6 +175,11 @@ def _same(old: Resource, new: Resource) -> bool:
     )
 
 
+class _WithSpec(Protocol):
+    @property
+    def spec(self) -> BaseModel: ...
+
+
 def _existing(store: Store, obj: Resource) -> Resource | None:
     if isinstance(obj, ElasticQuota):
         return find_quota(store, obj.metadata.name)
@@ -189,7 +196,7 @@ async def put_object(ctx: Context, obj: Resource, *, conditional: bool = False) 
         return existing, "unchanged"
     fresh = existing.model_copy(
         update={
-            "spec": obj.spec,  # type: ignore[attr-defined]
+            "spec": cast(_WithSpec, obj).spec,  # every policy kind has a spec (`_same` compares it)
             "metadata": existing.metadata.model_copy(
                 update={
                     "labels": dict(obj.metadata.labels),
@@ -208,17 +215,17 @@ async def put_object(ctx: Context, obj: Resource, *, conditional: bool = False) 
 
 
 def find_quota(store: Store, name: str) -> ElasticQuota | None:
-    for q in store.list("ElasticQuota"):
+    for q in store.list_of(ElasticQuota):
         if q.metadata.name == name:
-            return q  # type: ignore[return-value]
+            return q
     return None
 
 
 def stored_quotas(store: Store) -> list[ElasticQuota]:
-    return store.list("ElasticQuota")  # type: ignore[return-value]
+    return store.list_of(ElasticQuota)
 
 
-def list_response(request: web.Request, items: list[Resource]) -> web.Response:
+def list_response(request: web.Request, items: Sequence[Resource]) -> web.Response:
     page, token = paginate(request, items)
     store = request.app[CTX].store
     return web.json_response(

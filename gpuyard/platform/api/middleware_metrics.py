@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CollectorRegistry, Histogram
 
 __all__ = ["make_metrics_middleware"]
@@ -27,12 +27,12 @@ def _route_of(request: web.Request) -> str:
     info = request.match_info
     route = getattr(info, "route", None)
     resource = getattr(route, "resource", None)
-    if resource is None or getattr(info, "http_exception", None) is not None:
+    if not isinstance(resource, web.AbstractResource) or getattr(info, "http_exception", None) is not None:
         return "unmatched"
     return resource.canonical
 
 
-def make_metrics_middleware(registry: CollectorRegistry) -> Any:
+def make_metrics_middleware(registry: CollectorRegistry) -> Middleware:
     """A middleware observing request durations on `registry` (one histogram per registry, so
     building a second app on the same registry shares it)."""
     histogram = _HISTOGRAMS.get(registry)
@@ -47,7 +47,7 @@ def make_metrics_middleware(registry: CollectorRegistry) -> Any:
         _HISTOGRAMS[registry] = histogram
 
     @web.middleware
-    async def metrics_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         start = time.perf_counter()
         code = 500
         try:

@@ -8,11 +8,12 @@ Holders in namespaces the caller may not read are shown as `other`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import web
 
-from gpuyard.apis.scheduling import LABEL_JOB_NAME
+from gpuyard.apis.scheduling import LABEL_JOB_NAME, Reservation
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
@@ -50,7 +51,7 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
 
 
 def node_allocations(
-    reservations: list[Any], node: str, *, visible: set[str] | None = None
+    reservations: Iterable[Reservation], node: str, *, visible: set[str] | None = None
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
     """GPU index -> holders and NIC name -> holders of `node`; `visible` None means every namespace."""
     gpus: dict[str, list[dict[str, Any]]] = {}
@@ -98,7 +99,7 @@ async def node_topology(request: web.Request) -> web.Response:
         )
     allowed = allowed_namespaces(request)
     visible = None if allowed is None else set(allowed)
-    gpus, nics = node_allocations(list(store.list("Reservation")), name, visible=visible)
+    gpus, nics = node_allocations(store.list_of(Reservation), name, visible=visible)
     return web.json_response({"node": name, "topology": topology.to_dict(), "gpus": gpus, "nics": nics})
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel
 
 __all__ = ["Param", "build_document", "operation", "setup"]
+
+H = TypeVar("H", bound=Callable[..., Any])
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -72,11 +74,11 @@ def operation(
     response: type[BaseModel] | dict[str, Any] | None = None,
     response_content_type: str = "application/json",
     errors: Sequence[int] = (),
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Attach OpenAPI documentation to a handler."""
+) -> Callable[[H], H]:
+    """Attach OpenAPI documentation to a handler (as its `__openapi__` attribute)."""
 
-    def attach(handler: Callable[..., Any]) -> Callable[..., Any]:
-        handler.__openapi__ = Operation(  # type: ignore[attr-defined]
+    def attach(handler: H) -> H:
+        vars(handler)["__openapi__"] = Operation(
             summary=summary,
             tags=tuple(tags),
             params=tuple(params),
@@ -118,8 +120,8 @@ def build_document(app: web.Application, *, version: str = "0.1.0") -> dict[str,
         path = _path_of(route.resource)
         if not path.startswith("/api/"):
             continue
-        op: Operation | None = getattr(route.handler, "__openapi__", None)
-        if op is None:
+        op = getattr(route.handler, "__openapi__", None)
+        if not isinstance(op, Operation):
             continue
         entry: dict[str, Any] = {
             "summary": op.summary,

@@ -56,7 +56,7 @@ __all__ = ["setup"]
 )
 async def list_quotas(request: web.Request) -> web.Response:
     authorize(request, "read")
-    return list_response(request, stored_quotas(request.app[CTX].store))  # type: ignore[arg-type]
+    return list_response(request, stored_quotas(request.app[CTX].store))
 
 
 @operation(

@@ -145,7 +145,7 @@ async def put_class(request: web.Request) -> web.Response:
             422, f"invalid resource class {name}: nothing was stored", details=[p._asdict() for p in problems]
         )
     obj = ResourceClass.model_validate(data)
-    existing = store.get("ResourceClass", "", name)
+    existing = store.get_of(ResourceClass, "", name)
     writer = writer_of(request.app[CTX])
     if existing is None:
         stored = await writer.create(obj)
@@ -225,13 +225,13 @@ async def explain(request: web.Request) -> web.Response:
     ns, name = request.match_info["ns"], request.match_info["name"]
     authorize(request, "read", ns)
     store = request.app[CTX].store
-    pg = store.get("PodGroup", ns, name)
+    pg = store.get_of(PodGroup, ns, name)
     if pg is None:
         raise ApiError(
             404, f"job {ns}/{name} has no PodGroup: it does not exist, or the operator has not seen it yet"
         )
-    reservations = [r for r in store.list("Reservation", namespace=ns) if r.spec.pod_group == name]  # type: ignore[attr-defined]
-    return web.json_response(explain_view(pg, reservations))  # type: ignore[arg-type]
+    reservations = [r for r in store.list_of(Reservation, namespace=ns) if r.spec.pod_group == name]
+    return web.json_response(explain_view(pg, reservations))
 
 
 def setup(app: web.Application) -> None:
