@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from gpuyard.apis.core import Pod
+from gpuyard.apis.core import Node, Pod
 from gpuyard.apis.jobkinds import TrainingJob, find_job
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
@@ -335,18 +335,20 @@ class Cluster:
                 nodes = sorted(n.metadata.name for n in self.store.list("Node"))
                 raise BadInput(f"inject: no node {target!r}; allowed: {', '.join(nodes)}")
             if fault.startswith("gpu-"):
-                count = int(self.store.must_get("Node", "", target).status.capacity.get("nvidia.com/gpu", 0))
+                count = int(self.store.must_get_of(Node, "", target).status.capacity.get("nvidia.com/gpu", 0))
                 if gpu is None or not 0 <= gpu < count:
                     raise BadInput(f"inject: {fault} needs gpu=<index>; allowed: 0..{count - 1} on {target}")
-            faults = self._faults()
-            if fault == "node-fail":
-                failed = await faults.fail_node(target)
-            elif fault == "node-recover":
-                await faults.recover_node(target)
-            elif fault == "gpu-fail":
-                failed = await faults.fail_gpu(target, gpu)  # type: ignore[arg-type]  # checked above
+                faults = self._faults()
+                if fault == "gpu-fail":
+                    failed = await faults.fail_gpu(target, gpu)
+                else:
+                    await faults.recover_gpu(target, gpu)
             else:
-                await faults.recover_gpu(target, gpu)  # type: ignore[arg-type]
+                faults = self._faults()
+                if fault == "node-fail":
+                    failed = await faults.fail_node(target)
+                else:
+                    await faults.recover_node(target)
         await settle()
         return failed
 
@@ -365,7 +367,7 @@ def _sources(value: Source | Sequence[Source]) -> list[Source]:
         return [value]
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, Mapping) for v in value):
         return [list(value)]  # one list of documents
-    return list(value)  # type: ignore[arg-type]
+    return list(value)
 
 
 async def _create_policies(writer: Writer, objects: Sequence[Resource]) -> None:

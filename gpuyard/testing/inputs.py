@@ -131,7 +131,8 @@ def parse_policies(sources: Iterable[Source], *, what: str) -> list[Resource]:
     return out
 
 
-def _group(item: NodeSpec, index: int) -> dict[str, Any]:
+def _group(item: object, index: int) -> dict[str, Any]:
+    """One node group of `nodes=[...]`; `item` is whatever the test passed (a NodeSpec if valid)."""
     if isinstance(item, Mapping):
         return dict(item)
     if isinstance(item, str):
@@ -194,7 +195,8 @@ def scenario_of(
             return parse_scenario(data, source="<scenario>")
         if isinstance(scenario, str) and _looks_like_text(scenario):
             return parse_scenario(yaml.safe_load(scenario), source="<scenario text>")
-        loaded = load_scenario(scenario)  # type: ignore[arg-type]
+        assert scenario is not None  # exactly one of scenario and nodes is given (checked above)
+        loaded = load_scenario(scenario)
         if kubelet:
             loaded.kubelet = loaded.kubelet.model_validate(
                 {**loaded.kubelet.model_dump(by_alias=True), **kubelet}
