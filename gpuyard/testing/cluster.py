@@ -30,7 +30,7 @@ from gpuyard.platform.runtime import Platform
 from gpuyard.state.backend import ClusterBackend, FaultError, FaultInjector
 from gpuyard.state.clock import VirtualClock, settle
 from gpuyard.state.config import Settings
-from gpuyard.state.store import AlreadyExists
+from gpuyard.state.store import AlreadyExists, Store
 from gpuyard.state.writing import Writer, create_all
 from gpuyard.testing.asserting import Assertions
 from gpuyard.testing.inputs import BadInput, NodeSpec, Source, parse_jobs, parse_policies, scenario_of
@@ -147,7 +147,7 @@ class Cluster:
     # --- handles --------------------------------------------------------------------------------
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store:
         return self.platform.store
 
     @property
@@ -229,7 +229,7 @@ class Cluster:
 
     def pods(self, job: JobRef) -> list[Pod]:
         ns, name = job_key(job)
-        pods = self.store.list("Pod", namespace=ns, selector={LABEL_JOB_NAME: name})
+        pods = self.store.list_of(Pod, namespace=ns, selector={LABEL_JOB_NAME: name})
         return sorted(pods, key=lambda p: p.metadata.name)
 
     def placement(self, job: JobRef) -> JobPlacement:

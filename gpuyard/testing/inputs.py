@@ -22,6 +22,7 @@ from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
 from gpuyard.apis.resourceclasses import ResourceClass, validate_gang_request, validate_resource_class
 from gpuyard.devices.presets import PRESETS
 from gpuyard.devices.scenarios import Scenario, ScenarioError, load_scenario, parse_scenario
+from gpuyard.state.store import Store
 
 __all__ = [
     "BadInput",
@@ -79,7 +80,7 @@ def _prefix(label: str, index: int, count: int) -> str:
     return f"{label}: documents[{index}]" if count > 1 else label
 
 
-def parse_jobs(source: Source, *, store: Any = None) -> list[TrainingJob]:
+def parse_jobs(source: Source, *, store: Store | None = None) -> list[TrainingJob]:
     """Validate job documents as `POST /api/v1/jobs` does: parsing + resource checks, all or nothing."""
     label, docs = documents_of(source, what="job")
     jobs: list[TrainingJob] = []
