@@ -9,14 +9,13 @@ pods, reservations and PodGroups).
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpuyard.controllers.reconciling import JobReconciler
 from gpuyard.state.context import Context
+from gpuyard.state.workqueues import Reconciler
 
 __all__ = ["JobReconciler", "components"]
 
 
-def components(ctx: Context) -> list[Any]:
+def components(ctx: Context) -> list[Reconciler]:
     """The job operator's reconcilers, for `gpuyard.platform.runtime`."""
     return [JobReconciler(ctx)]

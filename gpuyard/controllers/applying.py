@@ -20,6 +20,7 @@ from datetime import datetime
 
 import structlog
 
+from gpuyard.apis.core import Pod, Service
 from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup
@@ -171,8 +172,8 @@ class Applier:
 
     async def _change_pod_group(self, key: ObjectKey, change: PodGroupChange) -> None:
         async def write() -> PodGroup | None:
-            current = self.store.get("PodGroup", *key)
-            if not isinstance(current, PodGroup):
+            current = self.store.get_of(PodGroup, *key)
+            if current is None:
                 return None
             new = changed_pod_group(current, change)
             return None if new is None else await self.writer.update(new)
@@ -202,11 +203,11 @@ class Applier:
     async def delete_children(self, ns: str, name: str) -> None:
         """The job is gone: delete its pods, services, PodGroup (its Reservations go with it) and events."""
         selector = {LABEL_JOB_NAME: name}
-        for pod in self.store.list("Pod", namespace=ns, selector=selector):
-            if job_owner_uid(pod) is not None:  # type: ignore[arg-type]
+        for pod in self.store.list_of(Pod, namespace=ns, selector=selector):
+            if job_owner_uid(pod) is not None:
                 await self._delete("Pod", ns, pod.metadata.name)
-        for svc in self.store.list("Service", namespace=ns, selector=selector):
-            if job_owner_uid(svc) is not None:  # type: ignore[arg-type]
+        for svc in self.store.list_of(Service, namespace=ns, selector=selector):
+            if job_owner_uid(svc) is not None:
                 await self._delete("Service", ns, svc.metadata.name)
         await self._delete("PodGroup", ns, name)
         for ev in self.store.list("Event", namespace=ns, selector=selector):

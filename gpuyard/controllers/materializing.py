@@ -38,7 +38,13 @@ from gpuyard.apis.scheduling import (
     LABEL_REPLICA_TYPE,
     Reservation,
 )
-from gpuyard.controllers.workloads.base import Wiring, WorkloadPlugin, container_port, replica_name
+from gpuyard.controllers.workloads.base import (
+    Wiring,
+    WorkloadPlugin,
+    container_port,
+    extra_list,
+    replica_name,
+)
 
 __all__ = [
     "LABEL_JOB_ROLE",
@@ -101,13 +107,6 @@ def owner_reference(job: TrainingJob) -> OwnerReference:
     )
 
 
-def _extra_list(model: Any, key: str) -> list[Any]:
-    extra = model.__pydantic_extra__
-    if extra.get(key) is None:
-        extra[key] = []
-    return extra[key]  # type: ignore[no-any-return]
-
-
 def inject_git_sync(template: PodTemplateSpec, raw: str) -> None:
     """KubeDL code_sync: a `git-sync-code` init container and the code volume in every container."""
     try:
@@ -159,10 +158,10 @@ def inject_git_sync(template: PodTemplateSpec, raw: str) -> None:
         }
     )
     spec.init_containers.append(init)
-    _extra_list(spec, "volumes").append({"name": "git-sync", "emptyDir": {}})
+    extra_list(spec, "volumes").append({"name": "git-sync", "emptyDir": {}})
     code_path = opts.get("relativeCodePath") or dest
     for c in spec.containers:
-        _extra_list(c, "volumeMounts").append(
+        extra_list(c, "volumeMounts").append(
             {
                 "name": "git-sync",
                 "readOnly": False,

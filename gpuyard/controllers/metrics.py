@@ -24,7 +24,6 @@ import weakref
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -45,7 +44,7 @@ class _Collector(Collector):
     def __init__(self, owner: JobMetrics) -> None:
         self._owner = owner
 
-    def describe(self) -> list[Any]:
+    def describe(self) -> list[Metric]:
         return []
 
     def collect(self) -> Iterator[Metric]:

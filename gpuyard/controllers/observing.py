@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpuyard.apis.core import Node, Pod, Service
 from gpuyard.apis.devicematching import unhealthy_indices
+from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup, Reservation
 from gpuyard.controllers.judging import Replica
@@ -57,14 +58,14 @@ def _belongs_to(res: Reservation, pg: PodGroup) -> bool:
 def placement_usable(store: Store, res: Reservation, *, topologies: bool = True) -> bool:
     """The Reservation's node is there and Ready and none of its GPUs is unhealthy
     (node annotation `gpuyard.io/unhealthy-gpus`, or the NodeTopology's GPU health)."""
-    node = store.get("Node", "", res.spec.node)
-    if not isinstance(node, Node) or not node.ready:
+    node = store.get_of(Node, "", res.spec.node)
+    if node is None or not node.ready:
         return False
     bad = set(unhealthy_indices(node))
     if topologies:
-        topo = store.get("NodeTopology", "", res.spec.node)
-        for gpu in getattr(getattr(topo, "spec", None), "gpus", None) or []:
-            if getattr(gpu, "health", "Healthy") != "Healthy":
+        topo = store.get_of(NodeTopology, "", res.spec.node)
+        for gpu in topo.spec.gpus if topo is not None else ():
+            if gpu.health != "Healthy":
                 bad.add(gpu.index)
     return not (bad & set(res.spec.gpus))
 
@@ -75,29 +76,28 @@ def observe(store: Store, job: TrainingJob) -> Observed:
     selector = {LABEL_JOB_NAME: name}
     pods: dict[str, Pod] = {}
     stale: list[Pod] = []
-    for pod in store.list("Pod", namespace=ns, selector=selector):
-        owner = job_owner_uid(pod)  # type: ignore[arg-type]
+    for pod in store.list_of(Pod, namespace=ns, selector=selector):
+        owner = job_owner_uid(pod)
         if owner is None:
             continue  # not a job's pod
         if owner != job.metadata.uid:
-            stale.append(pod)  # type: ignore[arg-type]
+            stale.append(pod)
         else:
-            pods[pod.metadata.name] = pod  # type: ignore[assignment]
-    pg = store.get("PodGroup", ns, name)
+            pods[pod.metadata.name] = pod
+    pg = store.get_of(PodGroup, ns, name)
     stale_group = None
-    if isinstance(pg, PodGroup) and job_owner_uid(pg) not in (None, job.metadata.uid):
+    if pg is not None and job_owner_uid(pg) not in (None, job.metadata.uid):
         stale_group, pg = pg, None
     reservations: dict[str, Reservation] = {}
     leftovers = 0
-    for res in store.list("Reservation", namespace=ns, selector=selector):
-        assert isinstance(res, Reservation)
+    for res in store.list_of(Reservation, namespace=ns, selector=selector):
         if res.spec.pod_group != name:
             continue
-        if isinstance(pg, PodGroup) and _belongs_to(res, pg):
+        if pg is not None and _belongs_to(res, pg):
             reservations[res.metadata.name] = res
         else:
             leftovers += 1
-    services = {s.metadata.name: s for s in store.list("Service", namespace=ns, selector=selector)}
+    services = {s.metadata.name: s for s in store.list_of(Service, namespace=ns, selector=selector)}
     replicas = []
     for role in job.roles():
         for index in range(job.replica_specs[role].count):
@@ -117,8 +117,8 @@ def observe(store: Store, job: TrainingJob) -> Observed:
         extra_pods=list(pods.values()),
         stale_pods=stale,
         reservations=reservations,
-        services=services,  # type: ignore[arg-type]
-        pod_group=pg if isinstance(pg, PodGroup) else None,
+        services=services,
+        pod_group=pg,
         stale_group=stale_group,
         leftovers=leftovers,
         unusable=unusable,

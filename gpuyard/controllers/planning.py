@@ -138,9 +138,9 @@ def plan(
     live = {r.name: r.pod for r in obs.replicas if r.pod is not None and r.name not in restarted}
     stopped = _stop_unplaced(out, obs, live=live, held=held, evictions=evictions)
     for name in evictions:  # stopped above (or already gone): the scheduler may take the devices back
-        res = obs.reservations.get(name)
-        if res is not None and released.get(name) != res.metadata.uid:
-            release[name] = res.metadata.uid
+        evicted = obs.reservations.get(name)
+        if evicted is not None and released.get(name) != evicted.metadata.uid:
+            release[name] = evicted.metadata.uid
     out.delete_pods.extend(obs.extra_pods)
     _gang(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain, release=release, moves=moves)
     out.held = {name: res.metadata.uid for name, res in held.items()}

@@ -55,7 +55,8 @@ def quota_metadata(job: TrainingJob) -> tuple[dict[str, str], dict[str, str]]:
     they are.
     """
     meta = job.metadata
-    labels, annotations = {}, {}
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
     for key in _QUOTA_KEYS:
         value = meta.labels.get(key, meta.annotations.get(key))
         if value is None:

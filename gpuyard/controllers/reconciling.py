@@ -11,9 +11,10 @@ job's name, so any change to what a job owns brings its key back. All timing use
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from gpuyard.apis.jobkinds import KIND_INFO, find_job
+from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.controllers.applying import Applier
 from gpuyard.controllers.metrics import job_metrics
@@ -26,10 +27,9 @@ from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
 __all__ = ["JobReconciler"]
 
 
-def _job_key(obj: object) -> Iterable[ObjectKey]:
-    labels = obj.metadata.labels  # type: ignore[attr-defined]
-    name = labels.get(LABEL_JOB_NAME)
-    return ((obj.metadata.namespace, name),) if name else ()  # type: ignore[attr-defined]
+def _job_key(obj: Resource) -> Iterable[ObjectKey]:
+    name = obj.metadata.labels.get(LABEL_JOB_NAME)
+    return ((obj.metadata.namespace, name),) if name else ()
 
 
 class JobReconciler:
@@ -44,7 +44,7 @@ class JobReconciler:
         self.clock = ctx.clock
         self.settings = ctx.settings.operator
         self.concurrency = concurrency or self.settings.concurrency
-        self.watches = (
+        self.watches: Sequence[Watch] = (
             *(Watch(kind) for kind in KIND_INFO),
             Watch("Pod", _job_key),
             Watch("Reservation", _job_key),

@@ -67,7 +67,7 @@ def ending_of(pod: Pod, *, container: str | None = None) -> Ending:
         elif "exitCode" in term:
             code = int(term["exitCode"])
         if code is not None:
-            reason = reason or term.get("reason")  # type: ignore[assignment]
+            reason = reason or term.get("reason")
             break
     return Ending(phase=pod.status.phase, exit_code=code, reason=reason)
 

@@ -69,7 +69,7 @@ def set_condition(
             message=message,
             last_update_time=now,
             last_transition_time=transition,
-        )  # type: ignore[arg-type]
+        )
     )
     status.conditions = conditions
     status.phase = current_phase(status)

@@ -11,12 +11,14 @@ health) and the pods using it fail with `DeviceUnhealthy`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 import structlog
 
 from gpuyard.apis.core import Node, NodeCondition, Pod
 from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unhealthy, unhealthy_indices
+from gpuyard.apis.devices import NodeTopology
+from gpuyard.apis.meta import Resource
 from gpuyard.fakecluster.health import active_pods_on, fail_pod, fail_pods_on_gpus, pod_gpus
 from gpuyard.fakecluster.writing import FakeWriter
 from gpuyard.state.backend import FaultError
@@ -27,6 +29,8 @@ from gpuyard.state.writing import retry_on_conflict
 __all__ = ["EXIT_CODES", "FakeFaults"]
 
 log = structlog.get_logger(__name__)
+
+R = TypeVar("R", bound=Resource)
 
 EXIT_CODES = {"OOMKilled": 137, "Error": 1}
 
@@ -44,7 +48,7 @@ class FakeFaults:
         self.writer.fail_creates = count
 
     async def _set_ready(self, name: str, *, ready: bool, reason: str, message: str | None) -> None:
-        self.store.must_get("Node", "", name)
+        self.store.must_get_of(Node, "", name)
         condition = NodeCondition(
             type="Ready",
             status="True" if ready else "False",
@@ -78,8 +82,7 @@ class FakeFaults:
         self, namespace: str, name: str, *, exit_code: int | None = None, reason: str | None = None
     ) -> Pod:
         """Fail a pod now: with an exit code, or a reason (OOMKilled implies 137, Evicted none)."""
-        pod = self.store.must_get("Pod", namespace, name)
-        assert isinstance(pod, Pod)
+        pod = self.store.must_get_of(Pod, namespace, name)
         if pod.status.phase in ("Succeeded", "Failed"):
             raise FaultError(f"pod {namespace}/{name} already finished ({pod.status.phase})")
         if exit_code is None and reason is None:
@@ -96,21 +99,19 @@ class FakeFaults:
         )
 
     def unhealthy_gpus(self, node: str) -> set[int]:
-        found = self.store.must_get("Node", "", node)
-        assert isinstance(found, Node)
-        return set(unhealthy_indices(found))
+        return set(unhealthy_indices(self.store.must_get_of(Node, "", node)))
 
     async def _set_unhealthy(self, node: str, gpus: set[int]) -> None:
         """The NodeTopology first (it is authoritative: the device-health reconciler mirrors it
         into the node), then the node annotation, so the two never disagree for long."""
 
-        def set_health(topo: Any) -> bool:
+        def set_health(topo: NodeTopology) -> bool:
             health = {g.index: g.health for g in topo.spec.gpus}
             for gpu in topo.spec.gpus:
                 gpu.health = "Unhealthy" if gpu.index in gpus else "Healthy"
             return health != {g.index: g.health for g in topo.spec.gpus}
 
-        def annotate(n: Any) -> bool:
+        def annotate(n: Node) -> bool:
             want = format_unhealthy(gpus)
             if n.metadata.annotations.get(ANNOTATION_UNHEALTHY_GPUS, "") == want:
                 return False
@@ -120,15 +121,15 @@ class FakeFaults:
                 n.metadata.annotations.pop(ANNOTATION_UNHEALTHY_GPUS, None)
             return True
 
-        if self.store.get("NodeTopology", "", node) is not None:
-            await self._change("NodeTopology", node, set_health)
-        await self._change("Node", node, annotate)
+        if self.store.get_of(NodeTopology, "", node) is not None:
+            await self._change(NodeTopology, node, set_health)
+        await self._change(Node, node, annotate)
 
-    async def _change(self, kind: str, name: str, change: Callable[[Any], bool]) -> None:
+    async def _change(self, cls: type[R], name: str, change: Callable[[R], bool]) -> None:
         """Re-read, change a copy, write it if `change` says it changed; retried on conflict."""
 
-        async def write() -> Any:
-            copy = self.store.must_get(kind, "", name).clone()
+        async def write() -> R:
+            copy = self.store.must_get_of(cls, "", name).clone()
             if change(copy):
                 return await self.writer.update(copy)
             return copy

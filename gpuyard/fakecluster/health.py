@@ -17,7 +17,8 @@ already finished. Every write goes through the fake cluster's writer.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 import structlog
 
@@ -48,11 +49,7 @@ ACTIVE = ("Pending", "Running")
 
 def active_pods_on(store: Store, node: str) -> list[Pod]:
     """Pods bound to `node` that have not finished."""
-    return [
-        p
-        for p in store.list("Pod")
-        if p.spec.node_name == node and p.status.phase in ACTIVE  # type: ignore[attr-defined]
-    ]
+    return [p for p in store.list_of(Pod) if p.spec.node_name == node and p.status.phase in ACTIVE]
 
 
 def pod_gpus(pod: Pod) -> list[int]:
@@ -83,7 +80,7 @@ async def fail_pod(
             "container_statuses": status.container_statuses,
         },
     )
-    return stored  # type: ignore[return-value]  # a Pod
+    return cast(Pod, stored)  # patch_status returns the stored object of the kind it patched
 
 
 async def fail_pods_on_gpus(
@@ -117,8 +114,8 @@ def unhealthy_in(topology: NodeTopology) -> list[int]:
     return sorted(g.index for g in topology.spec.gpus if g.health != "Healthy")
 
 
-def _node_key(obj: object) -> list[ObjectKey]:
-    return [("", obj.metadata.name)]  # type: ignore[attr-defined]
+def _node_key(obj: Node | NodeTopology) -> list[ObjectKey]:
+    return [("", obj.metadata.name)]
 
 
 class DeviceHealth:
@@ -131,13 +128,13 @@ class DeviceHealth:
         self.store = store
         self.writer = writer
         self.clock = clock
-        self.watches = (Watch("NodeTopology", _node_key), Watch("Node", _node_key))
+        self.watches: Sequence[Watch] = (Watch("NodeTopology", _node_key), Watch("Node", _node_key))
 
     async def reconcile(self, key: ObjectKey) -> Requeue | None:
         name = key[1]
-        topology = self.store.get("NodeTopology", "", name)
-        node = self.store.get("Node", "", name)
-        if not isinstance(topology, NodeTopology) or not isinstance(node, Node):
+        topology = self.store.get_of(NodeTopology, "", name)
+        node = self.store.get_of(Node, "", name)
+        if topology is None or node is None:
             return None
         bad = unhealthy_in(topology)
         try:

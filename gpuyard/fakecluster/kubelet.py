@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Sequence
 from datetime import datetime
+from typing import cast
 
 from gpuyard.apis.core import ContainerState, ContainerStatus, Node, Pod
 from gpuyard.devices.scenarios import (
@@ -79,7 +81,7 @@ class FakeKubelet:
         self.writer = writer
         self.clock = clock
         self.defaults = defaults
-        self.watches = (Watch("Pod"), Watch("Node", self._pending_pods_on))
+        self.watches: Sequence[Watch] = (Watch("Pod"), Watch("Node", self._pending_pods_on))
 
     def _pending_pods_on(self, node: Node) -> list[ObjectKey]:
         """A node that turns Ready again starts the pods waiting on it."""
@@ -87,8 +89,8 @@ class FakeKubelet:
             return []
         return [
             (p.metadata.namespace, p.metadata.name)
-            for p in self.store.list("Pod")
-            if p.spec.node_name == node.metadata.name and p.status.phase == "Pending"  # type: ignore[attr-defined]
+            for p in self.store.list_of(Pod)
+            if p.spec.node_name == node.metadata.name and p.status.phase == "Pending"
         ]
 
     async def reconcile(self, key: ObjectKey) -> Requeue | None:
@@ -108,16 +110,15 @@ class FakeKubelet:
             {name: getattr(status, name) for name in type(status).model_fields},
             resource_version=pod.metadata.resource_version,
         )
-        return stored  # type: ignore[return-value]  # a Pod
+        return cast(Pod, stored)  # patch_status returns the stored object of the kind it patched
 
     async def _step(self, key: ObjectKey) -> Requeue | None:
-        pod = self.store.get("Pod", *key)
+        pod = self.store.get_of(Pod, *key)
         if pod is None or pod.status.phase in ("Succeeded", "Failed") or not pod.spec.node_name:
             return None
-        node = self.store.get("Node", "", pod.spec.node_name)
+        node = self.store.get_of(Node, "", pod.spec.node_name)
         if node is None or not node.ready:
             return None  # the node controller fails pods of lost nodes
-        assert isinstance(pod, Pod) and isinstance(node, Node)
         now = self.clock.now()
         ann = pod.metadata.annotations
         if pod.status.phase == "Pending":

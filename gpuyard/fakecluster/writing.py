@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from gpuyard.apis.core import Pod, PodStatus
+from gpuyard.apis.core import Node, Pod, PodStatus
 from gpuyard.apis.meta import Resource
 from gpuyard.state.backend import BackendError
 from gpuyard.state.store import AlreadyExists, Store
@@ -36,7 +36,7 @@ class FakeWriter(StoreWriter):
         where = f"pod {obj.metadata.namespace}/{obj.metadata.name}"
         if not obj.spec.node_name:
             raise BackendError(f"{where}: spec.nodeName is required (pods are created bound)")
-        if self.store.get("Node", "", obj.spec.node_name) is None:
+        if self.store.get_of(Node, "", obj.spec.node_name) is None:
             raise BackendError(f"{where}: node {obj.spec.node_name} does not exist")
         if self.fail_creates > 0:
             self.fail_creates -= 1
@@ -46,4 +46,4 @@ class FakeWriter(StoreWriter):
         except AlreadyExists as exc:
             raise BackendError(str(exc)) from None
         self.pods_created += 1
-        return stored  # type: ignore[return-value]  # a Pod in, a Pod out
+        return stored

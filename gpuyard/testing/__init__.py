@@ -24,11 +24,6 @@ from typing import Any
 
 import pytest
 
-try:
-    from pytest_asyncio import fixture as _async_fixture
-except ImportError:  # pragma: no cover - the entry point must not break pytest without pytest-asyncio
-    _async_fixture = pytest.fixture
-
 from gpuyard.testing.cluster import FAULTS, Cluster
 from gpuyard.testing.inputs import BadInput, nodes_scenario
 from gpuyard.testing.observing import Explanation, JobPlacement, PodPlacement
@@ -88,6 +83,16 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     except BadInput as exc:
         message = str(exc)
     _fail(message)  # outside the except block: no "during handling" chain in the report
+
+
+def _async_fixture(fn: Callable[[], AsyncIterator[ClusterFactory]]) -> object:
+    """pytest-asyncio's fixture decorator, or pytest's where pytest-asyncio is not installed
+    (the entry point must not break pytest without it)."""
+    try:
+        from pytest_asyncio import fixture
+    except ImportError:  # pragma: no cover
+        return pytest.fixture(fn)
+    return fixture(fn)
 
 
 @_async_fixture

@@ -11,14 +11,13 @@ the store; :class:`gpuyard.testing.cluster.Cluster` offers them as its `assert_*
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
 
 from gpuyard.apis.quantity import format_quantity
+from gpuyard.apis.quotakinds import ElasticQuota, ResourceQuota
+from gpuyard.apis.scheduling import Reservation
 from gpuyard.scheduler.quota import usage_of_requests, vector_of
+from gpuyard.state.store import Store
 from gpuyard.testing.observing import JobPlacement, JobRef, explanation_of, job_key, phase_of, placement_of
-
-if TYPE_CHECKING:
-    from gpuyard.apis.quotakinds import ElasticQuota, ResourceQuota
 
 __all__ = ["Assertions"]
 
@@ -32,7 +31,7 @@ def _fmt(name: str, amount: int) -> str:
 class Assertions:
     """`assert_*` helpers; every one names the job and shows why it failed."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def _placed(self, job: JobRef) -> JobPlacement:
@@ -127,7 +126,7 @@ class Assertions:
         limits, namespaces = _limits_of(obj)
         used: dict[str, int] = {}
         users: dict[str, int] = {}
-        for r in self.store.list("Reservation"):
+        for r in self.store.list_of(Reservation):
             if r.metadata.namespace not in namespaces:
                 continue
             for k, v in usage_of_requests(r.spec.requests).items():
@@ -150,21 +149,20 @@ class Assertions:
     def _quota(self, quota: str) -> ElasticQuota | ResourceQuota:
         __tracebackhide__ = True
         ns, _, name = quota.rpartition("/")
-        for kind in ("ElasticQuota", "ResourceQuota"):
-            for q in self.store.list(kind):
-                if q.metadata.name == name and (not ns or q.metadata.namespace == ns):
-                    return q  # type: ignore[no-any-return]
-        known = sorted(
-            f"{q.metadata.namespace}/{q.metadata.name}"
-            for k in ("ElasticQuota", "ResourceQuota")
-            for q in self.store.list(k)
-        )
+        quotas: list[ElasticQuota | ResourceQuota] = [
+            *self.store.list_of(ElasticQuota),
+            *self.store.list_of(ResourceQuota),
+        ]
+        for q in quotas:
+            if q.metadata.name == name and (not ns or q.metadata.namespace == ns):
+                return q
+        known = sorted(f"{q.metadata.namespace}/{q.metadata.name}" for q in quotas)
         raise AssertionError(f"no quota {quota!r}; quotas: {', '.join(known) or 'none (pass quotas=...)'}")
 
 
-def _limits_of(obj: Any) -> tuple[dict[str, int], set[str]]:
+def _limits_of(obj: ElasticQuota | ResourceQuota) -> tuple[dict[str, int], set[str]]:
     """Limits in quota units keyed by plain resource name, and the namespaces the quota covers."""
-    if obj.KIND == "ElasticQuota":
+    if isinstance(obj, ElasticQuota):
         namespaces = set(obj.covered_namespaces) or {obj.metadata.namespace}
         values = obj.spec.max
     else:

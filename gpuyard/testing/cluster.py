@@ -33,7 +33,7 @@ from gpuyard.platform.runtime import Platform
 from gpuyard.state.backend import ClusterBackend, FaultError, FaultInjector
 from gpuyard.state.clock import VirtualClock, settle
 from gpuyard.state.config import Settings
-from gpuyard.state.store import AlreadyExists
+from gpuyard.state.store import AlreadyExists, Store
 from gpuyard.state.writing import Writer, create_all
 from gpuyard.testing.asserting import Assertions
 from gpuyard.testing.inputs import BadInput, NodeSpec, Source, parse_jobs, parse_policies, scenario_of
@@ -154,7 +154,7 @@ class Cluster:
     # --- handles --------------------------------------------------------------------------------
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store:
         return self.platform.store
 
     @property
@@ -236,7 +236,7 @@ class Cluster:
 
     def pods(self, job: JobRef) -> list[Pod]:
         ns, name = job_key(job)
-        pods = self.store.list("Pod", namespace=ns, selector={LABEL_JOB_NAME: name})
+        pods = self.store.list_of(Pod, namespace=ns, selector={LABEL_JOB_NAME: name})
         return sorted(pods, key=lambda p: p.metadata.name)
 
     def placement(self, job: JobRef) -> JobPlacement:
@@ -342,18 +342,20 @@ class Cluster:
                 nodes = sorted(n.metadata.name for n in self.store.list("Node"))
                 raise BadInput(f"inject: no node {target!r}; allowed: {', '.join(nodes)}")
             if fault.startswith("gpu-"):
-                count = int(self.store.must_get("Node", "", target).status.capacity.get("nvidia.com/gpu", 0))
+                count = int(self.store.must_get_of(Node, "", target).status.capacity.get("nvidia.com/gpu", 0))
                 if gpu is None or not 0 <= gpu < count:
                     raise BadInput(f"inject: {fault} needs gpu=<index>; allowed: 0..{count - 1} on {target}")
-            faults = self._faults()
-            if fault == "node-fail":
-                failed = await faults.fail_node(target)
-            elif fault == "node-recover":
-                await faults.recover_node(target)
-            elif fault == "gpu-fail":
-                failed = await faults.fail_gpu(target, gpu)  # type: ignore[arg-type]  # checked above
+                faults = self._faults()
+                if fault == "gpu-fail":
+                    failed = await faults.fail_gpu(target, gpu)
+                else:
+                    await faults.recover_gpu(target, gpu)
             else:
-                await faults.recover_gpu(target, gpu)  # type: ignore[arg-type]
+                faults = self._faults()
+                if fault == "node-fail":
+                    failed = await faults.fail_node(target)
+                else:
+                    await faults.recover_node(target)
         await settle()
         return failed
 
@@ -372,7 +374,7 @@ def _sources(value: Source | Sequence[Source]) -> list[Source]:
         return [value]
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, Mapping) for v in value):
         return [list(value)]  # one list of documents
-    return list(value)  # type: ignore[arg-type]
+    return list(value)
 
 
 async def _create_policies(writer: Writer, objects: Sequence[Resource]) -> None:

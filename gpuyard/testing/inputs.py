@@ -22,6 +22,7 @@ from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
 from gpuyard.apis.resourceclasses import ResourceClass, validate_gang_request, validate_resource_class
 from gpuyard.devices.presets import PRESETS
 from gpuyard.devices.scenarios import Scenario, ScenarioError, load_scenario, parse_scenario
+from gpuyard.state.store import Store
 
 __all__ = [
     "BadInput",
@@ -79,7 +80,7 @@ def _prefix(label: str, index: int, count: int) -> str:
     return f"{label}: documents[{index}]" if count > 1 else label
 
 
-def parse_jobs(source: Source, *, store: Any = None) -> list[TrainingJob]:
+def parse_jobs(source: Source, *, store: Store | None = None) -> list[TrainingJob]:
     """Validate job documents as `POST /api/v1/jobs` does: parsing + resource checks, all or nothing."""
     label, docs = documents_of(source, what="job")
     jobs: list[TrainingJob] = []
@@ -131,7 +132,8 @@ def parse_policies(sources: Iterable[Source], *, what: str) -> list[Resource]:
     return out
 
 
-def _group(item: NodeSpec, index: int) -> dict[str, Any]:
+def _group(item: object, index: int) -> dict[str, Any]:
+    """One node group of `nodes=[...]`; `item` is whatever the test passed (a NodeSpec if valid)."""
     if isinstance(item, Mapping):
         return dict(item)
     if isinstance(item, str):
@@ -194,7 +196,8 @@ def scenario_of(
             return parse_scenario(data, source="<scenario>")
         if isinstance(scenario, str) and _looks_like_text(scenario):
             return parse_scenario(yaml.safe_load(scenario), source="<scenario text>")
-        loaded = load_scenario(scenario)  # type: ignore[arg-type]
+        assert scenario is not None  # exactly one of scenario and nodes is given (checked above)
+        loaded = load_scenario(scenario)
         if kubelet:
             loaded.kubelet = loaded.kubelet.model_validate(
                 {**loaded.kubelet.model_dump(by_alias=True), **kubelet}

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
 
+from gpuyard.apis.core import Node
 from gpuyard.apis.devicematching import LABEL_GPU_MODEL, LABEL_GPU_PRODUCT
+from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.jobkinds import TrainingJob, find_job
-from gpuyard.apis.scheduling import Reservation
+from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.devices.tiers import Link, LinkTier, gpu_link
+from gpuyard.state.store import Store
 
 __all__ = [
     "Explanation",
@@ -91,7 +93,7 @@ class JobPlacement:
         return "\n".join(rows)
 
 
-def link_table(topology: Any, gpus: list[int]) -> tuple[Link | None, str]:
+def link_table(topology: NodeTopology, gpus: list[int]) -> tuple[Link | None, str]:
     """The weakest link among `gpus` and a small `nvidia-smi topo -m` style matrix of them."""
     if not gpus:
         return None, ""
@@ -108,30 +110,30 @@ def link_table(topology: Any, gpus: list[int]) -> tuple[Link | None, str]:
     return worst, "\n".join(lines)
 
 
-def _reservations(store: Any, namespace: str, name: str) -> list[Reservation]:
-    found = [r for r in store.list("Reservation", namespace=namespace) if r.spec.pod_group == name]
+def _reservations(store: Store, namespace: str, name: str) -> list[Reservation]:
+    found = [r for r in store.list_of(Reservation, namespace=namespace) if r.spec.pod_group == name]
     return sorted(found, key=lambda r: (r.spec.role, r.spec.index))
 
 
-def phase_of(store: Any, job: JobRef) -> str:
+def phase_of(store: Store, job: JobRef) -> str:
     """The job's phase (`Created`, `Queuing`, `Running`, ...), or "" if it does not exist."""
     ns, name = job_key(job)
     found = find_job(store, ns, name)
     return (found.status.phase or "Created") if found is not None else ""
 
 
-def placement_of(store: Any, job: JobRef) -> JobPlacement:
+def placement_of(store: Store, job: JobRef) -> JobPlacement:
     """The job's current placement (empty when it holds no reservation)."""
     ns, name = job_key(job)
     out = JobPlacement(namespace=ns, name=name)
     by_node: dict[str, list[int]] = {}
-    topologies: dict[str, Any] = {}
+    topologies: dict[str, NodeTopology | None] = {}
     for r in _reservations(store, ns, name):
-        node = store.get("Node", "", r.spec.node)
+        node = store.get_of(Node, "", r.spec.node)
         labels = node.metadata.labels if node is not None else {}
         topo = topologies.get(r.spec.node)
         if r.spec.node not in topologies:
-            topo = topologies[r.spec.node] = store.get("NodeTopology", "", r.spec.node)
+            topo = topologies[r.spec.node] = store.get_of(NodeTopology, "", r.spec.node)
         link = ""
         model, product = labels.get(LABEL_GPU_MODEL, ""), labels.get(LABEL_GPU_PRODUCT, "")
         if r.spec.gpus and topo is not None:
@@ -156,13 +158,13 @@ def placement_of(store: Any, job: JobRef) -> JobPlacement:
             )
         )
         by_node.setdefault(r.spec.node, []).extend(r.spec.gpus)
-    for node, gpus in by_node.items():
-        topo = topologies.get(node)
+    for node_name, gpus in by_node.items():
+        topo = topologies.get(node_name)
         if topo is None or not gpus:
             continue
         worst, table = link_table(topo, sorted(set(gpus)))
-        out.links[node] = worst.label if worst is not None else ""
-        out.matrices[node] = table
+        out.links[node_name] = worst.label if worst is not None else ""
+        out.matrices[node_name] = table
     return out
 
 
@@ -190,7 +192,7 @@ class Explanation:
         )
 
 
-def explanation_of(store: Any, job: JobRef) -> Explanation:
+def explanation_of(store: Store, job: JobRef) -> Explanation:
     ns, name = job_key(job)
     found = find_job(store, ns, name)
     job_phase = (found.status.phase or "Created") if found is not None else ""
@@ -198,7 +200,7 @@ def explanation_of(store: Any, job: JobRef) -> Explanation:
     if found is not None and found.status.conditions:
         last = found.status.conditions[-1]
         condition = ": ".join(x for x in (last.type, last.reason or "", last.message or "") if x)
-    pg = store.get("PodGroup", ns, name)
+    pg = store.get_of(PodGroup, ns, name)
     if pg is None:
         return Explanation(job_phase, "", "", "", condition)
     return Explanation(job_phase, pg.status.phase, pg.status.reason, pg.status.message, condition)

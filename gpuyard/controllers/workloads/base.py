@@ -17,17 +17,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from gpuyard.apis.core import Container, EnvVar, PodSpec, PodTemplateSpec
 from gpuyard.apis.jobkinds import Flavor, PortDefault, TrainingJob
 from gpuyard.apis.jobspecs import DAGCondition, ReplicaSpec
+from gpuyard.apis.meta import K8sModel
 
 __all__ = [
     "JobView",
     "PodOutcome",
     "Wiring",
     "WorkloadPlugin",
+    "extra_list",
     "go_json",
     "replica_name",
 ]
@@ -54,7 +56,20 @@ def _sorted_maps(value: object) -> object:
 
 def go_map(value: Mapping[str, object]) -> dict[str, object]:
     """A Go `map[string]...`: encoding/json writes its keys sorted."""
-    return _sorted_maps(value)  # type: ignore[return-value]
+    return {k: _sorted_maps(value[k]) for k in sorted(value)}
+
+
+def extra_list(model: K8sModel, key: str) -> list[dict[str, Any]]:
+    """The list of raw objects in `model`'s pass-through field `key` (`volumes`, `volumeMounts`:
+    Kubernetes fields gpuyard keeps but does not model), created empty if absent or null; append
+    to it to add one."""
+    extra = model.__pydantic_extra__
+    if extra is None:  # a StrictK8sModel keeps no unknown fields
+        raise TypeError(f"{type(model).__name__} has no pass-through fields")
+    if extra.get(key) is None:
+        extra[key] = []
+    items: list[dict[str, Any]] = extra[key]  # raw JSON objects, as parsed
+    return items
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from gpuyard.controllers.workloads.base import (
     Wiring,
     WorkloadPlugin,
     dependencies,
+    extra_list,
     go_json,
     go_map,
     set_env,
@@ -42,13 +43,6 @@ def _request_or_limit(rr: ResourceRequirements, name: str) -> int:
     if q is None:
         q = rr.limits.get(name)
     return to_int(q) if q is not None else 0
-
-
-def _extra_list(model: object, key: str) -> list:  # type: ignore[type-arg]
-    extra = model.__pydantic_extra__  # type: ignore[attr-defined]
-    if extra.get(key) is None:
-        extra[key] = []
-    return extra[key]  # type: ignore[no-any-return]
 
 
 class MarsPlugin(WorkloadPlugin):
@@ -126,8 +120,8 @@ class MarsPlugin(WorkloadPlugin):
 
     def _spill_dirs(self, w: Wiring, c: Container, paths: list[str]) -> None:
         storage = c.resources.requests.get("ephemeral-storage")
-        mounts = _extra_list(c, "volumeMounts")
-        volumes = _extra_list(w.spec, "volumes")
+        mounts = extra_list(c, "volumeMounts")
+        volumes = extra_list(w.spec, "volumes")
         for i, path in enumerate(paths):
             name = f"mars-empty-dir-{i}"
             if any(m.get("name") == name for m in mounts):
@@ -139,7 +133,7 @@ class MarsPlugin(WorkloadPlugin):
             mounts.append({"name": name, "mountPath": path})
 
     def _shared_cache(self, w: Wiring, c: Container, size: int, path: str) -> None:
-        volumes = _extra_list(w.spec, "volumes")
+        volumes = extra_list(w.spec, "volumes")
         source = {"medium": "Memory", "sizeLimit": str(size)}
         for v in volumes:
             if v.get("name") == "mars-shared-cache":
@@ -148,7 +142,7 @@ class MarsPlugin(WorkloadPlugin):
                 break
         else:
             volumes.append({"name": "mars-shared-cache", "emptyDir": source})
-        mounts = _extra_list(c, "volumeMounts")
+        mounts = extra_list(c, "volumeMounts")
         if not any(m.get("name") == "mars-shared-cache" and m.get("mountPath") == path for m in mounts):
             mounts.append({"name": "mars-shared-cache", "mountPath": path})
 

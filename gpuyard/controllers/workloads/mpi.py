@@ -18,7 +18,14 @@ import json
 from gpuyard.apis.core import GPU_RESOURCE, Container
 from gpuyard.apis.jobkinds import MPIJob, TrainingJob
 from gpuyard.apis.jobspecs import DAGCondition
-from gpuyard.controllers.workloads.base import JobView, Wiring, WorkloadPlugin, add_env, dependencies
+from gpuyard.controllers.workloads.base import (
+    JobView,
+    Wiring,
+    WorkloadPlugin,
+    add_env,
+    dependencies,
+    extra_list,
+)
 
 __all__ = ["ANNOTATION_CONFIG_FILES", "MPIPlugin", "hostfile", "kubexec_script"]
 
@@ -64,13 +71,6 @@ def kubexec_script(job: MPIJob) -> str:
     return script + ' -- /bin/sh -c "$*"'
 
 
-def _extra_list(model: object, key: str) -> list:  # type: ignore[type-arg]
-    extra = model.__pydantic_extra__  # type: ignore[attr-defined]
-    if extra.get(key) is None:
-        extra[key] = []
-    return extra[key]  # type: ignore[no-any-return]
-
-
 class MPIPlugin(WorkloadPlugin):
     kind = "MPIJob"
 
@@ -93,7 +93,7 @@ class MPIPlugin(WorkloadPlugin):
 
     def _worker(self, w: Wiring, job: MPIJob) -> None:
         config_volume, _ = _volume_names(w.flavor)
-        volumes = _extra_list(w.spec, "volumes")
+        volumes = extra_list(w.spec, "volumes")
         volumes.append(
             {
                 "name": config_volume,
@@ -109,7 +109,7 @@ class MPIPlugin(WorkloadPlugin):
             if idle:
                 c.command = ["sleep"]
                 c.args = ["365d"]
-            _extra_list(c, "volumeMounts").append({"name": config_volume, "mountPath": CONFIG_DIR})
+            extra_list(c, "volumeMounts").append({"name": config_volume, "mountPath": CONFIG_DIR})
 
     def _launcher(self, w: Wiring, job: MPIJob) -> None:
         config_volume, kubectl_volume = _volume_names(w.flavor)
@@ -144,10 +144,10 @@ class MPIPlugin(WorkloadPlugin):
                 # keep a CPU launcher off the GPUs whatever the container runtime defaults to
                 add_env(c, "NVIDIA_VISIBLE_DEVICES", "")
                 add_env(c, "NVIDIA_DRIVER_CAPABILITIES", "")
-            mounts = _extra_list(c, "volumeMounts")
+            mounts = extra_list(c, "volumeMounts")
             mounts.append({"name": kubectl_volume, "mountPath": KUBECTL_DIR})
             mounts.append({"name": config_volume, "mountPath": CONFIG_DIR})
-        volumes = _extra_list(w.spec, "volumes")
+        volumes = extra_list(w.spec, "volumes")
         volumes.append({"name": kubectl_volume, "emptyDir": {}})
         volumes.append(
             {

@@ -15,8 +15,9 @@ Two references, one per API group, reproduced exactly:
 
 from __future__ import annotations
 
+from gpuyard.apis.core import Container
 from gpuyard.apis.jobkinds import PyTorchJob, TrainingJob
-from gpuyard.apis.jobspecs import DAGCondition
+from gpuyard.apis.jobspecs import DAGCondition, ElasticPolicy
 from gpuyard.controllers.workloads.base import JobView, Wiring, WorkloadPlugin, add_env, dependencies
 
 __all__ = ["PyTorchPlugin"]
@@ -90,13 +91,11 @@ class PyTorchPlugin(WorkloadPlugin):
                 add_env(c, "PET_NODE_RANK", str(rank))
             ep = spec.elastic_policy
             if ep is not None:
-                self._elastic(w, c, job)
+                self._elastic(w, c, ep)
             else:
                 add_env(c, "PET_NNODES", str(total))
 
-    def _elastic(self, w: Wiring, c, job: PyTorchJob) -> None:  # type: ignore[no-untyped-def]
-        ep = job.spec.elastic_policy
-        assert ep is not None
+    def _elastic(self, w: Wiring, c: Container, ep: ElasticPolicy) -> None:
         host = ep.rdzv_host if ep.rdzv_host is not None else f"{w.name}-worker-0"
         port = ep.rdzv_port if ep.rdzv_port is not None else w.port_of(WORKER)
         add_env(c, "PET_RDZV_ENDPOINT", f"{host}:{port}")
