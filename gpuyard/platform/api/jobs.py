@@ -23,6 +23,7 @@ from aiohttp import web
 from gpuyard.apis.core import Event, Pod
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
+from gpuyard.apis.resourceclasses import validate_gang_request
 from gpuyard.apis.scheduling import (
     ANNOTATION_DEVICES,
     LABEL_JOB_NAME,
@@ -33,7 +34,6 @@ from gpuyard.platform.api.app import CTX, delete_object, writer_of
 from gpuyard.platform.api.auth import Action, allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
-from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists
 from gpuyard.state.writing import create_all
 
@@ -103,30 +103,6 @@ def pod_view(pod: Pod) -> dict[str, Any]:
     return out
 
 
-def _validate_resources(ctx: Context, job: TrainingJob) -> list[dict[str, str]]:
-    """Resource-class checks from the scheduler's module, when it provides them."""
-    try:
-        from gpuyard.apis import resourceclasses
-    except ImportError:  # pragma: no cover - the module always exists, maybe empty
-        return []
-    check = getattr(resourceclasses, "validate_gang_request", None) or getattr(
-        resourceclasses, "validate_job", None
-    )
-    if check is None:
-        return []
-    problems = check(job, store=ctx.store) if _accepts_store(check) else check(job)
-    return list(problems or [])
-
-
-def _accepts_store(fn: Any) -> bool:
-    import inspect
-
-    try:
-        return "store" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # pragma: no cover
-        return False
-
-
 JOB_SCHEMA: dict[str, Any] = {
     "description": "One or more KubeDL (training.kubedl.io/v1alpha1) or Kubeflow (kubeflow.org/v1) job documents",
     "type": "object",
@@ -173,8 +149,8 @@ async def submit(request: web.Request) -> web.Response:
         except JobValidationError as exc:
             problems.extend({"field": prefix + d["field"], "reason": d["reason"]} for d in exc.details)
             continue
-        for d in _validate_resources(ctx, job):
-            problems.append({"field": prefix + d.get("field", "spec"), "reason": d.get("reason", str(d))})
+        for problem in validate_gang_request(job, store=ctx.store):  # could this job ever be placed?
+            problems.append({"field": prefix + problem.field, "reason": problem.reason})
         jobs.append(job)
     if problems:
         what = "job" if not multi else f"{len(docs)} documents"
