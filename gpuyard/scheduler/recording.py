@@ -27,7 +27,7 @@ import structlog
 
 from gpuyard.apis.scheduling import PodGroup, pod_name
 from gpuyard.scheduler.assuming import StatusView, event_about, patch, status_changes
-from gpuyard.scheduler.decisions import Decision, PatchStatus, RecordEvent
+from gpuyard.scheduler.decisions import Decision, EventType, PatchStatus, RecordEvent
 from gpuyard.scheduler.gatekeeping import Admission, JobShape
 
 __all__ = ["Key", "QuotaParking", "Recorder", "is_complete"]
@@ -165,7 +165,7 @@ class Recorder:
         *,
         reason: str,
         message: str,
-        type_: str = "Normal",
+        type_: EventType = "Normal",
         now: datetime,
         into: list[PatchStatus | RecordEvent] | None = None,
     ) -> RecordEvent | None:
