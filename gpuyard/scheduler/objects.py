@@ -60,7 +60,8 @@ class ObjectCache:
 
     def get_of(self, cls: type[R], namespace: str, name: str) -> R | None:
         """`get(cls.KIND, ...)` typed as `cls`."""
-        return cast("R | None", self.get(cls.KIND, namespace, name))
+        table = self._by_kind.get(cls.KIND)
+        return cast("R | None", table.get((namespace, name)) if table is not None else None)
 
     def list_of(self, cls: type[R], *, namespace: str | None = None) -> builtins.list[R]:
         """`list(cls.KIND, ...)` typed as `cls`."""
