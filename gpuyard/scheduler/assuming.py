@@ -25,7 +25,7 @@ from gpuyard.apis.scheduling import (
     Reservation,
     ReservationSpec,
 )
-from gpuyard.scheduler.decisions import PatchStatus, RecordEvent
+from gpuyard.scheduler.decisions import EventType, PatchStatus, RecordEvent
 from gpuyard.scheduler.outcomes import Placement, PodPlacement
 from gpuyard.scheduler.snapshot import Snapshot
 
@@ -170,7 +170,7 @@ def patch(key: tuple[str, str], changes: dict[str, object]) -> PatchStatus:
 
 
 def event_about(
-    pg: PodGroup, *, reason: str, message: str, type_: str = "Normal", now: datetime
+    pg: PodGroup, *, reason: str, message: str, type_: EventType = "Normal", now: datetime
 ) -> RecordEvent:
     """The Event for `reason` about the job that owns the PodGroup (its controller owner
     reference), so the job's event list shows it; about the PodGroup itself when it has no
@@ -200,6 +200,6 @@ def event_about(
         involved=involved,
         reason=reason,
         message=message,
-        type=type_,  # type: ignore[arg-type]
+        type=type_,
         at=now,
     )

@@ -26,7 +26,8 @@ from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.assuming import assume
 from gpuyard.scheduler.decisions import PlaceGang
 from gpuyard.scheduler.framework import CycleState
-from gpuyard.scheduler.gang_requests import GangRequest, build_gang
+from gpuyard.scheduler.gang_requests import GangRequest, PodShape, build_gang
+from gpuyard.scheduler.gatekeeping import JobShape
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.placing import place
 from gpuyard.scheduler.recording import Key, is_complete
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["Walk", "backoff", "offer", "retry_partial", "schedule_one", "waiting"]
 
 log = structlog.get_logger(__name__)
+
+GangSignature = tuple[tuple[str, PodShape, int, int], ...]
+"""Per part of a gang: (role, shape, required, pods); equal ones fit or not alike in one epoch."""
 
 
 class Walk:
@@ -50,7 +54,7 @@ class Walk:
         # Quota answers per job shape (quota, demand, namespace) while the quota state stays as it
         # is: many waiting jobs of few shapes cost one check (and one `owed`) per shape. Cleared
         # whenever the state may change (a placement, a reclaim, new changes).
-        self.verdicts: dict[tuple, tuple[str, bool]] = {}
+        self.verdicts: dict[JobShape, tuple[str, bool]] = {}
 
 
 def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
@@ -119,10 +123,10 @@ def maybe_reclaim(state: SchedulerState, key: Key, *, owed: bool | None = None) 
     return bool(victims)
 
 
-def quota_blocked(state: SchedulerState, key: Key, reason: str, *, shape: tuple | None = None) -> None:
+def quota_blocked(state: SchedulerState, key: Key, reason: str, *, shape: JobShape | None = None) -> None:
     state.queue.park(key, epoch=state.epoch(), reason=reason, reserve=False)
     state.parking.park(key, shape)
-    pg = state.objects.get("PodGroup", *key)
+    pg = state.objects.get_of(PodGroup, *key)
     if not isinstance(pg, PodGroup):
         return
     code = "ResourceQuotaExceeded" if reason.startswith("ResourceQuota") else "QuotaExceeded"
@@ -164,11 +168,11 @@ def schedule_one(state: SchedulerState, key: Key) -> Placement | Unschedulable |
     place (gone, suspended, complete, or stopped pods still hold their room)."""
     started = time.perf_counter()
     objects = state.objects
-    pg = objects.get("PodGroup", *key)
+    pg = objects.get_of(PodGroup, *key)
     if not isinstance(pg, PodGroup) or pg.spec.suspend:
         return None
     state.generation[key] = pg.metadata.generation
-    members, waiting_for = state.groups.members(pg, lambda k: objects.get("PodGroup", *k))  # type: ignore[arg-type, return-value]
+    members, waiting_for = state.groups.members(pg, lambda k: objects.get_of(PodGroup, *k))
     if any(state.evicting(m) for m in members):
         return None  # placed again once the operator released the evicted pods' Reservations
     if waiting_for:
@@ -180,7 +184,7 @@ def schedule_one(state: SchedulerState, key: Key) -> Placement | Unschedulable |
     try:
         gang = build_gang(
             members,
-            placed={m.key[1:]: snap.placed_pods(m.key[1:]) for m in members},  # type: ignore[misc]
+            placed={m.key[1:]: snap.placed_pods(m.key[1:]) for m in members},
             classes=snap.class_names,
             cache=state.shapes,
         )
@@ -220,11 +224,11 @@ def schedule_one(state: SchedulerState, key: Key) -> Placement | Unschedulable |
 def _commit(state: SchedulerState, members: list[PodGroup], placement: Placement) -> None:
     """Assume the placement and decide what to write: Reservations, then statuses and events."""
     owners = {m.key[1:]: m.metadata.uid for m in members}
-    reservations = assume(state.snapshot, placement, owners=owners)  # type: ignore[arg-type]
+    reservations = assume(state.snapshot, placement, owners=owners)
     state.assumed(reservations)
     decision = PlaceGang(
-        key=placement.gang.key,  # type: ignore[arg-type]
-        members=tuple(m.key[1:] for m in members),  # type: ignore[misc]
+        key=placement.gang.key,
+        members=tuple(m.key[1:] for m in members),
         reservations=reservations,
     )
     state.count_placed(decision)
@@ -235,7 +239,7 @@ def _commit(state: SchedulerState, members: list[PodGroup], placement: Placement
         k = (pp.pod.namespace, pp.pod.group)
         by_member[k] = by_member.get(k, 0) + 1
     for m in members:
-        key: Key = m.key[1:]  # type: ignore[assignment]
+        key: Key = m.key[1:]
         rec.failures.pop(key, None)
         held_pods = state.snapshot.placed_pods(key)
         state.admission.start(key, now=now)
@@ -279,7 +283,7 @@ def _not_placed(state: SchedulerState, members: list[PodGroup], result: Unschedu
     fits = state.admission.has_quotas and result.reason == "Unschedulable"
     cause = f"fits quota, waiting for room: {message}" if fits else message
     for m in members:
-        key: Key = m.key[1:]  # type: ignore[assignment]
+        key: Key = m.key[1:]
         state.queue.park(key, epoch=epoch, reason=cause)
         state.parking.unpark(key)
         if key in state.partial:
@@ -289,14 +293,14 @@ def _not_placed(state: SchedulerState, members: list[PodGroup], result: Unschedu
         waiting(state, m, result.reason, cause, held=held)
 
 
-def _signature(gang: GangRequest) -> tuple | None:
+def _signature(gang: GangRequest) -> GangSignature | None:
     """Gangs with the same roles, shapes and counts fit or not alike within one epoch.
 
     None (do not cache) for gang groups and failover hints, whose explanations name more.
     """
     if len(gang.members) > 1:
         return None
-    parts = []
+    parts: list[tuple[str, PodShape, int, int]] = []
     for p in gang.parts:
         if any(pod.preferred_node for pod in p.pods):
             return None

@@ -31,11 +31,13 @@ def usable_row(snapshot: Snapshot, row: int, gpu_class: str | None) -> list[bool
     """Per GPU slot of `row`: healthy and of the class (any class for None)."""
     healthy = snapshot.gpu_healthy[row]
     if gpu_class is None:
-        return healthy.tolist()
+        every: list[bool] = healthy.tolist()
+        return every
     cm = snapshot.class_mask(gpu_class)
     if cm is None:
         return [False] * snapshot.g
-    return (healthy & cm.gpu[row]).tolist()
+    result: list[bool] = (healthy & cm.gpu[row]).tolist()
+    return result
 
 
 def free_mask(snapshot: Snapshot, row: int, shape: PodShape) -> int:

@@ -36,9 +36,12 @@ from typing import Any
 
 import structlog
 
+from gpuyard.apis.core import Node
+from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import Resource
+from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.scheduler.attempting import Walk, backoff, offer, retry_partial
+from gpuyard.scheduler.attempting import GangSignature, Walk, backoff, offer, retry_partial
 from gpuyard.scheduler.decisions import (
     ChangeLike,
     Decision,
@@ -105,11 +108,11 @@ class SchedulerState:
         self.now = 0.0
         self.utcnow = datetime.fromtimestamp(0, UTC)
         self.shapes: ShapeCache = {}
-        self.no_fit: dict[tuple, tuple[int, Unschedulable]] = {}
+        self.no_fit: dict[GangSignature, tuple[int, Unschedulable]] = {}
         self.partial: dict[Key, int] = {}  # running jobs with pods still to place -> epoch last tried
         self.positions: dict[Key, int] = {}  # this cycle: a candidate's position in its queue
         self.generation: dict[Key, int] = {}  # generation at the last attempt
-        self._sigs: dict[Key, tuple] = {}  # PodGroup: (generation, labels, annotations) last seen
+        self._sigs: dict[Key, Signature] = {}  # PodGroup: (generation, labels, annotations) last seen
         self._dirty: dict[str, set[Key]] = {k: set() for k in WATCHED}
         self._assumed: dict[Key, Reservation] = {}  # assumed, not yet seen back from the store
         self._deleting: dict[Key, str] = {}  # Reservation -> uid, deletion decided
@@ -143,16 +146,16 @@ class SchedulerState:
         for items in objects.values():
             for obj in items:
                 cache.put(obj)
-        topologies = {t.metadata.name: t for t in cache.list("NodeTopology")}
-        classes = cache.list("ResourceClass")
+        topologies = {t.metadata.name: t for t in cache.list_of(NodeTopology)}
+        classes = cache.list_of(ResourceClass)
         self.snapshot = Snapshot.build(
-            nodes=cache.list("Node"),  # type: ignore[arg-type]
-            reservations=cache.list("Reservation"),  # type: ignore[arg-type]
-            topologies=topologies,  # type: ignore[arg-type]
-            classes=classes,  # type: ignore[arg-type]
+            nodes=cache.list_of(Node),
+            reservations=cache.list_of(Reservation),
+            topologies=topologies,
+            classes=classes,
             port_range=self.port_range,
         )
-        self.admission.load(nodes=cache.list("Node"), classes=classes, topologies=topologies)  # type: ignore[arg-type]
+        self.admission.load(nodes=cache.list_of(Node), classes=classes, topologies=topologies)
         self.no_fit.clear()
         self.partial.clear()
         self.parking.clear()
@@ -166,13 +169,13 @@ class SchedulerState:
         self._walk = None
         for d in self._dirty.values():
             d.clear()
-        for res in cache.list("Reservation"):
-            self._collect_if_orphan(res)  # type: ignore[arg-type]
-        for pg in cache.list("PodGroup"):
-            self._sigs[(pg.metadata.namespace, pg.metadata.name)] = _signature_of(pg)  # type: ignore[arg-type]
-            self.groups.seen(pg)  # type: ignore[arg-type]
-        for pg in cache.list("PodGroup"):
-            self._consider(pg)  # type: ignore[arg-type]
+        for res in cache.list_of(Reservation):
+            self._collect_if_orphan(res)
+        for pg in cache.list_of(PodGroup):
+            self._sigs[(pg.metadata.namespace, pg.metadata.name)] = _signature_of(pg)
+            self.groups.seen(pg)
+        for pg in cache.list_of(PodGroup):
+            self._consider(pg)
         self._seen_epoch = self.epoch()
 
     def apply(self, changes: Iterable[ChangeLike]) -> None:
@@ -190,7 +193,7 @@ class SchedulerState:
             else:
                 cache.put(obj)
                 if kind == "PodGroup":
-                    sig = _signature_of(obj)  # type: ignore[arg-type]  # kind PodGroup
+                    sig = _signature_of(obj)
                     if self._sigs.get(key) == sig:
                         continue  # a status-only write: nothing the scheduler decides on changed
                     self._sigs[key] = sig
@@ -234,7 +237,7 @@ class SchedulerState:
             key = (res.metadata.namespace, res.metadata.name)
             self._assumed.pop(key, None)
             self.snapshot.remove_reservation(key)
-            current = self.objects.get("Reservation", *key)
+            current = self.objects.get_of(Reservation, *key)
             if isinstance(current, Reservation) and self._deleting.get(key) != current.metadata.uid:
                 self.snapshot.upsert_reservation(current)  # its deletion failed: it holds the room
         self.placed_pods -= len(decision.reservations)
@@ -248,7 +251,7 @@ class SchedulerState:
                 self.partial.pop(key, None)
                 if self.queue.is_running(key):
                     self.admission.requeue(key)
-            pg = self.objects.get("PodGroup", *key)
+            pg = self.objects.get_of(PodGroup, *key)
             if isinstance(pg, PodGroup):
                 backoff(self, pg, message)
         return self.recorder.take()
@@ -264,7 +267,7 @@ class SchedulerState:
         elif isinstance(decision, DeleteReservation):
             self._deleting.pop((decision.namespace, decision.name), None)
             key = (decision.namespace, decision.name)
-            res = self.objects.get("Reservation", *key)
+            res = self.objects.get_of(Reservation, *key)
             if isinstance(res, Reservation):  # it still holds its room: decided again next step
                 if key not in self._assumed:  # else the create under its name fails: `unassume`
                     self.snapshot.upsert_reservation(res)
@@ -317,32 +320,32 @@ class SchedulerState:
         if dirty["ResourceClass"]:
             dirty["ResourceClass"].clear()
             self.parking.clear()
-            classes = cache.list("ResourceClass")
-            if snap.set_classes(classes):  # type: ignore[arg-type]
+            classes = cache.list_of(ResourceClass)
+            if snap.set_classes(classes):
                 self.shapes.clear()
             adm.sync_classes(
-                classes,  # type: ignore[arg-type]
-                nodes=cache.list("Node"),  # type: ignore[arg-type]
-                topologies={t.metadata.name: t for t in cache.list("NodeTopology")},
+                classes,
+                nodes=cache.list_of(Node),
+                topologies={t.metadata.name: t for t in cache.list_of(NodeTopology)},
             )
         topo_changed = dirty["NodeTopology"]
         nodes = dirty["Node"] | {("", name) for _, name in topo_changed}
         dirty["Node"], dirty["NodeTopology"] = set(), set()
         for _, name in nodes:
-            node = cache.get("Node", "", name)
+            node = cache.get_of(Node, "", name)
             if node is None:
                 snap.remove_node(name)
                 adm.node_changed(name, None, None)
                 continue
             if snap.node_rv.get(name) == node.resource_version and ("", name) not in topo_changed:
                 continue
-            topology = cache.get("NodeTopology", "", name)
-            snap.refresh_node(node, topology)  # type: ignore[arg-type]
-            adm.node_changed(name, node, topology)  # type: ignore[arg-type]
+            topology = cache.get_of(NodeTopology, "", name)
+            snap.refresh_node(node, topology)
+            adm.node_changed(name, node, topology)
         reservations, dirty["Reservation"] = dirty["Reservation"], set()
         freed: set[Key] = set()  # PodGroups that lost a reservation: look at them again
         for key in reservations:
-            res = cache.get("Reservation", *key)
+            res = cache.get_of(Reservation, *key)
             if isinstance(res, Reservation):
                 if self._deleting.get(key) == res.metadata.uid:
                     continue  # freed when its deletion was decided
@@ -360,12 +363,12 @@ class SchedulerState:
         for key in gone:  # deleted (and maybe created again since): the old one's records go
             self._forget(key)
         for key in groups:
-            pg = cache.get("PodGroup", *key)
+            pg = cache.get_of(PodGroup, *key)
             if pg is None:
                 if key not in gone:
                     self._forget(key)
             else:
-                self._consider(pg, from_event=True)  # type: ignore[arg-type]
+                self._consider(pg, from_event=True)
         epoch = self.epoch()
         if epoch != self._seen_epoch:
             self._seen_epoch = epoch
@@ -374,7 +377,7 @@ class SchedulerState:
     def _collect_if_orphan(self, res: Reservation) -> None:
         """A Reservation whose PodGroup is gone (or was recreated) is deleted."""
         ns = res.metadata.namespace
-        pg = self.objects.get("PodGroup", ns, res.spec.pod_group)
+        pg = self.objects.get_of(PodGroup, ns, res.spec.pod_group)
         owners = [r.uid for r in res.metadata.owner_references if r.kind == "PodGroup"]
         if pg is not None and (not owners or pg.metadata.uid in owners):
             return
@@ -384,7 +387,7 @@ class SchedulerState:
         """Collect Reservations of `pg`'s name that an earlier PodGroup owned."""
         ns = pg.metadata.namespace
         for pod in held:
-            res = self.objects.get("Reservation", ns, pod)
+            res = self.objects.get_of(Reservation, ns, pod)
             owners = [r.uid for r in res.metadata.owner_references if r.kind == "PodGroup"] if res else []
             if res is not None and owners and pg.metadata.uid not in owners:
                 self._delete(ns, pod, res.metadata.uid)
@@ -401,7 +404,7 @@ class SchedulerState:
     def _forget(self, key: Key) -> None:
         """The PodGroup is gone: its Reservations go too, and every record of it."""
         for pod in self.snapshot.placed_pods(key):
-            res = self.objects.get("Reservation", key[0], pod)
+            res = self.objects.get_of(Reservation, key[0], pod)
             self._delete(key[0], pod, res.metadata.uid if res is not None else "")
         self.admission.forget(key)
         self.reclaimer.forget(key)
@@ -425,7 +428,7 @@ class SchedulerState:
             self._collect_stale(pg, held)  # an earlier PodGroup of this name held them
         self._uids[key] = pg.metadata.uid
         for pod, uid in pg.spec.release.items():
-            res = self.objects.get("Reservation", key[0], pod)
+            res = self.objects.get_of(Reservation, key[0], pod)
             if pod in held and res is not None and res.metadata.uid == uid:
                 self._delete(key[0], pod, uid)
         held = self.snapshot.placed_pods(key)
@@ -499,7 +502,11 @@ class SchedulerState:
                 self.metrics.observe_cycle(elapsed, "unschedulable")
 
 
-def _signature_of(pg: PodGroup) -> tuple:
-    """What a PodGroup event must change for the scheduler to look at it again."""
+Signature = tuple[int, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+
+
+def _signature_of(pg: Resource) -> Signature:
+    """What a PodGroup event must change for the scheduler to look at it again (only its
+    metadata is read, so any object will do)."""
     meta = pg.metadata
     return (meta.generation, meta.uid, tuple(meta.labels.items()), tuple(meta.annotations.items()))

@@ -32,12 +32,16 @@ __all__ = [
     "ChangeLike",
     "Decision",
     "DeleteReservation",
+    "EventType",
     "PatchStatus",
     "PlaceGang",
     "RecordEvent",
 ]
 
 Key = tuple[str, str]
+
+
+EventType = Literal["Normal", "Warning"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +80,7 @@ class RecordEvent:
     involved: dict[str, str]
     reason: str
     message: str
-    type: Literal["Normal", "Warning"]
+    type: EventType
     at: datetime
 
 

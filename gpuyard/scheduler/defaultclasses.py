@@ -13,7 +13,9 @@ from collections.abc import Iterable
 
 import structlog
 
+from gpuyard.apis.core import Node
 from gpuyard.apis.devicematching import gpu_devices
+from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.resourceclasses import default_class, default_class_name
 from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists
@@ -29,6 +31,8 @@ class DefaultClassReconciler:
     concurrency = 8  # the classes of a new cluster share one journal commit
 
     def __init__(self, ctx: Context) -> None:
+        if ctx.writer is None:  # pragma: no cover - Context always sets one
+            raise RuntimeError("the default-class reconciler needs a writer (ctx.writer)")
         self.store = store = ctx.store
         self.writer = ctx.writer
         self._models: dict[str, str] = {}  # class name -> model
@@ -47,17 +51,17 @@ class DefaultClassReconciler:
             out.append(("", name))
         return out
 
-    def _node_keys(self, node: object) -> list[tuple[str, str]]:
+    def _node_keys(self, node: Node) -> list[tuple[str, str]]:
         topology = None
         if "NodeTopology" in self.store.kinds():  # a node's GPUs may differ in model: ask its topology
-            topology = self.store.get("NodeTopology", "", node.metadata.name)  # type: ignore[attr-defined]
-        return self._keys(d.model for d in gpu_devices(node, topology))  # type: ignore[arg-type]
+            topology = self.store.get_of(NodeTopology, "", node.metadata.name)
+        return self._keys(d.model for d in gpu_devices(node, topology))
 
-    def _topology_keys(self, topology: object) -> list[tuple[str, str]]:
-        node = self.store.get("Node", "", topology.metadata.name)  # type: ignore[attr-defined]
+    def _topology_keys(self, topology: NodeTopology) -> list[tuple[str, str]]:
+        node = self.store.get_of(Node, "", topology.metadata.name)
         if node is None:
             return []
-        return self._keys(d.model for d in gpu_devices(node, topology))  # type: ignore[arg-type]
+        return self._keys(d.model for d in gpu_devices(node, topology))
 
     async def reconcile(self, key: tuple[str, str]) -> Requeue | None:
         name = key[1]
@@ -65,7 +69,7 @@ class DefaultClassReconciler:
         if model is None or self.store.get("ResourceClass", "", name) is not None:
             return None
         try:
-            await self.writer.create(default_class(model))  # type: ignore[union-attr]
+            await self.writer.create(default_class(model))
         except AlreadyExists:
             return None
         log.info("resourceclass.created", name=name, model=model)

@@ -13,12 +13,12 @@ need: for each idle GPU its share of the node's CPU/memory (times a configurable
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from gpuyard.scheduler.framework import CycleState, register_filter
+from gpuyard.scheduler.framework import CycleState, N, no_args, register_filter
 from gpuyard.scheduler.gang_requests import PodShape
 
 __all__ = [
@@ -59,7 +59,8 @@ class NodeReady:
 
     def filter(self, state: CycleState, shape: PodShape) -> np.ndarray:
         s = state.snapshot
-        return s.alive & s.ready
+        result: np.ndarray = s.alive & s.ready
+        return result
 
     def explain(self, state: CycleState, shape: PodShape, failed: np.ndarray) -> str:
         n = int(failed.sum())
@@ -221,6 +222,7 @@ class NodeResources:
                 else:
                     text += f"; {_have(int(short.sum()))} none free"
                 parts.append(text)
+        checks: list[tuple[str, int, np.ndarray, Callable[[int], str]]]
         checks = [("cpu", shape.cpu_milli, s.cpu_free, lambda v: f"{v / 1000:g} CPU"),
                   ("memory", shape.mem_mib, s.mem_free, lambda v: f"{v}Mi memory")]  # fmt: skip
         for _, need, free, fmt in checks:
@@ -306,13 +308,8 @@ class GPUNodeReserve:
         )
 
 
-def _no_args(cls: type) -> Any:
-    def factory(args: Mapping[str, Any]) -> Any:
-        if args:
-            raise ValueError(f"filter plugin {cls.name!r} takes no arguments, got {sorted(args)}")  # type: ignore[attr-defined]
-        return cls()
-
-    return factory
+def _no_args(cls: type[N]) -> Callable[[Mapping[str, Any]], N]:
+    return no_args(cls, "filter plugin")
 
 
 for _cls in (NodeReady, NodeUnschedulable, NodeAffinity, TaintToleration, GPUClass, NodeResources, HostPorts):

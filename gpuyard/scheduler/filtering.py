@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuyard.scheduler.framework import CycleState
-from gpuyard.scheduler.gang_requests import PodShape, RolePart
+from gpuyard.scheduler.framework import CycleState, FilterPlugin
+from gpuyard.scheduler.gang_requests import Constraints, PodShape, RolePart
 from gpuyard.scheduler.outcomes import FilterCount, Unschedulable
 
 __all__ = ["breakdown", "capacity", "explain", "static_key", "static_mask"]
@@ -30,7 +30,7 @@ __all__ = ["breakdown", "capacity", "explain", "static_key", "static_mask"]
 _STATIC_CACHE_SIZE = 512
 
 
-def static_key(shape: PodShape) -> tuple:
+def static_key(shape: PodShape) -> tuple[Constraints, str | None, int, bool]:
     """What static filters may depend on: constraints, GPU class and count, share or whole."""
     return (shape.constraints, shape.gpu_class, shape.gpus, shape.shared)
 
@@ -85,12 +85,12 @@ def capacity(state: CycleState, shape: PodShape) -> np.ndarray:
     return np.where(mask, cap, 0)
 
 
-def breakdown(state: CycleState, shape: PodShape) -> list[tuple[object, np.ndarray, np.ndarray]]:
+def breakdown(state: CycleState, shape: PodShape) -> list[tuple[FilterPlugin, np.ndarray, np.ndarray]]:
     """[(filter, failed, eligible)] in filter order: `failed` the nodes this filter was first to
     reject (each live node appears in at most one), `eligible` the nodes that reached it."""
     snap = state.snapshot
     passing = snap.alive.copy()
-    out = []
+    out: list[tuple[FilterPlugin, np.ndarray, np.ndarray]] = []
     for f in state.profile.filters:
         result = f.filter(state, shape)
         if result is None:
@@ -119,7 +119,7 @@ def _limited_by(state: CycleState, shape: PodShape, cap: np.ndarray) -> str:
             continue
         binding = int((some & (out == cap)).sum())
         if binding > best:
-            best_name, best = plugin.name, binding  # type: ignore[attr-defined]
+            best_name, best = plugin.name, binding
     return f", limited by {best_name}" if best_name else ""
 
 
@@ -132,8 +132,8 @@ def explain(state: CycleState, part: RolePart, *, placed_before: int = 0) -> Uns
     texts: list[str] = []
     for plugin, failed, eligible in breakdown(state, shape):
         state.data["eligible"] = eligible
-        text = plugin.explain(state, shape, failed)  # type: ignore[attr-defined]
-        counts.append(FilterCount(plugin.name, int(failed.sum()), text))  # type: ignore[attr-defined]
+        text = plugin.explain(state, shape, failed)
+        counts.append(FilterCount(plugin.name, int(failed.sum()), text))
         texts.append(text)
     state.data.pop("eligible", None)
     cap = capacity(state, shape)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -34,9 +34,12 @@ __all__ = [
     "FilterPlugin",
     "GPUChoice",
     "GPUChooser",
+    "N",
+    "Named",
     "Profile",
     "ProfileSpec",
     "ScorePlugin",
+    "no_args",
     "register_chooser",
     "register_filter",
     "register_profile",
@@ -106,7 +109,7 @@ class ScorePlugin(Protocol):
     name: str
 
     def score(
-        self, state: CycleState, shape: PodShape, nodes: np.ndarray, take: np.ndarray
+        self, state: CycleState, shape: PodShape, nodes: np.ndarray | slice, take: np.ndarray
     ) -> np.ndarray | None: ...
 
 
@@ -168,6 +171,27 @@ class Profile:
 
 
 PluginFactory = Callable[[Mapping[str, Any]], Any]
+
+
+class Named(Protocol):
+    """A plugin class with its registered name as a class attribute."""
+
+    name: ClassVar[str]
+
+
+N = TypeVar("N", bound=Named)
+
+
+def no_args(cls: type[N], what: str = "plugin") -> Callable[[Mapping[str, Any]], N]:
+    """A factory for a plugin class that takes no arguments (`what` names it in the error)."""
+
+    def make(args: Mapping[str, Any]) -> N:
+        if args:
+            raise ValueError(f"{what} {cls.name!r} takes no arguments, got {sorted(args)}")
+        return cls()
+
+    return make
+
 
 FILTERS: dict[str, PluginFactory] = {}
 """Filter plugin name -> factory(args)."""

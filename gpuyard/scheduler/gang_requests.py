@@ -23,11 +23,12 @@ and caches the mask, so they are never on the per-pod path.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
+from typing import Any
 
-from gpuyard.apis.core import PodSpec
+from gpuyard.apis.core import NodeSelectorRequirement, NodeSelectorTerm, PodSpec
 from gpuyard.apis.resourceclasses import (
     KOORD_CORE,
     KOORD_MEMORY,
@@ -39,6 +40,7 @@ from gpuyard.apis.resourceclasses import (
     parse_gpu_request,
 )
 from gpuyard.apis.scheduling import PodGroup, pod_name
+from gpuyard.devices.subsets import NICScope
 
 __all__ = [
     "GPU_MILLI",
@@ -118,7 +120,7 @@ class PodShape:
     preferences: tuple[tuple[int, Term], ...] = ()
     rdma: bool = False
     """Joint GPU + RDMA allocation: the pod gets NICs near its GPUs (`rdma/hca` or the annotation)."""
-    nic_scope: str | None = None
+    nic_scope: NICScope = None
     """Required NIC scope of the joint allocation: SamePCIe | SameNUMA | None (best effort)."""
     flexible: bool = False
     """One-GPU data-parallel workers whose split across nodes may be chosen freely (auto-aggregation)."""
@@ -221,17 +223,19 @@ class GangRequest:
 # --- building from the API --------------------------------------------------------------------
 
 
-def _term(term: object) -> Term:
-    def reqs(items: Sequence[object]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
-        return tuple((r.key, r.operator, tuple(r.values)) for r in items)  # type: ignore[attr-defined]
+def _term(term: NodeSelectorTerm) -> Term:
+    def reqs(items: Sequence[NodeSelectorRequirement]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        return tuple((r.key, r.operator, tuple(r.values)) for r in items)
 
-    return (reqs(term.match_expressions), reqs(term.match_fields))  # type: ignore[attr-defined]
+    return (reqs(term.match_expressions), reqs(term.match_fields))
 
 
-def _dict_term(raw: Mapping[str, object]) -> Term:
-    def reqs(items: object) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+def _dict_term(raw: Mapping[str, Any]) -> Term:
+    """A preferred-affinity term as the API keeps it: plain JSON (`dict[str, Any]`)."""
+
+    def reqs(items: Iterable[Mapping[str, Any]] | None) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
         out = []
-        for r in items or []:  # type: ignore[union-attr]
+        for r in items or []:
             out.append(
                 (
                     str(r.get("key", "")),
@@ -394,18 +398,18 @@ def _member_parts(
             role_required[pos] += extra
             short -= extra
     parts = []
+    shapes = cache if pg.metadata.uid else None  # shapes of objects with a uid are cached
     for pos, role in enumerate(spec.roles):
         if not missing[pos]:
             continue
         key = (pg.metadata.uid, pg.metadata.generation, pos)
-        use_cache = cache is not None and bool(pg.metadata.uid)
-        hit = cache.get(key) if use_cache else None  # type: ignore[union-attr]
+        hit = shapes.get(key) if shapes is not None else None
         if hit is None:
             hit = shape_of(role.template, classes=classes, host_ports=role.host_ports)
-            if use_cache:
-                if len(cache) > 50_000:
-                    cache.clear()
-                cache[key] = hit
+            if shapes is not None:
+                if len(shapes) > 50_000:
+                    shapes.clear()
+                shapes[key] = hit
         shape, requests = hit
         pods = []
         for i in missing[pos]:
@@ -420,7 +424,7 @@ class TopologyHints:
     """What a PodGroup's annotations ask of the topology (parsed once per PodGroup)."""
 
     joint_rdma: bool = False
-    nic_scope: str | None = None
+    nic_scope: NICScope = None
     flexible: bool = False
     required: str | None = None
     preferred: str | None = None
@@ -432,7 +436,8 @@ def topology_hints(pg: PodGroup) -> TopologyHints:
     Raises `RequestError` naming the annotation and the allowed values for a bad one.
     """
     ann = pg.metadata.annotations
-    joint, scope = False, None
+    joint = False
+    scope: NICScope = None
     raw = ann.get(ANNOTATION_JOINT_ALLOCATE)
     if raw:
         field_name = f"metadata.annotations[{ANNOTATION_JOINT_ALLOCATE}]"

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import structlog
 
 from gpuyard.apis.core import Node
+from gpuyard.apis.devices import NodeTopology
+from gpuyard.apis.quotakinds import ElasticQuota, Queue, ResourceQuota
 from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.decisions import PatchStatus
@@ -55,6 +57,9 @@ __all__ = ["Admission", "TrackedJob"]
 log = structlog.get_logger(__name__)
 
 Key = tuple[str, str]
+VectorItems = tuple[tuple[str, int], ...]
+JobShape = tuple[tuple[str, VectorItems, bool] | None, str, VectorItems]
+"""What quota answers depend on for a waiting job: (quota charge, namespace, ResourceQuota usage)."""
 
 
 @dataclass(slots=True)
@@ -77,7 +82,7 @@ class Admission:
     def __init__(self, objects: ObjectCache) -> None:
         self.objects = objects
         self.tree = QuotaTree()
-        self.quotas = QuotaBook(self.tree)
+        self.quotas: QuotaBook[Key] = QuotaBook(self.tree)
         self.rqs = ResourceQuotaBook()
         self.queue = FairQueue()
         self.jobs: dict[Key, TrackedJob] = {}
@@ -94,7 +99,13 @@ class Admission:
 
     # --- configuration from the objects ------------------------------------------------------
 
-    def load(self, *, nodes: Iterable[Node], classes: Iterable[ResourceClass], topologies: Mapping) -> None:
+    def load(
+        self,
+        *,
+        nodes: Iterable[Node],
+        classes: Iterable[ResourceClass],
+        topologies: Mapping[str, NodeTopology],
+    ) -> None:
         """Everything from a full LIST (start-up, re-list): keeps no job state."""
         kinds = set(self.objects.kinds())
         self.tree = QuotaTree()
@@ -141,7 +152,7 @@ class Admission:
 
     def sync_quotas(self) -> None:
         """The ElasticQuota objects changed: new tree structure, jobs re-charged where their quota moved."""
-        specs = specs_from_quotas(self.objects.list("ElasticQuota"))  # type: ignore[arg-type]
+        specs = specs_from_quotas(self.objects.list_of(ElasticQuota))
         self._wrote_all.clear()
         self.has_quotas = bool(specs)
         self.tree.set_quotas(specs)
@@ -152,18 +163,22 @@ class Admission:
         self.epoch += 1
 
     def sync_resource_quotas(self) -> None:
-        self.rqs.set_quotas(self.objects.list("ResourceQuota"))  # type: ignore[arg-type]
+        self.rqs.set_quotas(self.objects.list_of(ResourceQuota))
         self.epoch += 1
 
     def sync_queues(self) -> None:
-        queues = self.objects.list("Queue")
+        queues = self.objects.list_of(Queue)
         self.has_queues = bool(queues)
         self._wrote_all.clear()
-        self.queue.set_queues(queue_configs(queues))  # type: ignore[arg-type]
+        self.queue.set_queues(queue_configs(queues))
         self.epoch += 1
 
     def sync_classes(
-        self, classes: Iterable[ResourceClass], *, nodes: Iterable[Node], topologies: Mapping
+        self,
+        classes: Iterable[ResourceClass],
+        *,
+        nodes: Iterable[Node],
+        topologies: Mapping[str, NodeTopology],
     ) -> None:
         """ResourceClasses changed: every node's per-class capacity is counted again."""
         self._classes = list(classes)
@@ -173,7 +188,7 @@ class Admission:
             self._set_node(node, topologies.get(node.metadata.name))
         self._apply_total()
 
-    def node_changed(self, name: str, node: Node | None, topology: object | None) -> None:
+    def node_changed(self, name: str, node: Node | None, topology: NodeTopology | None) -> None:
         """One node was added, changed or removed: its share of the capacity is recounted."""
         old = self._node_cap.pop(name, None)
         if old:
@@ -182,7 +197,7 @@ class Admission:
             self._set_node(node, topology)
         self._apply_total()
 
-    def _set_node(self, node: Node, topology: object | None) -> None:
+    def _set_node(self, node: Node, topology: NodeTopology | None) -> None:
         topologies = {node.metadata.name: topology} if topology is not None else None
         cap = capacity_of([node], classes=self._classes, topologies=topologies)
         if cap:
@@ -238,9 +253,9 @@ class Admission:
     def enqueue(self, pg: PodGroup) -> QueuedJob:
         """A PodGroup with no placement waits: tracked (its demand joins the request) and queued."""
         t = self._tracked(pg)
-        key = t.job.key
+        key = (pg.metadata.namespace, pg.metadata.name)  # = t.job.key
         if self.queue.is_running(key):
-            self.requeue(key)  # type: ignore[arg-type]
+            self.requeue(key)
         else:
             self.queue.add(t.job)
         return t.job
@@ -248,7 +263,7 @@ class Admission:
     def ensure_running(self, pg: PodGroup, *, now: float) -> None:
         """A PodGroup found holding reservations (placed by us earlier, or after a re-list)."""
         t = self._tracked(pg)
-        key = t.job.key
+        key = (pg.metadata.namespace, pg.metadata.name)  # = t.job.key
         charge = self.quotas.charge(key)
         if charge is not None and not charge.admitted:
             self.quotas.track(
@@ -267,7 +282,7 @@ class Admission:
         reason = self.quotas.check(key) if self.has_quotas else None
         return reason or self.rqs.check(t.namespace, t.rq_usage)
 
-    def shape(self, key: Key) -> tuple | None:
+    def shape(self, key: Key) -> JobShape | None:
         """What `check` and `owed` depend on besides the quota state: jobs of equal shape get
         the same answers until the state changes (the loop checks one per shape per state)."""
         t = self.jobs.get(key)
@@ -323,7 +338,7 @@ class Admission:
         for key, charge in self.quotas.jobs():
             if not charge.admitted:
                 continue
-            t = self.jobs.get(key)  # type: ignore[arg-type]
+            t = self.jobs.get(key)
             if t is None:
                 continue
             out.append(
@@ -370,8 +385,8 @@ class Admission:
         # Statuses are functions of the tree (or the queue counts): unchanged since every one was
         # written, there is nothing to write (a failed write makes the next call look again).
         if "ElasticQuota" in kinds and self._wrote_all.get("ElasticQuota") != (self.tree, self.tree.version):
-            for obj in store.list("ElasticQuota"):
-                name = obj.metadata.name
+            for eq in store.list_of(ElasticQuota):
+                name = eq.metadata.name
                 if name not in self.tree:
                     continue
                 st = self.tree.status(name)
@@ -380,18 +395,27 @@ class Admission:
                     tuple(sorted(st.used.items())),
                     tuple(sorted(st.request.items())),
                 )
-                self._write(out, obj, numbers, runtime=st.runtime, used=st.used, request=st.request)
+                if self._changed(eq, numbers):
+                    vectors = {"runtime": st.runtime, "used": st.used, "request": st.request}
+                    self._patch(out, eq, {n: quantities_of(x) for n, x in vectors.items()})
             self._wrote_all["ElasticQuota"] = (self.tree, self.tree.version)
         counts = self.queue_counts() if "Queue" in kinds else None
         if counts is not None and self._wrote_all.get("Queue") != counts:
-            for obj in store.list("Queue"):
-                pending, running, share = counts.get(obj.metadata.name, (0, 0, 0.0))
-                self._write(out, obj, (pending, running, round(share, 4)))
+            for q in store.list_of(Queue):
+                pending, running, share = counts.get(q.metadata.name, (0, 0, 0.0))
+                share = round(share, 4)
+                if self._changed(q, (pending, running, share)):
+                    self._patch(out, q, {"pending": pending, "running": running, "share": share})
             self._wrote_all["Queue"] = counts
         if "ResourceQuota" in kinds:
-            for obj in store.list("ResourceQuota"):
-                used = self.rqs.used(obj.metadata.namespace, obj.metadata.name)
-                self._write(out, obj, tuple(sorted(used.items())), used=used)
+            for rq in store.list_of(ResourceQuota):
+                used = self.rqs.used(rq.metadata.namespace, rq.metadata.name)
+                if self._changed(rq, tuple(sorted(used.items()))):
+                    changes: dict[str, object] = {
+                        "hard": dict(rq.spec.hard),
+                        "used": {k: _quantity(k, v) for k, v in used.items()},
+                    }
+                    self._patch(out, rq, changes)
         return out
 
     def write_failed(self, kind: str, namespace: str, name: str) -> None:
@@ -403,30 +427,23 @@ class Admission:
         """Per queue: pending (ready or set aside), running, weighted dominant share."""
         return {q: (p, r, self.queue.share(q)) for q, (p, r) in self.queue.counts().items()}
 
-    def _write(
-        self, out: list[PatchStatus], obj: object, numbers: object, **vectors: Mapping[str, int]
-    ) -> None:
-        meta = obj.metadata  # type: ignore[attr-defined]
-        kind = obj.kind  # type: ignore[attr-defined]
-        wkey = (kind, meta.namespace, meta.name)
+    def _changed(self, obj: ElasticQuota | Queue | ResourceQuota, numbers: tuple[object, ...]) -> bool:
+        """Whether `obj`'s status numbers differ from those last written (noted as written now)."""
+        meta = obj.metadata
+        wkey = (obj.kind, meta.namespace, meta.name)
         if self._written.get(wkey) == numbers:
-            return
+            return False
         self._written[wkey] = numbers
-        status = obj.status  # type: ignore[attr-defined]
-        changes: dict[str, object]
-        if kind == "Queue":
-            pending, running, share = numbers  # type: ignore[misc]
-            changes = {"pending": pending, "running": running, "share": share}
-        elif kind == "ResourceQuota":
-            changes = {
-                "hard": dict(obj.spec.hard),  # type: ignore[attr-defined]
-                "used": {k: _quantity(k, v) for k, v in vectors["used"].items()},
-            }
-        else:
-            changes = {name: quantities_of(vec) for name, vec in vectors.items()}
+        return True
+
+    def _patch(
+        self, out: list[PatchStatus], obj: ElasticQuota | Queue | ResourceQuota, changes: dict[str, object]
+    ) -> None:
+        """Patch the fields of `obj`'s status that differ from `changes`."""
+        status, meta = obj.status, obj.metadata
         changes = {k: v for k, v in changes.items() if getattr(status, k) != v}
         if changes:
-            out.append(PatchStatus(kind, meta.namespace, meta.name, changes))
+            out.append(PatchStatus(obj.kind, meta.namespace, meta.name, changes))
 
 
 def _quantity(key: str, amount: int) -> object:

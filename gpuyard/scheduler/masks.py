@@ -15,16 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from cachetools import Cache, LRUCache
 
-from gpuyard.apis.resourceclasses import Matcher, ResourceClass
+from gpuyard.apis.devicematching import Matcher
+from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.scheduler.gang_requests import (
     GPU_MILLI,
     Constraints,
     PodShape,
     Term,
+    Toleration,
     affinity_ok,
     selector_ok,
     taints_ok,
@@ -35,6 +38,11 @@ from gpuyard.scheduler.noderows import NodeRows
 __all__ = ["ClassMask", "Masks"]
 
 _MASK_CACHE_SIZE = 1024
+
+SelectorKey = tuple[tuple[tuple[str, str], ...], tuple[Term, ...]]
+"""A node-selector mask's key: (nodeSelector, required affinity terms)."""
+TaintKey = tuple[Toleration, ...]
+K = TypeVar("K")  # a mask cache's key type
 
 
 @dataclass(slots=True)
@@ -51,8 +59,8 @@ class Masks:
     def __init__(self, *, arrays: NodeArrays, rows: NodeRows) -> None:
         self._arrays = arrays
         self._rows = rows
-        self._selector_masks: LRUCache[tuple, np.ndarray] = LRUCache(maxsize=_MASK_CACHE_SIZE)
-        self._taint_masks: LRUCache[tuple, np.ndarray] = LRUCache(maxsize=_MASK_CACHE_SIZE)
+        self._selector_masks: LRUCache[SelectorKey, np.ndarray] = LRUCache(maxsize=_MASK_CACHE_SIZE)
+        self._taint_masks: LRUCache[TaintKey, np.ndarray] = LRUCache(maxsize=_MASK_CACHE_SIZE)
         self._matchers: dict[str, tuple[int, Matcher]] = {}  # class name -> (resourceVersion, matcher)
         self._class_masks: dict[str, ClassMask] = {}
 
@@ -62,12 +70,12 @@ class Masks:
         """bool[N] for nodeSelector + required affinity (cached); None when the pod selects nothing."""
         if not constraints.selects:
             return None
-        key = (constraints.node_selector, constraints.affinity)
+        key: SelectorKey = (constraints.node_selector, constraints.affinity)
         return self._cached(self._selector_masks, key, lambda row: self._selects(key, row))
 
     def term_mask(self, term: Term) -> np.ndarray:
         """bool[N] for one node-selector term (preferred affinity scoring)."""
-        key = ((), (term,))
+        key: SelectorKey = ((), (term,))
         return self._cached(self._selector_masks, key, lambda row: self._selects(key, row))
 
     def taint_mask(self, constraints: Constraints) -> np.ndarray:
@@ -78,15 +86,15 @@ class Masks:
         taints = self._rows.taints
         return self._cached(self._taint_masks, key, lambda row: taints_ok(taints[row], key))
 
-    def _selects(self, key: tuple, row: int) -> bool:
+    def _selects(self, key: SelectorKey, row: int) -> bool:
         node_selector, affinity = key
         labels = self._rows.labels[row]
         if node_selector and not selector_ok(node_selector, labels):
             return False
         return not affinity or affinity_ok(affinity, labels, self._rows.names[row] or "")
 
-    def _cached(self, cache: LRUCache, key: tuple, test: Callable[[int], bool]) -> np.ndarray:
-        mask = cache.get(key)
+    def _cached(self, cache: LRUCache[K, np.ndarray], key: K, test: Callable[[int], bool]) -> np.ndarray:
+        mask: np.ndarray | None = cache.get(key)
         if mask is None:
             mask = np.zeros(self._arrays.n, dtype=bool)
             for row, name in enumerate(self._rows.names):
@@ -100,8 +108,8 @@ class Masks:
         for key in self._selector_masks:
             _peek(self._selector_masks, key)[row] = self._selects(key, row)
         taints = self._rows.taints[row]
-        for key in self._taint_masks:
-            _peek(self._taint_masks, key)[row] = taints_ok(taints, key)
+        for tolerations in self._taint_masks:
+            _peek(self._taint_masks, tolerations)[row] = taints_ok(taints, tolerations)
         for name, cm in self._class_masks.items():
             self._class_row(cm, self._matchers[name][1], row)
 
@@ -186,15 +194,18 @@ class Masks:
             return a.gpu_whole_free
         usable = self.gpu_usable(gpu_class)
         if gpu_milli >= GPU_MILLI:
-            return ((a.gpu_free_milli == GPU_MILLI) & usable).sum(axis=1)
-        return np.where(usable, np.maximum(a.gpu_free_milli, 0) // gpu_milli, 0).sum(axis=1)
+            whole: np.ndarray = ((a.gpu_free_milli == GPU_MILLI) & usable).sum(axis=1)
+            return whole
+        result: np.ndarray = np.where(usable, np.maximum(a.gpu_free_milli, 0) // gpu_milli, 0).sum(axis=1)
+        return result
 
     def share_memory(self, row: int, shape: PodShape) -> np.ndarray:
         """int64[G]: MiB a share of `shape` needs on each GPU of `row` (0 where the GPU's memory is unknown)."""
         mib = self._arrays.gpu_mem_mib[row]
         if shape.gpu_mem_mib:
             return np.where(mib > 0, shape.gpu_mem_mib, 0).astype(np.int64)
-        return -(-mib.astype(np.int64) * shape.gpu_mem_permille // GPU_MILLI)
+        result: np.ndarray = -(-mib.astype(np.int64) * shape.gpu_mem_permille // GPU_MILLI)
+        return result
 
     def share_available(self, shape: PodShape) -> np.ndarray:
         """int[N]: how many shares of `shape` fit on each node, by milli AND memory (vectorised;
@@ -208,17 +219,19 @@ class Masks:
             need = -(-total * shape.gpu_mem_permille // GPU_MILLI)
         by_milli = np.maximum(a.gpu_free_milli, 0) // shape.gpu_milli
         by_mem = np.where(need > 0, np.maximum(a.gpu_mem_free, 0) // np.maximum(need, 1), by_milli)
-        return np.where(usable, np.minimum(by_milli, by_mem), 0).sum(axis=1)
+        result: np.ndarray = np.where(usable, np.minimum(by_milli, by_mem), 0).sum(axis=1)
+        return result
 
     def share_fits(self, row: int, shape: PodShape) -> np.ndarray:
         """bool[G]: GPUs of `row` a share of `shape` fits on (healthy, of its class, milli and memory free)."""
         a = self._arrays
         usable = self.gpu_usable(shape.gpu_class)[row]
-        return (
+        result: np.ndarray = (
             usable
             & (a.gpu_free_milli[row] >= shape.gpu_milli)
             & (a.gpu_mem_free[row] >= self.share_memory(row, shape))
         )
+        return result
 
 
 _peek = Cache.__getitem__

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 from gpuyard.apis.core import GPU_RESOURCE, Node
 from gpuyard.apis.devicematching import DeviceInfo
-from gpuyard.apis.devices import NodeTopology
+from gpuyard.apis.devices import NodeTopology, PartitionPolicy
 from gpuyard.apis.quantity import to_int, to_milli
 from gpuyard.devices.bandwidth import model_key
 from gpuyard.devices.presets import H100_PARTITIONS
@@ -50,7 +50,7 @@ class NodeRows:
         self.devices: list[list[DeviceInfo]] = []
         self.topologies: list[NodeTopology | None] = []  # with the node's partition policy applied
         self.tables: list[SubsetTable | None] = []  # the shared best-subset table (<= 8 GPUs)
-        self._topo_keys: list[tuple | None] = []
+        self._topo_keys: list[tuple[int, int, str | None] | None] = []  # (id, resourceVersion, policy)
         self.table_list: list[SubsetTable] = []  # distinct tables; `table_id[N]` indexes it
         self._table_index: dict[str, int] = {}
         self.model_names: list[str] = []  # `gpu_model[N]` indexes it
@@ -182,6 +182,10 @@ def _intern(value: str, names: list[str], index: dict[str, int]) -> int:
     return pos
 
 
+_PARTITION_POLICIES: dict[str, PartitionPolicy] = {"Honor": "Honor", "Prefer": "Prefer"}
+"""The partition-policy label's values that mean something."""
+
+
 def _with_policy(topology: NodeTopology, policy: str | None) -> NodeTopology:
     """The topology with the node label's partition policy (Honor | Prefer) applied.
 
@@ -189,7 +193,8 @@ def _with_policy(topology: NodeTopology, policy: str | None) -> NodeTopology:
     H100/H800/H20 and the label asks for a policy; other values of the label are ignored.
     """
     spec = topology.spec
-    if policy not in ("Honor", "Prefer") or policy == spec.partition_policy:
+    chosen = _PARTITION_POLICIES.get(policy) if policy is not None else None
+    if chosen is None or chosen == spec.partition_policy:
         return topology
     partitions = spec.partitions
     if partitions is None:
@@ -199,5 +204,5 @@ def _with_policy(topology: NodeTopology, policy: str | None) -> NodeTopology:
         partitions = [list(p) for p in H100_PARTITIONS]
     changed = topology.model_copy(deep=True)
     changed.spec.partitions = partitions
-    changed.spec.partition_policy = policy  # type: ignore[assignment]
+    changed.spec.partition_policy = chosen
     return changed

@@ -8,13 +8,16 @@ the objects it was given (no copies).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable
+from typing import TypeVar, cast
 
 from gpuyard.apis.meta import Resource
 
 __all__ = ["ObjectCache"]
 
 Key = tuple[str, str]
+R = TypeVar("R", bound=Resource)
 
 
 class ObjectCache:
@@ -50,6 +53,19 @@ class ObjectCache:
         table = self._by_kind.get(kind, {})
         keys = sorted(k for k in table if namespace is None or k[0] == namespace)
         return [table[k] for k in keys]
+
+    # Typed reads: the kind comes from the model class, and the result has that type. Objects are
+    # filed under their own `kind`, and a kind has one model class (its `KIND`), so no check is
+    # made per object.
+
+    def get_of(self, cls: type[R], namespace: str, name: str) -> R | None:
+        """`get(cls.KIND, ...)` typed as `cls`."""
+        table = self._by_kind.get(cls.KIND)
+        return cast("R | None", table.get((namespace, name)) if table is not None else None)
+
+    def list_of(self, cls: type[R], *, namespace: str | None = None) -> builtins.list[R]:
+        """`list(cls.KIND, ...)` typed as `cls`."""
+        return cast("builtins.list[R]", self.list(cls.KIND, namespace=namespace))
 
     def count(self, kind: str) -> int:
         return len(self._by_kind.get(kind, ()))

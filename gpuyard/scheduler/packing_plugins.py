@@ -49,7 +49,7 @@ from gpuyard.scheduler.framework import (
     register_profile,
     register_score,
 )
-from gpuyard.scheduler.gang_requests import GPU_MILLI, PodShape
+from gpuyard.scheduler.gang_requests import GPU_MILLI, Constraints, PodShape
 from gpuyard.scheduler.packing import POLICIES, ClusterState, PackingPolicy, PodRequest, fits, get_policy
 from gpuyard.scheduler.snapshot import Snapshot
 from gpuyard.scheduler.topology import TopologyChooser
@@ -94,12 +94,16 @@ class PackingScore:
         self.policy: PackingPolicy = get_policy(policy, seed=seed, coverage=coverage)
         self.gpu_only = gpu_only
         self.prepared = False
-        self._learned: tuple | None = None
+        self._learned: tuple[int, int, int, set[tuple[int, int, int]]] | None = (
+            None  # version, pods, shapes, shapes seen
+        )
         self._mirror: ClusterState | None = None
-        self._stamp: tuple | None = None
-        self._models: dict[tuple, tuple[int, ...] | None] = {}
+        self._stamp: tuple[int, int, int, int, int] | None = None
+        self._models: dict[tuple[Constraints, str | None], tuple[int, ...] | None] = {}
         self._seen = np.zeros(0, dtype=np.int64)
-        self._scores: dict[tuple, tuple[int, np.ndarray, np.ndarray]] = {}
+        self._scores: dict[
+            tuple[tuple[int, int, int, tuple[int, ...] | None], int], tuple[int, np.ndarray, np.ndarray]
+        ] = {}
         self._generation = 0  # bumped when the policy learns a workload: cached scores are void
 
     def prepare(self, workload: Iterable[PodRequest]) -> None:
@@ -327,7 +331,8 @@ class CPUStranding:
         need = take.astype(np.int64) * shape.cpu_milli * 1000
         before = np.maximum(0, gpu * r - cpu)
         after = np.maximum(0, gpu * r - (cpu - need))
-        return -(after - before).astype(np.float64)
+        out: np.ndarray = (before - after).astype(np.float64)
+        return out
 
 
 def _cpu_stranding(args: Mapping[str, Any]) -> CPUStranding:

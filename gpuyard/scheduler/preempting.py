@@ -25,9 +25,10 @@ The scheduler never imports the operator; PodGroup status is the only channel.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
 import numpy as np
 import structlog
@@ -116,7 +117,7 @@ class Reclaimer:
         self._tried_epoch[charge.quota] = epoch
         running = adm.running_jobs()
         # a one-pod job of several GPUs needs the room on one node: take it there if possible
-        pg = objects.get("PodGroup", *key)
+        pg = objects.get_of(PodGroup, *key)
         plan = self._node_plan(adm, pg, charge.quota, charge.usage, running, snapshot)
         if plan is None:
             plan = plan_reclaim(adm.tree, owner=charge.quota, need=charge.usage, running=running)
@@ -148,10 +149,11 @@ class Reclaimer:
             return None
         ok = snapshot.alive & snapshot.ready & snapshot.schedulable & ~snapshot.tainted
         ok &= snapshot.gpu_healthy_count >= gpus
-        room = {snapshot.names[r]: int(snapshot.gpu_whole_free[r]) for r in np.flatnonzero(ok)}
-        plan = plan_node_reclaim(
-            adm.tree, owner=quota, gpus=gpus, running=running, held=snapshot.group_gpus, room=room
-        )
+        names = cast("list[str]", snapshot.names)  # rows in `ok` are alive, and alive rows are named
+        room = {names[r]: int(snapshot.gpu_whole_free[r]) for r in np.flatnonzero(ok)}
+        # asked only with the keys of `running` (`adm.running_jobs()`): (namespace, name) pairs
+        held = cast("Callable[[Hashable], Mapping[str, int]]", snapshot.group_gpus)
+        plan = plan_node_reclaim(adm.tree, owner=quota, gpus=gpus, running=running, held=held, room=room)
         return plan if plan.feasible and plan.victims else None
 
     def _execute(
@@ -173,13 +175,13 @@ class Reclaimer:
         )
         done: list[Key] = []
         for victim in plan.victims:
-            key: Key = victim.job.key  # type: ignore[assignment]
+            key = cast(Key, victim.job.key)  # running jobs are keyed by (namespace, name)
             adm.requeue(key)
             done.append(key)
             message = (
                 f"reclaimed by quota {plan.owner} ({mins}) for {owner_key[0]}/{owner_key[1]}: {victim.reason}"
             )
-            pg = objects.get("PodGroup", *key)
+            pg = objects.get_of(PodGroup, *key)
             if isinstance(pg, PodGroup):
                 held = snapshot.placed_pods(key)
                 extra: dict[str, object] = {}
@@ -205,7 +207,7 @@ class Reclaimer:
                 beneficiary=f"{owner_key[0]}/{owner_key[1]}",
             )
         self.preempted += len(done)
-        owner = objects.get("PodGroup", *owner_key)
+        owner = objects.get_of(PodGroup, *owner_key)
         if isinstance(owner, PodGroup):
             names = ", ".join(f"{k[0]}/{k[1]}" for k in done)
             recorder.event(

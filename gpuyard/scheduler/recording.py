@@ -20,15 +20,15 @@ could help.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime
 
 import structlog
 
 from gpuyard.apis.scheduling import PodGroup, pod_name
 from gpuyard.scheduler.assuming import StatusView, event_about, patch, status_changes
-from gpuyard.scheduler.decisions import Decision, PatchStatus, RecordEvent
-from gpuyard.scheduler.gatekeeping import Admission
+from gpuyard.scheduler.decisions import Decision, EventType, PatchStatus, RecordEvent
+from gpuyard.scheduler.gatekeeping import Admission, JobShape
 
 __all__ = ["Key", "QuotaParking", "Recorder", "is_complete"]
 
@@ -45,10 +45,10 @@ class QuotaParking:
     """Jobs parked by quota alone since they were last tried, and the same per job shape."""
 
     def __init__(self) -> None:
-        self.parked: dict[Key, tuple] = {}  # parked by quota alone since last tried -> shape
-        self.by_shape: dict[tuple, set[Key]] = {}  # the same, per shape
+        self.parked: dict[Key, JobShape] = {}  # parked by quota alone since last tried -> shape
+        self.by_shape: dict[JobShape, set[Key]] = {}  # the same, per shape
 
-    def stays(self, adm: Admission) -> Callable[[Key], bool] | None:
+    def stays(self, adm: Admission) -> Callable[[Hashable], bool] | None:
         """For `wake_parked`: jobs parked by quota alone stay parked while quota still blocks
         their shape and reclaim cannot help it (not owed). One check per shape, so a change
         elsewhere does not send every waiting job through a cycle again."""
@@ -59,7 +59,7 @@ class QuotaParking:
                     self.unpark(key)
         return self.parked.__contains__ if self.parked else None
 
-    def park(self, key: Key, shape: tuple | None) -> None:
+    def park(self, key: Key, shape: JobShape | None) -> None:
         self.unpark(key)
         if shape is not None:
             self.parked[key] = shape
@@ -97,7 +97,7 @@ class Recorder:
 
     def forget(self, key: Key) -> None:
         for table in (self.views, self.attempts, self.failures, self.last_cause):
-            table.pop(key, None)  # type: ignore[attr-defined]
+            table.pop(key, None)
 
     def clear(self) -> None:
         """A re-list: statuses are read again from the objects."""
@@ -126,7 +126,7 @@ class Recorder:
         message: str,
         placed: int,
         now: datetime,
-        into: list | None = None,
+        into: list[PatchStatus | RecordEvent] | None = None,
         extra: Mapping[str, object] | None = None,
     ) -> PatchStatus | None:
         """Record the scheduler's status fields of `pg` when they changed (plus `extra` fields)."""
@@ -146,7 +146,10 @@ class Recorder:
         if not changes:
             return None
         decision = patch(key, changes)
-        (self.out if into is None else into).append(decision)
+        if into is None:
+            self.out.append(decision)
+        else:
+            into.append(decision)
         return decision
 
     def evictions(self, pg: PodGroup, evictions: dict[str, str]) -> None:
@@ -162,14 +165,17 @@ class Recorder:
         *,
         reason: str,
         message: str,
-        type_: str = "Normal",
+        type_: EventType = "Normal",
         now: datetime,
-        into: list | None = None,
+        into: list[PatchStatus | RecordEvent] | None = None,
     ) -> RecordEvent | None:
         if not self.events:
             return None
         decision = event_about(pg, reason=reason, message=message, type_=type_, now=now)
-        (self.out if into is None else into).append(decision)
+        if into is None:
+            self.out.append(decision)
+        else:
+            into.append(decision)
         return decision
 
     def attempted(self, pg: PodGroup) -> None:
@@ -194,7 +200,7 @@ class Recorder:
         key = (pg.metadata.namespace, pg.metadata.name)
         last = self.last_cause.get(key)
         same = last is not None and last[0] == code and last[1] == cause
-        if same and now - last[2] < _STATUS_EVERY:  # type: ignore[index]
+        if same and last is not None and now - last[2] < _STATUS_EVERY:
             return
         self.last_cause[key] = (code, cause, now)
         self.status(
@@ -214,7 +220,7 @@ class Recorder:
         """One more failure of `key`: how long it waits before the next try."""
         n = self.failures.get(key, 0)
         self.failures[key] = n + 1
-        return min(_BACKOFF_MAX, _BACKOFF_BASE * 2**n)
+        return min(_BACKOFF_MAX, _BACKOFF_BASE * (1 << n))  # 1 << n: 2**n as an int (n >= 0)
 
 
 def is_complete(pg: PodGroup, held: dict[str, str]) -> bool:

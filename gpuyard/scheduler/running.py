@@ -65,9 +65,10 @@ class SchedulerLoop:
         # A write is answered at once by the in-memory writer without a journal; otherwise (a
         # journal's group commit, an API server) it waits, and independent writes go together.
         self._together = ctx.journal is not None or not isinstance(ctx.writer, StoreWriter)
+        port_lo, port_hi = ctx.settings.operator.host_port_range
         self.state = SchedulerState(
             profile=profile or profile_from_settings(ctx.settings),
-            port_range=tuple(ctx.settings.operator.host_port_range),  # type: ignore[arg-type]
+            port_range=(port_lo, port_hi),
             reclaim_delay=float(getattr(ctx.settings.scheduler, "reclaim_delay", 0.0)),
             events=events,
             metrics=SchedulerMetrics.for_registry(ctx.registry),

@@ -16,12 +16,12 @@ normalises each plugin's raw scores to 0..100 over the candidates and adds them 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from gpuyard.scheduler.framework import CycleState, register_score
+from gpuyard.scheduler.framework import CycleState, N, no_args, register_score
 from gpuyard.scheduler.gang_requests import GPU_MILLI, PodShape
 
 __all__ = [
@@ -48,7 +48,8 @@ def normalize(raw: np.ndarray, *, valid: np.ndarray | None = None) -> np.ndarray
     span = hi - lo
     if not span > 0:
         return np.zeros(len(raw), dtype=np.float64)
-    return (raw - lo) * (100.0 / span)
+    result: np.ndarray = (raw - lo) * (100.0 / span)
+    return result
 
 
 def _used_after(free: np.ndarray, alloc: np.ndarray, taken: np.ndarray) -> np.ndarray:
@@ -67,7 +68,8 @@ def _gpu_used_after(
         used = take * (shape.gpu_milli / GPU_MILLI)
         return _used_after(free, healthy, used)
     used = healthy - s.gpu_whole_free[nodes] + take * shape.gpus
-    return used * s.gpu_healthy_inv[nodes]
+    result: np.ndarray = used * s.gpu_healthy_inv[nodes]
+    return result
 
 
 class GPUBinpack:
@@ -98,7 +100,8 @@ class ExactFit:
         if shape.gpus < 2:
             return None
         avail = state.snapshot.gpu_available(shape.gpu_class, shape.gpu_milli)[nodes]
-        return -(avail - take * shape.gpus).astype(np.float64)
+        result: np.ndarray = -(avail - take * shape.gpus).astype(np.float64)
+        return result
 
 
 class CPUSpread:
@@ -113,7 +116,8 @@ class CPUSpread:
         cpu = _used_after(s.cpu_free[nodes], s.cpu_alloc[nodes], take * shape.cpu_milli)
         mem = _used_after(s.mem_free[nodes], s.mem_alloc[nodes], take * shape.mem_mib)
         no_gpu = (s.gpu_count[nodes] == 0).astype(np.float64)
-        return (1.0 - (cpu + mem) / 2) + no_gpu
+        result: np.ndarray = (1.0 - (cpu + mem) / 2) + no_gpu
+        return result
 
 
 class GPUTypePreference:
@@ -145,7 +149,7 @@ class Failover:
         if row is None:
             return None
         rows = np.arange(s.n)[nodes]
-        out = (rows == row).astype(np.float64) * 2
+        out: np.ndarray = (rows == row).astype(np.float64) * 2
         if s.block[row] >= 0:
             out += s.block[nodes] == s.block[row]
         return out
@@ -169,7 +173,8 @@ class MostAllocated:
             parts.append(_gpu_used_after(state, shape, nodes, take))
         if not parts:
             return None
-        return sum(parts) / len(parts)
+        result: np.ndarray = sum(parts[1:], parts[0]) / len(parts)
+        return result
 
 
 class LeastAllocated(MostAllocated):
@@ -200,13 +205,8 @@ class RandomScore:
         return state.rng.random(len(take))
 
 
-def _factory(cls: type) -> Any:
-    def make(args: Mapping[str, Any]) -> Any:
-        if args:
-            raise ValueError(f"score plugin {cls.name!r} takes no arguments, got {sorted(args)}")  # type: ignore[attr-defined]
-        return cls()
-
-    return make
+def _factory(cls: type[N]) -> Callable[[Mapping[str, Any]], N]:
+    return no_args(cls, "score plugin")
 
 
 for _cls in (

@@ -25,7 +25,7 @@ Scores work per *distinct table* over NumPy arrays of free masks, never per node
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ import numpy as np
 from gpuyard.devices.bandwidth import NodeShare, placement_bandwidth
 from gpuyard.devices.subsets import greedy_pick, indices_of, pick, pick_gpus, pick_nics, select
 from gpuyard.scheduler.choosing import LowestIndexChooser
-from gpuyard.scheduler.framework import CycleState, GPUChoice, register_chooser, register_score
+from gpuyard.scheduler.framework import CycleState, GPUChoice, N, no_args, register_chooser, register_score
 from gpuyard.scheduler.gang_requests import GPU_MILLI, PodShape
 from gpuyard.scheduler.snapshot import Snapshot
 
@@ -77,7 +77,8 @@ def free_masks(snapshot: Snapshot, nodes: np.ndarray | slice, gpu_class: str | N
         if cm is None:
             return np.zeros(ok.shape[0], dtype=np.int64)
         ok = ok & cm.gpu[nodes]
-    return ok.astype(np.int64) @ _bits(snapshot.g)
+    result: np.ndarray = ok.astype(np.int64) @ _bits(snapshot.g)
+    return result
 
 
 def _free_nics(snapshot: Snapshot, row: int) -> list[str]:
@@ -129,17 +130,17 @@ class TopologyChooser:
         table = snapshot.tables[row]
         k = shape.gpus
         if not shape.rdma:
-            gpus = pick_gpus(table, free, k) if table is not None else greedy_pick(topo, free, k)
-            if gpus is None:
+            picked = pick_gpus(table, free, k) if table is not None else greedy_pick(topo, free, k)
+            if picked is None:
                 self._why_not(shape, node, topo.spec.partition_policy, free)
                 return None
-            return GPUChoice(gpus)
+            return GPUChoice(picked)
         sel = select(
             topo,
             free,
             k,
             rdma=True,
-            nic_scope=shape.nic_scope,  # type: ignore[arg-type]
+            nic_scope=shape.nic_scope,
             free_nics=_free_nics(snapshot, row),
             table=table,
         )
@@ -270,7 +271,7 @@ def _node_share(snapshot: Snapshot, row: int, shape: PodShape, count: int) -> No
         gpus, intra = picked, None
     nics: tuple[str, ...] = ()
     if shape.rdma:
-        got = pick_nics(topo, gpus, shape.nic_scope, free_nics=_free_nics(snapshot, row))  # type: ignore[arg-type]
+        got = pick_nics(topo, gpus, shape.nic_scope, free_nics=_free_nics(snapshot, row))
         if got is None:
             return None
         nics = tuple(got)
@@ -293,8 +294,8 @@ def best_split(
     `placement_bandwidth`. Ties: the split that keeps the most pods together (7+1 over 4+4: fewer
     ring hops leave a node), then the better summed node score. None when no pair can hold it.
     """
-    order = np.lexsort((-scores, -caps))[:_SPLIT_CANDIDATES]
-    order = [int(i) for i in order if caps[i] > 0 and snapshot.topologies[int(rows[i])] is not None]
+    ranked = np.lexsort((-scores, -caps))[:_SPLIT_CANDIDATES]
+    order = [int(i) for i in ranked if caps[i] > 0 and snapshot.topologies[int(rows[i])] is not None]
     shares: dict[tuple[int, int], NodeShare | None] = {}
 
     def share(i: int, count: int) -> NodeShare | None:
@@ -344,13 +345,8 @@ def colocated_set(snapshot: Snapshot, row: int, shape: PodShape, count: int) -> 
     return out
 
 
-def _no_args(cls: type) -> Any:
-    def make(args: Mapping[str, Any]) -> Any:
-        if args:
-            raise ValueError(f"plugin {cls.name!r} takes no arguments, got {sorted(args)}")  # type: ignore[attr-defined]
-        return cls()
-
-    return make
+def _no_args(cls: type[N]) -> Callable[[Mapping[str, Any]], N]:
+    return no_args(cls, "plugin")
 
 
 register_chooser(TopologyChooser.name, _no_args(TopologyChooser), replace=True)

@@ -18,8 +18,6 @@ awareness; see ``fgd.py`` and docs/simulation.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from gpuyard.scheduler.packing.fgd import FgdPolicy, GpuyardPolicy
 from gpuyard.scheduler.packing.fragmentation import FragmentationModel, TypicalPods, TypicalShape, fgd_scores
 from gpuyard.scheduler.packing.policies import (
@@ -65,7 +63,7 @@ __all__ = [
     "whole_gpus",
 ]
 
-POLICIES: dict[str, Callable[..., PackingPolicy]] = {
+POLICIES: dict[str, type[PackingPolicy]] = {
     "random": RandomPolicy,
     "first-fit": FirstFitPolicy,
     "dot-product": DotProductPolicy,
@@ -94,6 +92,6 @@ def get_policy(name: str, *, seed: int = 0, coverage: float | None = None) -> Pa
         raise UnknownPolicyError(name) from None
     if factory is RandomPolicy:
         return RandomPolicy(seed=seed)
-    if coverage is not None and issubclass(factory, FgdPolicy):  # type: ignore[arg-type]
+    if coverage is not None and issubclass(factory, FgdPolicy):
         return factory(coverage=coverage)
     return factory()

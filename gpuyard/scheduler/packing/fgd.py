@@ -127,7 +127,8 @@ class GpuyardPolicy(FgdPolicy):
         cpu = state.cpu_free[candidates] * 1000
         before = np.maximum(0, gpu * r - cpu)
         after = np.maximum(0, (gpu - pod.total_gpu_milli) * r - (cpu - pod.cpu_milli * 1000))
-        return after - before
+        result: np.ndarray = after - before
+        return result
 
     def leaves_room(self, state: ClusterState, pod: PodRequest, candidates: np.ndarray) -> np.ndarray:
         """bool[K]: after ``pod``, the candidate's GPU model still has the free GPU milli that the
@@ -159,4 +160,5 @@ class GpuyardPolicy(FgdPolicy):
         key = fgd.astype(np.int64)
         if pod.num_gpu:
             key = key - self.deficit_increase(state, pod, candidates) * self._FGD_LEVELS
-        return key + self.leaves_room(state, pod, candidates) * self._ROOM_KEY
+        result: np.ndarray = key + self.leaves_room(state, pod, candidates) * self._ROOM_KEY
+        return result

@@ -68,7 +68,9 @@ class TypicalPods:
 
         # Most popular first; equal counts by larger shape first (the simulator's order:
         # sort.Reverse over (count, cpu, milli, num_gpu, model)).
-        def order(item: tuple[tuple[int, int, int, tuple[int, ...] | None], int]) -> tuple:
+        def order(
+            item: tuple[tuple[int, int, int, tuple[int, ...] | None], int],
+        ) -> tuple[int, int, int, int, tuple[int, ...]]:
             (cpu, num, milli, models), count = item
             return (count, cpu, milli, num, models or ())
 
@@ -96,7 +98,7 @@ class FragmentationModel:
         self.thresholds = np.array(sorted({s.gpu_milli for s in gpu_shapes}) or [GPU_MILLI], dtype=np.int64)
         self.cpu_thresholds = np.array(sorted({s.cpu_milli for s in gpu_shapes}), dtype=np.int64)
         self._gpu_shapes = gpu_shapes
-        self._table_key: tuple | None = None
+        self._table_key: tuple[tuple[str, ...], int] | None = None
         self._state_key: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ table W
@@ -196,7 +198,8 @@ class FragmentationModel:
         m = np.where(model < 0, self._M1 - 1, model).astype(np.int64)
         row = (m * s1 + bucket)[:, None]
         idx = self._t_base[None, :] + row + np.minimum(cnt, self._G1 - 1) * s2
-        return self.C * gsum - (usable * self._W[idx]).sum(axis=1)
+        result: np.ndarray = self.C * gsum - (usable * self._W[idx]).sum(axis=1)
+        return result
 
     def is_current(self, state: ClusterState, node: int) -> bool:
         """True if the cached row of ``node`` still describes it (nothing changed since the last sync)."""

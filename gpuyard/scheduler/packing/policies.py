@@ -184,7 +184,8 @@ class DotProductPolicy(PackingPolicy):
         cpu = state.cpu_free[candidates] / MAX_SPEC_CPU
         gpu = state.gpu_free[candidates].sum(axis=1, dtype=np.int64) / MAX_SPEC_GPU
         dot = cpu * (pod.cpu_milli / MAX_SPEC_CPU) + gpu * (pod.total_gpu_milli / MAX_SPEC_GPU)
-        return np.trunc(MAX_SCORE * (1.0 - dot / 2.0)).astype(np.int64)
+        result: np.ndarray = np.trunc(MAX_SCORE * (1.0 - dot / 2.0)).astype(np.int64)
+        return result
 
 
 class GpuClusteringPolicy(PackingPolicy):
@@ -202,7 +203,8 @@ class GpuClusteringPolicy(PackingPolicy):
         left = state.gpu_free[candidates].sum(axis=1, dtype=np.int64)
         base = (MAX_SCORE // 4) * (MAX_SPEC_GPU - left) // MAX_SPEC_GPU
         band = np.where(same, np.where(n_kinds == 1, 3, 2), np.where(n_kinds == 0, 1, 0))
-        return base + band * (MAX_SCORE // 4)
+        result: np.ndarray = base + band * (MAX_SCORE // 4)
+        return result
 
 
 class GpuPackingPolicy(PackingPolicy):
@@ -224,7 +226,8 @@ class GpuPackingPolicy(PackingPolicy):
             busy_score = np.where(tight < GPU_MILLI, used_gpu, fresh_gpu)
         else:
             busy_score = np.full(len(candidates), max(MAX_SCORE // 2 - pod.num_gpu, MAX_SCORE // 3))
-        return np.where(idle, idle_score, busy_score)
+        result: np.ndarray = np.where(idle, idle_score, busy_score)
+        return result
 
 
 class BestFitPolicy(PackingPolicy):
@@ -242,4 +245,5 @@ class BestFitPolicy(PackingPolicy):
         lo, hi = raw.min(), raw.max()
         if hi == lo:
             return np.zeros(len(candidates), dtype=np.int64)
-        return (raw - lo) * MAX_SCORE // (hi - lo)
+        result: np.ndarray = (raw - lo) * MAX_SCORE // (hi - lo)
+        return result

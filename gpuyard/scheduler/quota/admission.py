@@ -21,6 +21,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from gpuyard.apis.quotakinds import (
     DEFAULT_QUOTA,
@@ -31,6 +32,9 @@ from gpuyard.apis.quotakinds import (
 )
 from gpuyard.scheduler.quota.resources import Vector, format_amount, to_units
 from gpuyard.scheduler.quota.tree import QuotaTree
+
+K = TypeVar("K", bound=Hashable)
+"""A job's key (the scheduler uses (namespace, name))."""
 
 __all__ = [
     "JobCharge",
@@ -153,7 +157,7 @@ class JobCharge:
     admitted: bool = False
 
 
-class QuotaBook:
+class QuotaBook(Generic[K]):
     """The elastic quota tree plus, per job, what it charges to it.
 
     `track` a job when it is queued (its demand joins its quota's request), `admit` it when it
@@ -163,20 +167,20 @@ class QuotaBook:
 
     def __init__(self, tree: QuotaTree) -> None:
         self.tree = tree
-        self._jobs: dict[Hashable, JobCharge] = {}
+        self._jobs: dict[K, JobCharge] = {}
 
     def __contains__(self, key: object) -> bool:
         return key in self._jobs
 
-    def charge(self, key: Hashable) -> JobCharge | None:
+    def charge(self, key: K) -> JobCharge | None:
         return self._jobs.get(key)
 
-    def jobs(self) -> Iterable[tuple[Hashable, JobCharge]]:
+    def jobs(self) -> Iterable[tuple[K, JobCharge]]:
         return self._jobs.items()
 
     def track(
         self,
-        key: Hashable,
+        key: K,
         *,
         quota: str,
         usage: Mapping[str, int],
@@ -191,14 +195,14 @@ class QuotaBook:
         if admitted:
             self.tree.add_used(quota, charge.usage, preemptible=preemptible)
 
-    def check(self, key: Hashable) -> str | None:
+    def check(self, key: K) -> str | None:
         """Whether the tracked job may start now (without admitting it)."""
         charge = self._jobs[key]
         if charge.admitted:
             return None
         return admit(self.tree, charge.quota, charge.usage, preemptible=charge.preemptible)
 
-    def admit(self, key: Hashable) -> str | None:
+    def admit(self, key: K) -> str | None:
         """Admit the job if its quota allows; None on success, else the reason."""
         reason = self.check(key)
         if reason is None:
@@ -208,14 +212,14 @@ class QuotaBook:
                 self.tree.add_used(charge.quota, charge.usage, preemptible=charge.preemptible)
         return reason
 
-    def release(self, key: Hashable) -> None:
+    def release(self, key: K) -> None:
         """The job stopped running but stays queued (its demand stays in the request)."""
         charge = self._jobs.get(key)
         if charge is not None and charge.admitted:
             charge.admitted = False
             self.tree.add_used(charge.quota, charge.usage, preemptible=charge.preemptible, sign=-1)
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: K) -> None:
         charge = self._jobs.pop(key, None)
         if charge is None:
             return

@@ -80,7 +80,7 @@ def plan_node_reclaim(
         for node, n in holdings[job.key].items():
             if n > 0 and node in room:
                 by_node.setdefault(node, []).append(job)
-    best: tuple[tuple, str, list[Victim]] | None = None
+    best: tuple[tuple[int, int, int, int, float, str], str, list[Victim]] | None = None
     for node, free in sorted(room.items()):
         deficit = gpus - free
         if deficit <= 0:

@@ -251,12 +251,13 @@ class FairQueue:
     def wake_parked(self, epoch: int, *, stay: Callable[[Hashable], bool] | None = None) -> int:
         """Make every job parked before `epoch` ready again (but those `stay` keeps); how many."""
         woken = [
-            k
+            (k, h)
             for k, h in self._held.items()
             if h.epoch is not None and h.epoch < epoch and (stay is None or not stay(k))
         ]
-        for key in woken:
-            self._insert(self._unhold(key).job)  # type: ignore[union-attr]
+        for key, h in woken:
+            self._unhold(key)
+            self._insert(h.job)
         return len(woken)
 
     def backoff(self, key: Hashable, *, until: float, reason: str = "") -> None:
@@ -278,7 +279,8 @@ class FairQueue:
                 heapq.heappop(heap)
             elif until <= now:
                 heapq.heappop(heap)
-                self._insert(self._unhold(key).job)  # type: ignore[union-attr]
+                self._unhold(key)
+                self._insert(h.job)
             else:
                 return until
         return None

@@ -21,6 +21,7 @@ from decimal import Decimal
 
 from gpuyard.apis.core import GPU_RESOURCE, Node
 from gpuyard.apis.devicematching import gpu_devices
+from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.quantity import format_quantity, to_int, to_milli
 from gpuyard.apis.resourceclasses import ResourceClass, is_class_resource
 from gpuyard.apis.scheduling import PodGroup
@@ -124,7 +125,7 @@ def capacity_of(
     nodes: Iterable[Node],
     *,
     classes: Iterable[ResourceClass] = (),
-    topologies: Mapping[str, object] | None = None,
+    topologies: Mapping[str, NodeTopology] | None = None,
 ) -> Vector:
     """The cluster total a quota tree divides: allocatable of ready nodes, plus GPUs per class.
 
@@ -143,7 +144,7 @@ def capacity_of(
         if not matchers:
             continue
         topo = topologies.get(node.metadata.name) if topologies else None
-        devices = [d for d in gpu_devices(node, topo) if d.healthy]  # type: ignore[arg-type]
+        devices = [d for d in gpu_devices(node, topo) if d.healthy]
         for cname, m in matchers:
             n = sum(1 for d in devices if m.matches(d.properties() if m.per_device else d.shared))
             if n:
