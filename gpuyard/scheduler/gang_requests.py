@@ -131,6 +131,9 @@ class PodShape:
     """A share's GPU memory in MiB (`koordinator.sh/gpu-memory`, `gpuyard.io/gpu-memory-mib`)."""
     gpu_mem_permille: int = 0
     """A share's GPU memory as thousandths of the chosen GPU's memory (used when `gpu_mem_mib` is 0)."""
+    pods: int = 1
+    """How many pods this shape stands for: more than one for the summed shape `place()` tries a
+    gang's whole-GPU pods as (no pod of the workload has it; plugins learning the workload skip it)."""
 
     def __post_init__(self) -> None:
         if min(self.cpu_milli, self.mem_mib, self.gpus, self.gpu_milli, self.host_ports) < 0:

@@ -183,14 +183,15 @@ class PackingScore:
             self._models[key] = tuple(sorted(allowed)) if allowed != every else None
         return self._models[key]
 
-    def _learn(self, snapshot: Snapshot, pod: PodRequest) -> None:
+    def _learn(self, snapshot: Snapshot, pod: PodRequest, *, synthetic: bool = False) -> None:
         """Without a prepared workload: the pods now holding GPUs plus this one.
 
         Learning resets FGD's per-node cache, so it is redone only when it matters: the pod's
         shape is new to the model, or the number of GPU pods or of distinct shapes moved by more
-        than a quarter since the last time (the proportions FGD weighs change slowly).
+        than a quarter since the last time (the proportions FGD weighs change slowly). A
+        `synthetic` pod (a gang's pods summed) is no workload shape: it never causes a re-learn.
         """
-        if self._learned is not None and self._learned[0] == snapshot.version:
+        if self._learned is not None and (self._learned[0] == snapshot.version or synthetic):
             return
         counts = snapshot.workload_counts()
         total, kinds = sum(counts.values()), len(counts)
@@ -224,7 +225,7 @@ class PackingScore:
         mirror = self.mirror(snap)
         pod = self.request(state, shape)
         if not self.prepared:
-            self._learn(snap, pod)
+            self._learn(snap, pod, synthetic=shape.pods > 1)
         ok = take > 0
         if self.policy.per_node:
             out = np.where(ok, self._cached_scores(snap, mirror, pod)[nodes], -np.inf)

@@ -120,6 +120,7 @@ def _together_shape(parts: list[RolePart]) -> PodShape | None:
         host_ports=sum(p.shape.host_ports * p.required for p in parts),
         rdma=any(p.shape.rdma for p in parts),
         flexible=False,
+        pods=sum(p.required for p in parts),
     )
 
 
@@ -140,13 +141,25 @@ def _place_together(state: CycleState, undo: _Undo) -> tuple[list[RolePart], lis
     cap = capacity(state, shape).astype(np.int64)
     if state.gang.topology_required is not None:
         cap = _required_domain(state, cap, 1)
-    cand = np.flatnonzero(cap)
-    if not len(cand):
+    n_cand = int(np.count_nonzero(cap))
+    if not n_cand:
         return [], []
-    take = np.ones(len(cand), dtype=np.int64)
-    order = np.argsort(-score_candidates(state, shape, cand, take), kind="stable")
+    if 4 * n_cand >= len(cap):  # most nodes are candidates: score whole arrays (views), as `_fill`
+        valid = cap > 0
+        total = np.where(
+            valid, score_candidates(state, shape, ALL, valid.astype(np.int64), valid=valid), -np.inf
+        )
+        cand = _rows(len(cap))
+    else:
+        cand = np.flatnonzero(cap)
+        total = score_candidates(state, shape, cand, np.ones(n_cand, dtype=np.int64))
     snap = state.snapshot
-    for i in order[:_TOGETHER_TRIES].tolist():
+    total = np.array(total, dtype=np.float64)  # our own copy: tried nodes are marked -inf
+    for _ in range(min(_TOGETHER_TRIES, n_cand)):
+        i = int(np.argmax(total))  # the best score, the lowest row among equals (as `_fill`)
+        if total[i] == -np.inf:
+            break
+        total[i] = -np.inf
         row = int(cand[i])
         choice = state.profile.chooser.choose(snap, row, shape)
         if choice is None or len(choice.gpus) != shape.gpus:
