@@ -29,12 +29,13 @@ from gpuyard.sim.openb import run_openb
 from gpuyard.sim.traces import load_openb_nodes, load_openb_pods
 from gpuyard.sim.variants import VALIDATION_SET, make_variant
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openb"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "openb"
 POINTS = (100, 130)
 
 
 def _data_dir(given: str | None) -> Path:
-    for candidate in [Path(given)] if given else [DATA, Path("data/openb")]:
+    for candidate in [Path(given)] if given else [DATA, ROOT / "tests" / "data" / "openb"]:
         if (candidate / "openb_pod_list_default.csv").exists():
             return candidate
     raise SystemExit(
