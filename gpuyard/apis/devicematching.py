@@ -29,9 +29,11 @@ from gpuyard.apis.quantity import QuantityError, parse_quantity, to_int
 
 __all__ = [
     "ANNOTATION_UNHEALTHY_GPUS",
+    "LABEL_BLOCK",
     "LABEL_GPU_MEMORY",
     "LABEL_GPU_MODEL",
     "LABEL_GPU_PRODUCT",
+    "LABEL_SPINE",
     "OPERATORS",
     "DeviceInfo",
     "DeviceRequirement",
@@ -50,6 +52,8 @@ LABEL_GPU_MODEL = "gpuyard.io/gpu-model"
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB per GPU, as NVIDIA GPU feature discovery writes it
 ANNOTATION_UNHEALTHY_GPUS = "gpuyard.io/unhealthy-gpus"  # "0,3": GPU indices the node reports broken
+LABEL_BLOCK = "topology.gpuyard.io/block"  # the node's network block (the tightest level)
+LABEL_SPINE = "topology.gpuyard.io/spine"  # the node's spine (the level above blocks)
 
 _PER_DEVICE_KEYS = frozenset({"index", "uuid"})
 

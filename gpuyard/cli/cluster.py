@@ -17,7 +17,7 @@ from typing import Any
 import click
 import yaml
 
-from gpuyard.apis.devicematching import LABEL_GPU_MODEL
+from gpuyard.apis.devicematching import LABEL_BLOCK, LABEL_GPU_MODEL, LABEL_SPINE
 from gpuyard.cli.client import ApiClient, ClientError
 from gpuyard.cli.common import call, client_options, fail, mount
 from gpuyard.cli.output import age as _age
@@ -101,12 +101,13 @@ def get_nodes(selector: str | None, output: str, server: str | None, token: str 
                 )
                 row += [
                     u.get("gpusUnhealthy", 0),
-                    labels.get("gpuyard.io/block") or labels.get("topology.kubernetes.io/zone"),
+                    labels.get(LABEL_BLOCK) or labels.get("topology.kubernetes.io/zone"),
+                    labels.get(LABEL_SPINE),
                     taints,
                 ]
             rows.append(row)
         headers = ["NAME", "STATUS", "GPU-MODEL", "GPUS", "ALLOCATED", "FREE", "CPU", "MEMORY", "AGE"]
-        _table(headers + (["UNHEALTHY", "BLOCK", "TAINTS"] if wide else []), rows)
+        _table(headers + (["UNHEALTHY", "BLOCK", "SPINE", "TAINTS"] if wide else []), rows)
 
     _emit(nodes, output, table)
 

@@ -19,7 +19,13 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gpuyard.apis.core import GPU_RESOURCE, Node, NodeCondition, NodeSpec, NodeStatus, Taint
-from gpuyard.apis.devicematching import LABEL_GPU_MEMORY, LABEL_GPU_MODEL, LABEL_GPU_PRODUCT
+from gpuyard.apis.devicematching import (
+    LABEL_BLOCK,
+    LABEL_GPU_MEMORY,
+    LABEL_GPU_MODEL,
+    LABEL_GPU_PRODUCT,
+    LABEL_SPINE,
+)
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import ObjectMeta, StrictK8sModel
 from gpuyard.apis.quantity import Quantity, format_quantity
@@ -44,8 +50,6 @@ __all__ = [
 
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 LABEL_TOPOLOGY_PRESET = "gpuyard.io/topology-preset"
-LABEL_BLOCK = "topology.gpuyard.io/block"
-LABEL_SPINE = "topology.gpuyard.io/spine"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 
 # Per-pod overrides of the simulated kubelet's defaults (seconds; `inf` runs forever).

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from gpuyard.apis.core import GPU_RESOURCE, Node
-from gpuyard.apis.devicematching import DeviceInfo
+from gpuyard.apis.devicematching import LABEL_BLOCK, LABEL_SPINE, DeviceInfo
 from gpuyard.apis.devices import NodeTopology, PartitionPolicy
 from gpuyard.apis.quantity import to_int, to_milli
 from gpuyard.devices.bandwidth import model_key
@@ -26,10 +26,6 @@ from gpuyard.scheduler.nodearrays import NodeArrays
 
 __all__ = ["LABEL_BLOCK", "LABEL_PARTITION_POLICY", "LABEL_SPINE", "NodeRows"]
 
-LABEL_BLOCK = "topology.gpuyard.io/block"
-"""Node label naming the network block (the tightest level)."""
-LABEL_SPINE = "topology.gpuyard.io/spine"
-"""Node label naming the spine (the level above blocks)."""
 LABEL_PARTITION_POLICY = "gpuyard.io/gpu-partition-policy"
 _PARTITION_MODELS = ("h100", "h800", "h20")
 _UNLIMITED_PODS = 1 << 30

@@ -18,9 +18,11 @@ import yaml
 from aiohttp.test_utils import TestServer
 from click.testing import CliRunner
 
+from gpuyard.apis.devicematching import LABEL_BLOCK, LABEL_SPINE
 from gpuyard.cli.cluster import register
 from gpuyard.controllers.statuses import record_event
 from gpuyard.state.context import Context
+from tests.builders import make_node
 from tests.unit.api.test_dashboard import build_app, make_ctx
 from tests.unit.controllers.fakes import load_job
 
@@ -82,11 +84,26 @@ async def test_get_nodes(live: Live) -> None:
     assert rows["dgx-1"][3:6] == ["8", "7", "1"]
     assert rows["cpu-0"][2:4] == ["-", "0"]
     r = await live.cli("get", "nodes", "-o", "wide")
-    assert r.output.splitlines()[0].split()[-3:] == ["UNHEALTHY", "BLOCK", "TAINTS"]
+    assert r.output.splitlines()[0].split()[-4:] == ["UNHEALTHY", "BLOCK", "SPINE", "TAINTS"]
     r = await live.cli("get", "nodes", "-o", "json", "-l", "gpuyard.io/gpu-model=a100")
     assert [n["metadata"]["name"] for n in json.loads(r.output)] == ["a100-0"]
     r = await live.cli("get", "nodes", "-l", "a in")
     assert r.exit_code == 2 and r.output.startswith("error: ") and len(r.output.strip().splitlines()) == 1
+
+
+async def test_get_nodes_wide_shows_block_and_spine(live: Live) -> None:
+    """The scheduler's topology labels, as scenarios write them, fill BLOCK and SPINE."""
+    labels = {LABEL_BLOCK: "blk-a", LABEL_SPINE: "sp-1"}
+    live.ctx.store.create(make_node("rack-0", gpus=8, model="a100", labels=labels))
+    live.ctx.store.create(make_node("rack-1", gpus=8, model="a100", labels={LABEL_BLOCK: "blk-b"}))
+    r = await live.cli("get", "nodes", "-o", "wide")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    header = lines[0].split()
+    rows = {line.split()[0]: dict(zip(header, line.split(), strict=False)) for line in lines[1:]}
+    assert (rows["rack-0"]["BLOCK"], rows["rack-0"]["SPINE"]) == ("blk-a", "sp-1")
+    assert (rows["rack-1"]["BLOCK"], rows["rack-1"]["SPINE"]) == ("blk-b", "-")
+    assert (rows["dgx-0"]["BLOCK"], rows["dgx-0"]["SPINE"]) == ("-", "-")
 
 
 async def test_top_nodes(live: Live) -> None:
