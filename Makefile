@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP)  ## the demo on the embedded fake cluster at http://127.0.0.1:8080
+run: $(STAMP)  ## the demo on the embedded fake cluster at http://127.0.0.1:8080 (GPUYARD__SERVER__PORT=N for another port)
 	$(BIN)/gpuyard demo
 
 test: $(STAMP)  ## the whole test suite

@@ -177,18 +177,34 @@ def _check_scenario(settings: Settings) -> None:
 
 
 @main.command()
-@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--host", help="Address to bind (default: server.host of the settings, 127.0.0.1).")
+@click.option("--port", type=int, help="Port to bind (default: server.port of the settings, 8080).")
+@click.option(
+    "--insecure", is_flag=True, default=None, help="Allow a non-loopback address without API tokens."
+)
 @click.option("--cluster", default=DEMO_SCENARIO, show_default=True, help="Scenario file.")
 @click.option("--data-dir", default=None, help="Keep state in this directory (default: in memory).")
 @click.option(
     "--jobs", "jobs", default=DEMO_JOBS, show_default=True, help="Folder of sample jobs to submit at start."
 )
 @click.option("--no-jobs", is_flag=True, help="Start with no sample jobs.")
-def demo(port: int, cluster: str, data_dir: str | None, jobs: str, no_jobs: bool) -> None:
-    """Serve the bundled demo cluster on 127.0.0.1, submit sample jobs, and print the URL."""
+def demo(
+    host: str | None,
+    port: int | None,
+    insecure: bool | None,
+    cluster: str,
+    data_dir: str | None,
+    jobs: str,
+    no_jobs: bool,
+) -> None:
+    """Serve the bundled demo cluster, submit sample jobs, and print the URL.
+
+    Host and port come from the settings (`configs/gpuyard.yaml`, then `GPUYARD__SERVER__HOST` /
+    `GPUYARD__SERVER__PORT`), 127.0.0.1:8080 unless changed there; `--host` / `--port` win.
+    """
     settings = _load(
         None,
-        server={"host": "127.0.0.1", "port": port},
+        server={"host": host, "port": port, "insecure": insecure},
         backend={"kind": "fake", "cluster": cluster},
     )
     settings = settings.model_copy(

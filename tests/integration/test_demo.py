@@ -10,6 +10,10 @@ import sys
 import time
 import urllib.request
 
+from click.testing import CliRunner
+
+import gpuyard.cli as cli
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -68,3 +72,37 @@ def test_demo_runs_sample_jobs_and_explains_the_waiting_one():
             proc.kill()
             proc.wait()
         proc.stderr.close()
+
+
+def _demo_settings(monkeypatch, args: list[str], env: dict[str, str]):
+    """The settings `gpuyard demo ARGS` would serve with, under ENV (nothing is started)."""
+    seen = []
+    monkeypatch.setattr(cli, "_run_server", lambda settings, **_: seen.append(settings))
+    for name in ("GPUYARD__SERVER__HOST", "GPUYARD__SERVER__PORT", "GPUYARD__SERVER__INSECURE"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(cli.main, ["demo", "--no-jobs", *args], env=env)
+    return result, seen
+
+
+def test_demo_takes_host_and_port_from_the_settings_unless_given(monkeypatch):
+    # what `GPUYARD__SERVER__PORT=18080 make run` does: the environment picks the port
+    env = {"GPUYARD__SERVER__PORT": "18080", "GPUYARD__SERVER__HOST": "localhost"}
+    result, seen = _demo_settings(monkeypatch, [], env)
+    assert result.exit_code == 0, result.output
+    assert (seen[0].server.host, seen[0].server.port) == ("localhost", 18080)
+    # the flags win over the environment
+    result, seen = _demo_settings(monkeypatch, ["--port", "18081", "--host", "127.0.0.1"], env)
+    assert result.exit_code == 0, result.output
+    assert (seen[0].server.host, seen[0].server.port) == ("127.0.0.1", 18081)
+    # nothing set anywhere: the defaults
+    result, seen = _demo_settings(monkeypatch, [], {})
+    assert (seen[0].server.host, seen[0].server.port) == ("127.0.0.1", 8080)
+
+
+def test_demo_rejects_a_bad_port_naming_it(monkeypatch):
+    result, seen = _demo_settings(monkeypatch, ["--port", "70000"], {})
+    assert result.exit_code == 2 and not seen
+    assert "port" in result.output, result.output
+    result, seen = _demo_settings(monkeypatch, [], {"GPUYARD__SERVER__PORT": "eighty"})
+    assert result.exit_code == 2 and not seen
+    assert "port" in result.output, result.output
