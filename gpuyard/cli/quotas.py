@@ -5,8 +5,9 @@
   server validates all of them (the quotas as one tree) and stores all or nothing. A rejected
   document is named by its file and index (`teams.yaml: documents[2]: spec.min...: ...`).
 * `gpuyard get quotas` prints the ElasticQuota tree, children indented under their parent, one
-  row per resource with min / max / runtime (what the quota may use now) / used;
-  `-o wide` adds the request (pending + running demand), namespace and covered namespaces.
+  row per resource the quota sets (min or max) or uses, with min / max / runtime (what the quota
+  may use now) / used; `-o wide` shows every resource of the spec and status and adds the
+  request (pending + running demand), namespace and covered namespaces.
 * `gpuyard get queues` prints NAME, WEIGHT, STRATEGY, PENDING, RUNNING, SHARE.
 
 Every command takes `--server` / `--token` (see `gpuyard.cli.client`). Errors are one line on
@@ -22,6 +23,7 @@ from typing import Any
 
 import click
 
+from gpuyard.apis.quantity import QuantityError, parse_quantity
 from gpuyard.cli.client import ApiClient, ClientError
 from gpuyard.cli.common import call, client_options, fail, mount, read_yaml_files
 from gpuyard.cli.output import emit as _emit
@@ -156,14 +158,28 @@ def _covered(q: dict[str, Any]) -> str:
     return ",".join(names)
 
 
+def _is_zero(value: Any) -> bool:
+    try:
+        return parse_quantity(value) == 0
+    except QuantityError:
+        return False  # shown as the server wrote it
+
+
 def quota_rows(quotas: list[dict[str, Any]], *, wide: bool = False) -> list[list[Any]]:
-    """Table rows of `get quotas`: one per (quota, resource), the name on the first row only."""
+    """Table rows of `get quotas`: one per (quota, resource), the name on the first row only.
+
+    The resources shown are those the quota sets (`min` or `max`) or uses (non-zero `used`);
+    `wide` shows every resource of the spec and status.
+    """
     rows: list[list[Any]] = []
     for depth, q in _ordered(quotas):
         spec, status = q.get("spec", {}), q.get("status", {})
         mins, maxs = spec.get("min") or {}, spec.get("max") or {}
         runtime, used, request = (status.get(k) or {} for k in ("runtime", "used", "request"))
-        resources = sorted({*mins, *maxs, *runtime, *used}) or [""]
+        if wide:
+            resources = sorted({*mins, *maxs, *runtime, *used, *request}) or [""]
+        else:  # what the quota sets or uses: the status lists every resource of the cluster, mostly 0
+            resources = sorted({*mins, *maxs, *(r for r, v in used.items() if not _is_zero(v))}) or [""]
         for i, res in enumerate(resources):
             first = i == 0
             row = [

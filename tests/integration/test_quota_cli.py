@@ -103,6 +103,32 @@ async def test_apply_demo_then_get_quotas_and_queues(live: Live) -> None:
     assert r.exit_code == 0, r.output
 
 
+async def test_get_quotas_shows_only_what_a_quota_sets_or_uses(live: Live) -> None:
+    r = await live.cli("apply", "-f", str(REPO / "configs" / "quotas" / "demo-teams.yaml"))
+    assert r.exit_code == 0, r.output
+    # the status names every resource of the cluster, most of them 0
+    zeros = {res: 0 for res in ("ephemeral-storage", "nvidia.a100", "nvidia.k80", "rdma/hca")}
+    full = {**zeros, GPU: 4, "cpu": 44, "nvidia.v100": 4}
+    set_status(live.ctx, "team-a", runtime=full, used=full, request=full)
+    set_status(live.ctx, "team-b", runtime={**zeros, "nvidia.a100": 8}, used=zeros, request=zeros)
+    r = await live.cli("get", "quotas")
+    assert r.exit_code == 0, r.output
+    assert [line.split() for line in r.output.splitlines()[1:]] == [
+        ["team-a", "cpu", "0", "inf", "44", "44"],
+        [GPU, "24", "52", "4", "4"],
+        ["nvidia.v100", "0", "inf", "4", "4"],
+        ["team-b", GPU, "24", "52", "0", "0"],
+    ]
+    r = await live.cli("get", "quotas", "-o", "wide")  # wide: every resource of spec and status
+    rows = [line.split() for line in r.output.splitlines()[1:]]
+    team_a = rows[: next(i for i, row in enumerate(rows) if row[0] == "team-b")]
+    assert sorted(row[1] if row[0] == "team-a" else row[0] for row in team_a) == sorted(full)
+    assert len(rows) - len(team_a) == len(zeros) + 1
+    r = await live.cli("get", "quotas", "-o", "yaml")
+    status = {q["metadata"]["name"]: q["status"] for q in yaml.safe_load(r.output)}
+    assert set(status["team-a"]["runtime"]) == set(full)
+
+
 async def test_get_quotas_shows_the_tree_indented(live: Live, tmp_path: Path) -> None:
     docs = [
         quota("team-b", gmin=8, gmax=32, parent="research"),
