@@ -94,27 +94,54 @@ def default_token() -> str | None:
 class ClientError(Exception):
     """A failed request: `message` is one line; `exit_code` is 2 (bad input) or 1 (server/network)."""
 
-    def __init__(self, message: str, *, exit_code: int, status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        exit_code: int,
+        status: int | None = None,
+        summary: str | None = None,
+        details: list[tuple[str, str]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
         self.status = status
+        self.summary = summary if summary is not None else message
+        """The API error's message without its details."""
+        self.details = details or []
+        """(field, reason) of every detail the server sent, in its order."""
 
 
-def error_line(status: int, body: bytes) -> str:
-    """`<message>: <field>: <reason>; ...` from the API's error body (or the raw text)."""
+def error_parts(status: int, body: bytes) -> tuple[str, list[tuple[str, str]]]:
+    """The API error body's message and every (field, reason) of its details (or the raw text)."""
     try:
         payload = json.loads(body.decode("utf-8", "replace") or "{}")
         err = payload.get("error", {}) if isinstance(payload, dict) else {}
     except ValueError:
         err = {}
-    if not err:
+    if not isinstance(err, dict) or not err:
         text = body.decode("utf-8", "replace").strip().replace("\n", " ")
-        return f"HTTP {status}: {text[:300] or 'no details'}"
+        return f"HTTP {status}: {text[:300] or 'no details'}", []
     message = str(err.get("message") or f"HTTP {status}")
-    details = err.get("details") or []
-    parts = [f"{d.get('field', '?')}: {d.get('reason', '')}" for d in details if isinstance(d, dict)]
+    raw = err.get("details")
+    details = [
+        (str(d.get("field", "?")), str(d.get("reason", "")))
+        for d in (raw if isinstance(raw, list) else [])
+        if isinstance(d, dict)
+    ]
+    return message, details
+
+
+def join_error(message: str, details: list[tuple[str, str]]) -> str:
+    """`<message>: <field>: <reason>; <field>: <reason>; ...`: one line with every detail."""
+    parts = [f"{field}: {reason}" for field, reason in details]
     return f"{message}: " + "; ".join(parts) if parts else message
+
+
+def error_line(status: int, body: bytes) -> str:
+    """`<message>: <field>: <reason>; ...` from the API's error body (or the raw text)."""
+    return join_error(*error_parts(status, body))
 
 
 class ApiClient:
@@ -167,12 +194,13 @@ class ApiClient:
                 response = http.send(request, stream=True)
                 try:
                     if response.status_code >= 400:
-                        data = response.read()
-                        code = 2 if response.status_code < 500 else 1
+                        summary, details = error_parts(response.status_code, response.read())
                         raise ClientError(
-                            error_line(response.status_code, data),
-                            exit_code=code,
+                            join_error(summary, details),
+                            exit_code=2 if response.status_code < 500 else 1,
                             status=response.status_code,
+                            summary=summary,
+                            details=details,
                         )
                     yield response
                 finally:

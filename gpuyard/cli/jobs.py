@@ -3,7 +3,10 @@
 Each command talks to a running server (`--server`, `$GPUYARD_SERVER`, default
 http://127.0.0.1:8080) and prints `-o table` (default), `json` or `yaml`. Exit codes: 0 success,
 2 bad input (unreadable file, invalid job, 4xx from the server), 1 server or network errors;
-errors are one line on stderr.
+errors are one line on stderr. `submit` sends every document of every file in one request and
+names, for each problem the server reports, the file (and the document's index in that file when
+it holds several): `error: invalid 3 documents: nothing was stored: a.yaml: spec.x: ...; b.yaml:
+documents[1]: spec.y: ...`.
 
 `register(root)` mounts the commands on the root `gpuyard` group, adding `jobs`/`pods`/`job`
 subcommands to existing `get`/`describe`/`delete` groups when another module created them.
@@ -11,11 +14,13 @@ subcommands to existing `get`/`describe`/`delete` groups when another module cre
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
 
-from gpuyard.cli.client import ApiClient
+from gpuyard.apis.jobs import JobValidationError, load_documents
+from gpuyard.cli.client import ApiClient, ClientError, join_error
 from gpuyard.cli.common import call, client_options, fail, mount, read_yaml_files
 from gpuyard.cli.output import age, emit
 from gpuyard.cli.output import table as print_table
@@ -38,6 +43,22 @@ def _replicas(summary: dict[str, Any]) -> str:
 
 # --- submit -------------------------------------------------------------------------------------
 
+_DOC_FIELD = re.compile(r"documents\[(\d+)\]\.?(.*)", re.DOTALL)
+
+
+def _locate(detail: tuple[str, str], origin: list[tuple[str, int, int]]) -> tuple[str, str]:
+    """A detail of the server's answer with the file it is about (and the document's index in that
+    file when it holds several) in front of its field: `bad.yaml: documents[1]: spec.x`."""
+    field, reason = detail
+    if len(origin) == 1:  # one document: the server's fields carry no document index
+        return f"{origin[0][0]}: {field}", reason
+    m = _DOC_FIELD.fullmatch(field)
+    if m is None or int(m.group(1)) >= len(origin):
+        return field, reason
+    name, index, count = origin[int(m.group(1))]
+    where = f"{name}: documents[{index}]" if count > 1 else name
+    return (f"{where}: {m.group(2)}" if m.group(2) else where), reason
+
 
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
@@ -45,12 +66,21 @@ def _replicas(summary: dict[str, Any]) -> str:
 def submit(files: tuple[str, ...], output: str, server: str | None, token: str | None) -> None:
     """Submit job files (KubeDL or Kubeflow YAML/JSON, multi-document); all or nothing."""
     texts = []
-    for f, text, docs in read_yaml_files(files):
-        if not docs:
+    origin: list[tuple[str, int, int]] = []  # per document of the body: file, index in it, its count
+    for f, text, _ in read_yaml_files(files):
+        try:
+            count = len(load_documents(text))  # as the server splits the body: lists and `List`s too
+        except JobValidationError:
             fail(f"{f}: no job documents in the file")
+        origin += [(f, i, count) for i in range(count)]
         texts.append(text)
     body = "\n---\n".join(texts)  # one request: every document of every file, all or nothing
-    result = call(ApiClient(server, token=token).submit, body)
+    try:
+        result = ApiClient(server, token=token).submit(body)
+    except ClientError as exc:
+        if not exc.details:
+            fail(exc.message, exc.exit_code)
+        fail(join_error(exc.summary, [_locate(d, origin) for d in exc.details]), exc.exit_code)
     items = result.get("items", [])
 
     def table(_wide: bool = False) -> None:

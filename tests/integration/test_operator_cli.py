@@ -133,7 +133,7 @@ async def test_bad_input_exits_2_with_one_line(live: Live, tmp_path: Path) -> No
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        "error: invalid job: nothing was stored: spec.pytorchReplicaSpecs.Worker.restartPolicy:"
+        f"error: invalid job: nothing was stored: {path}: spec.pytorchReplicaSpecs.Worker.restartPolicy:"
     )
     assert not live.ctx.store.list("PyTorchJob")
 
@@ -155,8 +155,46 @@ async def test_multiple_files_are_all_or_nothing(live: Live, tmp_path: Path) -> 
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
     result = await live.cli("submit", str(JOBS / "pytorch-simple.yaml"), str(path))
-    assert result.exit_code == 2 and "documents[1].spec.jaxReplicaSpecs.Worker.replicas" in result.output
+    assert result.exit_code == 2 and f"{path}: spec.jaxReplicaSpecs.Worker.replicas" in result.output
     assert not live.ctx.store.list("PyTorchJob")
+
+
+async def test_submit_errors_name_the_file_and_document_and_give_every_detail(
+    live: Live, tmp_path: Path
+) -> None:
+    good = yaml.safe_load((JOBS / "pytorch-simple.yaml").read_text())
+    bad = yaml.safe_load((JOBS / "jax-simple.yaml").read_text())
+    bad["spec"]["jaxReplicaSpecs"]["Worker"]["replicas"] = -3
+    bad["spec"]["jaxReplicaSpecs"]["Worker"]["restartPolicy"] = "Sometimes"
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump(bad))
+    result = await live.cli("submit", str(one))  # one document: the file, both invalid fields
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: invalid job: nothing was stored: ")
+    assert f"{one}: spec.jaxReplicaSpecs.Worker.replicas: " in lines[0]
+    assert f"{one}: spec.jaxReplicaSpecs.Worker.restartPolicy: " in lines[0]
+    assert "documents[" not in lines[0]
+
+    multi = tmp_path / "multi.yaml"  # the second document of a second file, after a list of one
+    multi.write_text(yaml.safe_dump_all([good | {"metadata": {"name": "ok-2"}}, bad]))
+    listed = tmp_path / "listed.json"
+    listed.write_text(json.dumps([good | {"metadata": {"name": "ok-3"}}]))
+    result = await live.cli("submit", str(listed), str(multi))
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert line.startswith("error: invalid 3 documents: nothing was stored: ")
+    assert f"{multi}: documents[1]: spec.jaxReplicaSpecs.Worker.replicas: " in line
+    assert f"{multi}: documents[1]: spec.jaxReplicaSpecs.Worker.restartPolicy: " in line
+    assert str(listed) not in line
+    assert not live.ctx.store.list("PyTorchJob") and not live.ctx.store.list("JAXJob")
+
+    # a name taken: the conflict names the file too
+    assert (await live.cli("submit", str(JOBS / "pytorch-simple.yaml"))).exit_code == 0
+    taken = tmp_path / "taken.yaml"
+    taken.write_text(yaml.safe_dump(good))
+    result = await live.cli("submit", str(taken))
+    assert result.exit_code == 2 and f"{taken}: metadata.name: " in result.output
 
 
 async def test_unreachable_server_exits_1(live: Live) -> None:

@@ -283,6 +283,11 @@ async def test_stream_errors(server: Server) -> None:
     [
         (b'{"error": {"message": "no such job"}}', "no such job"),
         (b'{"error": {"message": "bad", "details": [{"field": "a", "reason": "b"}, "x"]}}', "bad: a: b"),
+        (
+            b'{"error": {"message": "bad", "details": [{"field": "a", "reason": "b"}, {"field": "c", "reason": "d"}]}}',
+            "bad: a: b; c: d",
+        ),
+        (b'{"error": "flat"}', 'HTTP 500: {"error": "flat"}'),
         (b"", "HTTP 500: no details"),
         (b"[1]", "HTTP 500: [1]"),
         (json.dumps({"error": {}}).encode(), 'HTTP 500: {"error": {}}'),
