@@ -17,8 +17,8 @@ Every pod goes through the live scheduler (`--engine scheduler`, the default: Sn
 `place()`, the ``packing`` profile); ``--engine packing`` runs the flat packing engine, which
 places every pod the same way, faster.
 
-Trace paths default to ``../shared/data/openb/`` next to the repository root (``--nodes``,
-``--pods`` override them).
+Trace paths default to the openb node and pod lists the repository ships in ``tests/data/openb/``
+(``--nodes``, ``--pods`` override them).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from gpuyard.sim.openb import PUBLISHED_MEANS, is_default_trace, run_openb  # no
 from gpuyard.sim.openb_cli import ENGINES, parse_policies, parse_seeds  # noqa: E402
 from gpuyard.sim.traces import load_openb_nodes, load_openb_pods  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "openb"
+DATA = ROOT / "tests" / "data" / "openb"
 POINTS = (100, 130)
 
 

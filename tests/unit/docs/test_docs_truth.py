@@ -24,3 +24,19 @@ def test_every_metric_is_in_operations_doc() -> None:
     missing = sorted(n for n in names if f"`{n}" not in doc)
     assert not missing, f"metrics missing from docs/operations.md: {missing}"
     assert "come with the quota engine" not in doc
+
+
+def test_bench_and_simulation_doc_read_the_trace_a_clone_has() -> None:
+    """`make bench` in a plain clone: the openb defaults are files the repository ships."""
+    import importlib.util
+
+    for name in ("openb_packing", "packing_variants"):
+        spec = importlib.util.spec_from_file_location(f"_bench_{name}", ROOT / "bench" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for csv in ("openb_node_list_gpu_node.csv", "openb_pod_list_default.csv"):
+            assert (module.DATA / csv).is_file(), (name, module.DATA / csv)
+    for path in [*(ROOT / "bench").glob("*.py"), ROOT / "docs" / "simulation.md"]:
+        assert "shared/data" not in path.read_text(), path
+    assert "before it is mounted" not in (ROOT / "docs" / "simulation.md").read_text()
