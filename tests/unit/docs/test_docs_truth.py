@@ -40,3 +40,23 @@ def test_bench_and_simulation_doc_read_the_trace_a_clone_has() -> None:
     for path in [*(ROOT / "bench").glob("*.py"), ROOT / "docs" / "simulation.md"]:
         assert "shared/data" not in path.read_text(), path
     assert "before it is mounted" not in (ROOT / "docs" / "simulation.md").read_text()
+
+
+def test_config_file_lists_every_setting_at_its_default() -> None:
+    import yaml
+    from pydantic import BaseModel
+
+    from gpuyard.state.config import Settings, TokenConfig, load_settings
+
+    path = ROOT / "configs" / "gpuyard.yaml"
+    data = yaml.safe_load(path.read_text())
+    assert set(data) == set(Settings.model_fields)
+    for section, field in Settings.model_fields.items():
+        model = field.annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        missing = set(model.model_fields) - set(data[section])
+        assert not missing, f"configs/gpuyard.yaml: {section}: missing {sorted(missing)}"
+    text = path.read_text()
+    for name in TokenConfig.model_fields:  # a token's keys are shown in a commented example
+        assert f"{name}:" in text, name
+    assert load_settings(path) == Settings()
