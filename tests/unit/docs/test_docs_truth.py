@@ -60,3 +60,27 @@ def test_config_file_lists_every_setting_at_its_default() -> None:
     for name in TokenConfig.model_fields:  # a token's keys are shown in a commented example
         assert f"{name}:" in text, name
     assert load_settings(path) == Settings()
+
+
+def _documented_routes() -> set[tuple[str, str]]:
+    """(METHOD, path) of each row of docs/api.md's route table: `GET/PUT /api/v1/x?query=`."""
+    row = re.compile(r"^\| `([A-Z/]+) (/api/v1/[^`?]*)(?:\?[^`]*)?` \|", re.M)
+    text = (ROOT / "docs" / "api.md").read_text()
+    return {(m, path) for methods, path in row.findall(text) for m in methods.split("/")}
+
+
+def test_every_api_route_is_in_the_api_doc_table() -> None:
+    from gpuyard.platform.api.app import make_app
+    from gpuyard.platform.api.openapi import _path_of
+    from gpuyard.state.context import Context
+
+    app = make_app(Context.for_tests())
+    routed = {
+        (r.method, _path_of(r.resource))
+        for r in app.router.routes()
+        if r.method != "HEAD" and r.resource is not None and _path_of(r.resource).startswith("/api/v1")
+    }
+    assert ("POST", "/api/v1/apply") in routed
+    documented = _documented_routes()
+    assert sorted(routed - documented) == [], "routes missing from docs/api.md"
+    assert sorted(documented - routed) == [], "docs/api.md lists routes the server does not have"
