@@ -431,12 +431,18 @@ async def _submit(
 
 
 def stats(values: Sequence[float]) -> dict[str, float | None]:
-    """Mean, p50, p95, p99 (linear interpolation, as numpy's default); None for no values."""
+    """Mean, p50, p95, p99 (linear interpolation, as numpy's default), rounded to 2 decimals;
+    None for no values."""
     if not len(values):
         return {"mean": None, "p50": None, "p95": None, "p99": None}
     arr = np.asarray(values, dtype=float)
     p50, p95, p99 = np.percentile(arr, [50, 95, 99])
-    return {"mean": float(arr.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
+    return {"mean": _r2(arr.mean()), "p50": _r2(p50), "p95": _r2(p95), "p99": _r2(p99)}
+
+
+def _r2(value: float | np.floating[Any] | None) -> float | None:
+    """A figure of summary.json: 2 decimals (``7459.499999999999`` is ``7459.5``)."""
+    return None if value is None else round(float(value), 2)
 
 
 def time_weighted_mean(samples: Sequence[tuple[float, int]], *, start: float, end: float) -> float | None:
@@ -487,9 +493,9 @@ def summarize(result: ReplayResult, *, rows: Sequence[tuple[float, int]] | None 
         "jct_s": stats([j.jct for j in finished if j.jct is not None]),
         "queueing_delay_s": stats([j.queueing_delay for j in started if j.queueing_delay is not None]),
         "gpu_utilisation_pct": {
-            "mean_of_samples": (float(np.mean([v for _, v in rows])) * 100 / total) if rows else None,
-            "time_weighted": _pct(time_weighted_mean(result.samples, start=first, end=end), total),
-            "peak": max((v for _, v in result.samples), default=0) * 100 / total,
+            "mean_of_samples": _r2(float(np.mean([v for _, v in rows])) * 100 / total) if rows else None,
+            "time_weighted": _r2(_pct(time_weighted_mean(result.samples, start=first, end=end), total)),
+            "peak": _r2(max((v for _, v in result.samples), default=0) * 100 / total),
             "window_s": [first, end],
         },
         "total_gpu_milli": result.total_milli,

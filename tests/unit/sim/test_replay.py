@@ -247,3 +247,9 @@ def test_cli_bad_input_exits_2_naming_the_place(tmp_path: Path) -> None:
     assert r.exit_code == 2 and f"--quota: {quota}: documents[0]: spec.weight" in r.output
     r = runner.invoke(replay, ["--trace", str(good), "--scenario", scenario, "--until", "-5"])
     assert r.exit_code == 2 and "--until" in r.output
+
+
+def test_stats_are_rounded_to_two_decimals() -> None:
+    # unrounded: mean 0.10000000000000002, p99 0.198
+    assert stats([0.0, 0.1, 0.2]) == {"mean": 0.1, "p50": 0.1, "p95": 0.19, "p99": 0.2}
+    assert stats([1.0, 2.0, 2.0])["mean"] == 1.67
