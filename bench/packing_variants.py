@@ -30,12 +30,12 @@ from gpuyard.sim.traces import load_openb_nodes, load_openb_pods
 from gpuyard.sim.variants import VALIDATION_SET, make_variant
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "openb"
+DATA = ROOT / "tests" / "data" / "openb"
 POINTS = (100, 130)
 
 
 def _data_dir(given: str | None) -> Path:
-    for candidate in [Path(given)] if given else [DATA, ROOT / "tests" / "data" / "openb"]:
+    for candidate in [Path(given)] if given else [DATA]:
         if (candidate / "openb_pod_list_default.csv").exists():
             return candidate
     raise SystemExit(

@@ -57,12 +57,29 @@ async def _serve(settings: Settings, *, banner: str | None = None, jobs: list[Pa
     task = asyncio.create_task(platform.run())
     serving = asyncio.create_task(platform.serving.wait())
     done, _ = await asyncio.wait({task, serving}, return_when=asyncio.FIRST_COMPLETED)
-    if serving in done and banner:
-        click.echo(banner.format(url=platform.url), err=True)
     serving.cancel()
     if serving in done and jobs:
         await _submit_demo_jobs(platform, jobs)
+        await _settle(platform.store, task)
+    if serving in done and banner and not task.done():
+        # last, after the start-up log lines, so it is the line on the user's screen
+        click.echo(banner.format(url=platform.url), err=True)
     await task
+
+
+async def _settle(store: Any, task: asyncio.Task[Any], *, quiet: float = 0.5, limit: float = 10.0) -> None:
+    """Wait until the sample jobs' pods have started (none Pending) and the store has not changed
+    for `quiet` seconds, so their log lines are written; at most `limit` seconds, or until the
+    platform stops."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    last, since = store.resource_version, loop.time()
+    while not task.done() and loop.time() < end:
+        await asyncio.sleep(0.05)
+        if store.resource_version != last:
+            last, since = store.resource_version, loop.time()
+        elif loop.time() - since >= quiet and not any(p.status.phase == "Pending" for p in store.list("Pod")):
+            return
 
 
 async def _submit_demo_jobs(platform: Any, files: list[Path]) -> None:

@@ -58,9 +58,13 @@ __all__ = [
     "discretize",
     "is_default_trace",
     "packing_placer",
+    "plot_title",
+    "published_at",
     "published_curves",
+    "published_seed_curves",
     "run_many",
     "run_openb",
+    "seeds_text",
     "simulator_node_names",
     "summarize",
     "write_alloc_csv",
@@ -408,26 +412,73 @@ PUBLISHED_NAMES = {
 }
 
 
-def published_curves() -> dict[str, np.ndarray]:
-    """The FGD paper's per-policy allocation curves on the default trace, mean over its seeds.
+def published_seed_curves() -> dict[str, dict[int, np.ndarray]]:
+    """The FGD paper's allocation curve per policy and seed on the default trace.
 
     Read from `sim/data/fgd_expected_alloc_default.csv` (the paper simulator's
-    `expected_results`, columns 0..130 = GPU allocation % at each % of arrived load).
+    `expected_results`, columns 0..130 = GPU allocation % at each % of arrived load; seeds 42..51).
     """
-    import csv
-
-    rows: dict[str, list[list[float]]] = {}
+    rows: dict[str, dict[int, np.ndarray]] = {}
     with (Path(__file__).parent / "data" / "fgd_expected_alloc_default.csv").open(newline="") as f:
         for row in csv.DictReader(f):
             name = PUBLISHED_NAMES.get(row["sc_policy"])
             if name is not None:
-                rows.setdefault(name, []).append([float(row[str(i)]) for i in range(CURVE_POINTS)])
-    return {name: np.mean(np.array(curves), axis=0) for name, curves in rows.items()}
+                curve = np.array([float(row[str(i)]) for i in range(CURVE_POINTS)])
+                rows.setdefault(name, {})[int(row["seed"])] = curve
+    return rows
 
 
-def write_plot(results: Iterable[Result], path: str | Path, *, published: bool = False) -> Path | None:
+def published_curves(seeds: Iterable[int] | None = None) -> dict[str, np.ndarray]:
+    """The paper's per-policy allocation curves on the default trace: the mean over `seeds`
+    (default: every seed it published); a policy lacking one of the seeds is left out."""
+    out: dict[str, np.ndarray] = {}
+    wanted = None if seeds is None else list(seeds)
+    for name, by_seed in published_seed_curves().items():
+        keys = sorted(by_seed) if wanted is None else wanted
+        if keys and all(k in by_seed for k in keys):
+            out[name] = np.mean(np.array([by_seed[k] for k in keys]), axis=0)
+    return out
+
+
+def published_at(policy: str, seeds: Iterable[int], points: Iterable[int]) -> dict[int, float] | None:
+    """The paper's allocation % for `policy` at `points` (arrived %), mean over `seeds`, 2
+    decimals; None when the paper has no curve for that policy and every one of those seeds."""
+    curve = published_curves(seeds).get(policy)
+    if curve is None:
+        return None
+    return {p: round(float(curve[p]), 2) for p in points}
+
+
+def seeds_text(seeds: Iterable[int]) -> str:
+    """``[42, 43, 44, 50]`` -> ``"42-44, 50"``."""
+    ordered = sorted(set(seeds))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+def plot_title(results: Sequence[Result], *, trace: str | None = None) -> str:
+    """The openb plot's title: the trace, the load and the seeds its curves are the mean of."""
+    seeds = sorted({r.seed for r in results})
+    loads = sorted({r.load for r in results})
+    what = f"{trace}: " if trace else ""
+    load = f", load {', '.join(f'{x:g}' for x in loads)}" if loads else ""
+    n = len(seeds)
+    return f"{what}GPU allocation, mean of {n} seed{'s' if n != 1 else ''} ({seeds_text(seeds)}){load}"
+
+
+def write_plot(
+    results: Iterable[Result], path: str | Path, *, published: bool = False, trace: str | None = None
+) -> Path | None:
     """Mean allocation curve per policy as a PNG, the whole range and a zoom on 80-130 % load,
-    with the paper's published curves dashed alongside when `published`; ``None`` (nothing
+    titled with the trace (`trace`, e.g. the pod list's name) and the seeds, with the paper's
+    published curves for the same seeds dashed alongside when `published`; ``None`` (nothing
     written) without matplotlib."""
     try:
         import matplotlib
@@ -436,10 +487,11 @@ def write_plot(results: Iterable[Result], path: str | Path, *, published: bool =
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    results = list(results)
     by_policy: dict[str, list[np.ndarray]] = {}
     for r in results:
         by_policy.setdefault(r.policy, []).append(r.alloc)
-    paper = published_curves() if published else {}
+    paper = published_curves(sorted({r.seed for r in results})) if published else {}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -466,6 +518,7 @@ def write_plot(results: Iterable[Result], path: str | Path, *, published: bool =
     axes[1].set_ylim(80, 100)
     axes[1].set_title("zoom: 80-130 % arrived")
     axes[1].legend(loc="lower right", fontsize=8)
+    fig.suptitle(plot_title(results, trace=trace))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -212,7 +212,7 @@ def openb(
             "profile": profile if engine == "scheduler" else None,
         },
     )
-    png_path = write_plot(results, out_dir / "openb_alloc.png", published=published)
+    png_path = write_plot(results, out_dir / "openb_alloc.png", published=published, trace=workload)
     _print_summary(summarize(results, published=published), published=published)
     click.echo(f"wrote {csv_path}")
     click.echo(f"wrote {json_path}")

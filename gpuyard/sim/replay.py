@@ -111,6 +111,8 @@ class ReplayResult:
     stopped: str
     """``done`` (every job ended), ``until`` (time limit) or ``stalled`` (nothing could change)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    queue_samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    """Per queue (the jobs' namespace), (time, GPU milli its Reservations hold) at every change."""
 
 
 # --- what goes into the platform ----------------------------------------------------------------
@@ -198,6 +200,14 @@ def _queue_of(policy: str, job: TraceJob) -> tuple[str, int | None]:
 # --- the replay ----------------------------------------------------------------------------------
 
 
+def _step(samples: list[tuple[float, int]], t: float, value: int) -> None:
+    """Append (t, value) to a step function, replacing a sample at the same time."""
+    if samples[-1][0] == t:
+        samples[-1] = (t, value)
+    else:
+        samples.append((t, value))
+
+
 class _Recorder:
     """Follows the store: job phases, first placement and start, Reservation GPU milli."""
 
@@ -206,6 +216,8 @@ class _Recorder:
         self.alloc = 0
         self.held: dict[tuple[str, str], int] = {}
         self.samples: list[tuple[float, int]] = [(0.0, 0)]
+        self.by_queue: dict[str, int] = {}
+        self.queue_samples: dict[str, list[tuple[float, int]]] = {}
         self.live_pods: set[tuple[str, str]] = set()
         self.unfinished = 0
 
@@ -231,10 +243,10 @@ class _Recorder:
         if change:
             self.alloc += change
             t = self.now()
-            if self.samples[-1][0] == t:
-                self.samples[-1] = (t, self.alloc)
-            else:
-                self.samples.append((t, self.alloc))
+            _step(self.samples, t, self.alloc)
+            queue = key[0]  # a replayed job's namespace is its queue
+            self.by_queue[queue] = self.by_queue.get(queue, 0) + change
+            _step(self.queue_samples.setdefault(queue, [(0.0, 0)]), t, self.by_queue[queue])
 
     def _pod(self, pod: Any, *, deleted: bool) -> None:
         key = (pod.metadata.namespace, pod.metadata.name)
@@ -325,6 +337,7 @@ async def run_replay(
         wall_s=time.perf_counter() - wall,
         simulated_s=simulated,
         stopped=stopped,
+        queue_samples=rec.queue_samples,
     )
 
 
@@ -431,12 +444,18 @@ async def _submit(
 
 
 def stats(values: Sequence[float]) -> dict[str, float | None]:
-    """Mean, p50, p95, p99 (linear interpolation, as numpy's default); None for no values."""
+    """Mean, p50, p95, p99 (linear interpolation, as numpy's default), rounded to 2 decimals;
+    None for no values."""
     if not len(values):
         return {"mean": None, "p50": None, "p95": None, "p99": None}
     arr = np.asarray(values, dtype=float)
     p50, p95, p99 = np.percentile(arr, [50, 95, 99])
-    return {"mean": float(arr.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
+    return {"mean": _r2(arr.mean()), "p50": _r2(p50), "p95": _r2(p95), "p99": _r2(p99)}
+
+
+def _r2(value: float | np.floating[Any] | None) -> float | None:
+    """A figure of summary.json: 2 decimals (``7459.499999999999`` is ``7459.5``)."""
+    return None if value is None else round(float(value), 2)
 
 
 def time_weighted_mean(samples: Sequence[tuple[float, int]], *, start: float, end: float) -> float | None:
@@ -487,9 +506,9 @@ def summarize(result: ReplayResult, *, rows: Sequence[tuple[float, int]] | None 
         "jct_s": stats([j.jct for j in finished if j.jct is not None]),
         "queueing_delay_s": stats([j.queueing_delay for j in started if j.queueing_delay is not None]),
         "gpu_utilisation_pct": {
-            "mean_of_samples": (float(np.mean([v for _, v in rows])) * 100 / total) if rows else None,
-            "time_weighted": _pct(time_weighted_mean(result.samples, start=first, end=end), total),
-            "peak": max((v for _, v in result.samples), default=0) * 100 / total,
+            "mean_of_samples": _r2(float(np.mean([v for _, v in rows])) * 100 / total) if rows else None,
+            "time_weighted": _r2(_pct(time_weighted_mean(result.samples, start=first, end=end), total)),
+            "peak": _r2(max((v for _, v in result.samples), default=0) * 100 / total),
             "window_s": [first, end],
         },
         "total_gpu_milli": result.total_milli,
@@ -544,8 +563,27 @@ def write_summary_json(summary: Mapping[str, Any], path: str | Path) -> Path:
     return path
 
 
+def pending_steps(jobs: Iterable[JobRecord]) -> list[tuple[float, int]]:
+    """Jobs waiting (submitted, not yet started) over time, as a step function from (0, 0).
+    A job never started waits from its submit time on; one never submitted is not counted."""
+    changes: dict[float, int] = {}
+    for j in jobs:
+        if j.phase in ("NotSubmitted", "Rejected"):
+            continue
+        changes[j.submit] = changes.get(j.submit, 0) + 1
+        if j.start is not None:
+            changes[j.start] = changes.get(j.start, 0) - 1
+    steps = [(0.0, 0)]
+    level = 0
+    for t in sorted(changes):
+        level += changes[t]
+        _step(steps, t, level)
+    return steps
+
+
 def write_plot(result: ReplayResult, path: str | Path) -> Path | None:
-    """GPU allocation over time as a PNG; ``None`` (nothing written) without matplotlib."""
+    """GPU allocation over time (total, and per queue), and the jobs waiting, as a PNG; ``None``
+    (nothing written) without matplotlib."""
     try:
         import matplotlib
 
@@ -555,15 +593,31 @@ def write_plot(result: ReplayResult, path: str | Path) -> Path | None:
         return None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    times = [t for t, _ in result.samples] + [result.simulated_s]
-    pct = [v * 100 / (result.total_milli or 1) for _, v in result.samples]
-    fig, ax = plt.subplots(figsize=(10, 4))
-    ax.stairs(pct, times, fill=True, alpha=0.4)
-    ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("GPU allocated (%)")
+    end = result.simulated_s
+    total = result.total_milli or 1
+
+    def stairs(samples: Sequence[tuple[float, int]], scale: float) -> tuple[list[float], list[float]]:
+        kept = [(t, v) for t, v in samples if t < end] or [(0.0, 0)]
+        return [v * scale for _, v in kept], [t for t, _ in kept] + [max(end, kept[-1][0])]
+
+    fig, (ax, low) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, height_ratios=(2, 1))
+    values, edges = stairs(result.samples, 100 / total)
+    ax.stairs(values, edges, fill=True, alpha=0.3, label="all queues")
+    for queue in sorted(result.queue_samples):
+        values, edges = stairs(result.queue_samples[queue], 100 / total)
+        ax.stairs(values, edges, linewidth=1.2, label=queue)
+    ax.set_ylabel("GPU allocated (% of cluster)")
     ax.set_ylim(0, 100)
     ax.set_title(f"gpuyard replay ({result.policy})")
     ax.grid(alpha=0.3)
+    if result.queue_samples:
+        ax.legend(loc="upper right", fontsize=8)
+    values, edges = stairs(pending_steps(result.jobs), 1.0)
+    low.stairs(values, edges, color="C3")
+    low.set_ylabel("jobs waiting")
+    low.set_xlabel("simulated time (s)")
+    low.set_ylim(bottom=0)
+    low.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

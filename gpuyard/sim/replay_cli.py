@@ -9,7 +9,8 @@ table and writes to ``--out``:
   (mean of the samples, time-weighted, peak), makespan, simulated and wall seconds;
 * ``jobs.csv``: one row per job (submit, placed, start, finish, delay, JCT, final phase);
 * ``utilisation.csv``: allocated GPU milli over time, at every change or every ``--sample`` s;
-* ``replay.png``: the same as a picture, when matplotlib is installed.
+* ``replay.png``: GPU allocation over time (total and per queue) and the jobs waiting, when
+  matplotlib is installed.
 
 Bad input (a missing column, a non-numeric field, an unknown GPU model in ``gpu_spec``, an
 unknown policy, a bad quota file) prints one line naming the file, line and column (or the

@@ -106,3 +106,36 @@ def test_demo_rejects_a_bad_port_naming_it(monkeypatch):
     result, seen = _demo_settings(monkeypatch, [], {"GPUYARD__SERVER__PORT": "eighty"})
     assert result.exit_code == 2 and not seen
     assert "port" in result.output, result.output
+
+
+def test_demo_url_line_comes_after_the_sample_jobs_have_started():
+    """The "open http..." line is the last of the start-up burst, not buried under job logs."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuyard.cli", "demo", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        before: list[str] = []
+        for line in proc.stderr:
+            if "gpuyard demo: open http://" in line:
+                break
+            before.append(line)
+        else:
+            raise AssertionError("no URL line:\n" + "".join(before))
+        assert any(line.startswith("demo: submitted 5 sample jobs") for line in before)
+        running = {
+            json.loads(line)["job"]
+            for line in before
+            if line.startswith("{") and '"job.transition"' in line and '"phase": "Running"' in line
+        }
+        assert running == {"kubedl/mnist", "team-a/resnet50-ddp", "team-a/xgb-churn", "team-b/llm-pretrain"}
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()

@@ -81,6 +81,22 @@ async def test_drf_alternates_between_two_queues(tmp_path: Path) -> None:
     assert start_order(drf) == ["a0", "a1", "b0", "a2", "b1", "a3", "b2", "b3"]
 
 
+async def test_allocation_is_recorded_per_queue(tmp_path: Path) -> None:
+    rows = [f"a{i},{i},100,8,1000,0,0,,team-a,0" for i in range(2)]
+    rows += [f"b{i},{2 + i},100,8,1000,0,0,,team-b,0" for i in range(2)]
+    result = await run_replay(trace(tmp_path, rows), scenario=scenario(2), policy="drf")
+    assert set(result.queue_samples) == {"team-a", "team-b"}
+
+    def at(samples: list[tuple[float, int]], t: float) -> int:
+        return [v for s, v in samples if s <= t][-1]
+
+    # at every change the queues' lines add up to the total line
+    for t, total in result.samples:
+        assert sum(at(q, t) for q in result.queue_samples.values()) == total, t
+    assert max(v for _, v in result.queue_samples["team-a"]) == 16000  # both nodes' 8 GPUs
+    assert all(q[-1][1] == 0 for q in result.queue_samples.values())
+
+
 def test_command_writes_summary_jobs_and_utilisation(tmp_path: Path) -> None:
     out = tmp_path / "out"
     r = CliRunner().invoke(

@@ -224,6 +224,32 @@ def test_summary_of_a_hand_made_timeline() -> None:
     assert s["gpu_utilisation_pct"]["peak"] == pytest.approx(50.0)
 
 
+def test_pending_steps_count_jobs_submitted_and_not_started() -> None:
+    from gpuyard.sim.replay import pending_steps
+
+    jobs = [
+        JobRecord("a", "q", "q", 0, 0.0, 10.0, 1000, start=0.0, finish=10.0, phase="Succeeded"),
+        JobRecord("b", "q", "q", 0, 0.0, 10.0, 1000, start=10.0, finish=20.0, phase="Succeeded"),
+        JobRecord("c", "q", "q", 0, 5.0, 10.0, 2000, phase="Created"),
+        JobRecord("d", "q", "q", 0, 6.0, 10.0, 9000, phase="Rejected"),
+    ]
+    assert pending_steps(jobs) == [(0.0, 1), (5.0, 2), (10.0, 1)]
+    assert pending_steps([]) == [(0.0, 0)]
+
+
+def test_replay_plot_has_the_queue_and_waiting_lines(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from gpuyard.sim.replay import write_plot
+
+    jobs = [JobRecord("a", "q", "q", 0, 0.0, 10.0, 1000, start=5.0, finish=15.0, phase="Succeeded")]
+    result = ReplayResult(
+        "fifo", jobs, [(0.0, 0), (5.0, 1000), (15.0, 0)], 2000, wall_s=0.1, simulated_s=15.0,
+        stopped="done", queue_samples={"q": [(0.0, 0), (5.0, 1000), (15.0, 0)]},
+    )  # fmt: skip
+    assert write_plot(result, tmp_path / "r.png") == tmp_path / "r.png"
+    assert (tmp_path / "r.png").stat().st_size > 0
+
+
 # --- the command's bad input ---------------------------------------------------------------------------
 
 
@@ -247,3 +273,9 @@ def test_cli_bad_input_exits_2_naming_the_place(tmp_path: Path) -> None:
     assert r.exit_code == 2 and f"--quota: {quota}: documents[0]: spec.weight" in r.output
     r = runner.invoke(replay, ["--trace", str(good), "--scenario", scenario, "--until", "-5"])
     assert r.exit_code == 2 and "--until" in r.output
+
+
+def test_stats_are_rounded_to_two_decimals() -> None:
+    # unrounded: mean 0.10000000000000002, p99 0.198
+    assert stats([0.0, 0.1, 0.2]) == {"mean": 0.1, "p50": 0.1, "p95": 0.19, "p99": 0.2}
+    assert stats([1.0, 2.0, 2.0])["mean"] == 1.67

@@ -208,3 +208,54 @@ def test_published_curves_are_the_papers_means():
         assert curve.shape == (131,)
         assert abs(curve[100] - PUBLISHED_MEANS[policy][100]) < 0.06, policy
         assert abs(curve[130] - PUBLISHED_MEANS[policy][130]) < 0.06, policy
+
+
+def test_published_figures_for_the_seeds_run():
+    from gpuyard.sim.openb import PUBLISHED_MEANS, published_at
+
+    # seed 42's own published curve, not the 10-seed mean (95.23 / 95.39)
+    assert published_at("fgd", [42], (100, 130)) == {100: 95.14, 130: 95.29}
+    assert published_at("fgd", range(42, 52), (80, 90, 100, 130)) == PUBLISHED_MEANS["fgd"]
+    assert published_at("fgd", [7], (100,)) is None  # the paper has no seed 7
+    assert published_at("gpuyard", [42], (100,)) is None
+
+
+def test_small_benchmark_compares_with_the_published_figure_of_its_seed():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_bench_openb", DATA.parents[2] / "bench" / "openb_packing.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.published_comparison("gpuyard", [42], {"alloc_100_mean": 95.93, "alloc_130_mean": 96.04})
+    assert out["published_fgd_seeds"] == [42]
+    assert (out["published_fgd_100"], out["published_fgd_130"]) == (95.14, 95.29)
+    assert (out["delta_100_vs_published_fgd"], out["delta_130_vs_published_fgd"]) == (0.79, 0.75)
+    assert out["published_fgd_100_range_all_seeds"] == [95.06, 95.38]
+    assert bench.published_comparison("first-fit", [42], {}) == {}
+
+
+def test_plot_title_names_the_trace_and_the_seeds(small):
+    from gpuyard.sim.openb import plot_title, seeds_text
+
+    nodes, pods = small
+    results = run_many(nodes, pods, policies=["fgd"], seeds=[42, 43, 44, 50])
+    title = plot_title(results, trace="openb_pod_list_default")
+    assert title == "openb_pod_list_default: GPU allocation, mean of 4 seeds (42-44, 50), load 1.3"
+    assert seeds_text([42]) == "42"
+
+
+def test_plot_is_written_with_its_title(small, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import matplotlib.figure
+
+    titles = []
+    real = matplotlib.figure.Figure.suptitle
+    monkeypatch.setattr(
+        matplotlib.figure.Figure, "suptitle", lambda self, t, **kw: titles.append(t) or real(self, t, **kw)
+    )
+    nodes, pods = small
+    results = run_many(nodes, pods, policies=["fgd"], seeds=[42])
+    assert write_plot(results, tmp_path / "x.png", trace="pods_small") == tmp_path / "x.png"
+    assert titles == ["pods_small: GPU allocation, mean of 1 seed (42), load 1.3"]
