@@ -234,11 +234,13 @@ def _event_row(e: dict[str, Any]) -> list[Any]:
 def events(
     job_ref: str, follow: bool, max_events: int | None, output: str, server: str | None, token: str | None
 ) -> None:
-    """A job's events, oldest first; with --follow, then every new one (like `logs -f`)."""
+    """A job's events, oldest first; with --follow, then every new one (like `logs -f`) until the
+    job is deleted."""
     ns, name = _split_ref(job_ref)
     client = ApiClient(server, token=token)
     job = call(client.job, ns, name)
-    past = call(client.job_events, ns, name).get("items", [])
+    listed = call(client.job_events, ns, name)
+    past = listed.get("items", [])
     headers = ["TIME", "TYPE", "REASON", "COUNT", "MESSAGE"]
 
     def show(items: list[dict[str, Any]], *, header: bool) -> None:
@@ -260,7 +262,18 @@ def events(
     uid = job.get("metadata", {}).get("uid")
     shown = 0
     try:
-        for kind, e in call(client.stream, "/api/v1/watch/events", query={"namespace": ns}):
+        # The job's own changes come on the same stream: its deletion ends the command.
+        since = (listed.get("metadata") or {}).get("resourceVersion")
+        query = {"namespace": ns, "resourceVersion": since}
+        for kind, e in call(client.stream, "/api/v1/watch/jobs,events", query=query):
+            if e.get("kind") != "Event":
+                if kind == "DELETED" and (e.get("metadata") or {}).get("uid") == uid:
+                    if output in ("table", "wide"):
+                        click.echo(f"job {ns}/{name} was deleted")
+                    else:
+                        click.echo(f"job {ns}/{name} was deleted", err=True)
+                    return
+                continue
             if kind == "DELETED" or (e.get("involvedObject") or {}).get("uid") != uid:
                 continue
             show([e], header=False)

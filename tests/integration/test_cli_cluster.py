@@ -18,6 +18,7 @@ import yaml
 from aiohttp.test_utils import TestServer
 from click.testing import CliRunner
 
+from gpuyard.cli.client import ApiClient
 from gpuyard.cli.cluster import register
 from gpuyard.controllers.statuses import record_event
 from gpuyard.state.context import Context
@@ -194,3 +195,33 @@ async def test_config_file(live: Live, tmp_path: Path, monkeypatch: pytest.Monke
     config.write_text("server: [1, 2]\n")
     r = await asyncio.to_thread(CliRunner().invoke, root, ["top", "nodes"])
     assert r.exit_code == 2 and "server: expected a string" in r.output
+
+
+async def test_events_follow_ends_when_the_job_is_deleted(live: Live) -> None:
+    job = next(iter(live.ctx.store.list("PyTorchJob", namespace="team-a")))
+    ref = f"team-a/{job.metadata.name}"
+    task = asyncio.create_task(live.cli("events", "--job", ref, "--follow"))
+    await asyncio.sleep(0.5)
+    await live.ctx.writer.delete(job.kind, "team-a", job.metadata.name)
+    r = await asyncio.wait_for(task, 20)
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[-1] == f"job {ref} was deleted"
+
+
+async def test_events_follow_sees_a_deletion_before_the_watch_starts(live: Live) -> None:
+    job = next(iter(live.ctx.store.list("PyTorchJob", namespace="team-a")))
+    ref = f"team-a/{job.metadata.name}"
+    # deleted right after the job's events are listed, before the stream connects
+    real = ApiClient.job_events
+
+    def listed_then_deleted(self: ApiClient, ns: str, name: str) -> Any:
+        answer = real(self, ns, name)
+        asyncio.run_coroutine_threadsafe(live.ctx.writer.delete(job.kind, ns, name), loop).result(10)
+        return answer
+
+    loop = asyncio.get_running_loop()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ApiClient, "job_events", listed_then_deleted)
+        r = await asyncio.wait_for(live.cli("events", "--job", ref, "--follow", "-o", "json"), 20)
+    assert r.exit_code == 0, r.output
+    assert f"job {ref} was deleted" in r.output
