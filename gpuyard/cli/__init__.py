@@ -238,6 +238,7 @@ def simulate() -> None:
 def _mount() -> None:
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
+    from gpuyard.cli.faults import register as register_faults
     from gpuyard.cli.jobs import register as register_jobs
     from gpuyard.cli.nodes import register as register_nodes
     from gpuyard.cli.quotas import register as register_quotas
@@ -253,6 +254,7 @@ def _mount() -> None:
     register_cluster(main)
     register_nodes(main)
     register_quotas(main)
+    register_faults(main)
 
 
 _mount()
