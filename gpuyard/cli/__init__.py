@@ -271,6 +271,7 @@ def simulate() -> None:
 def _mount() -> None:
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
+    from gpuyard.cli.faults import register as register_faults
     from gpuyard.cli.jobs import register as register_jobs
     from gpuyard.cli.nodes import register as register_nodes
     from gpuyard.cli.quotas import register as register_quotas
@@ -286,6 +287,7 @@ def _mount() -> None:
     register_cluster(main)
     register_nodes(main)
     register_quotas(main)
+    register_faults(main)
 
 
 _mount()

@@ -306,6 +306,23 @@ class ApiClient:
     def reservations(self, *, namespace: str | None = None, node: str | None = None) -> Any:
         return self.request("GET", "/api/v1/reservations", query={"namespace": namespace, "node": node})
 
+    # --- fault injection (fake backend) ----------------------------------------------------------
+
+    def fault_node(self, name: str, action: str) -> Any:
+        return self.request("POST", f"/api/v1/fake/nodes/{_q(name)}:{_q(action)}")
+
+    def fault_gpu(self, node: str, index: int, action: str) -> Any:
+        return self.request("POST", f"/api/v1/fake/nodes/{_q(node)}/gpus/{index}:{_q(action)}")
+
+    def crash_pod(
+        self, namespace: str, name: str, *, exit_code: int | None = None, reason: str | None = None
+    ) -> Any:
+        query = {"exitCode": None if exit_code is None else str(exit_code), "reason": reason}
+        return self.request("POST", f"/api/v1/fake/pods/{_q(namespace)}/{_q(name)}:crash", query=query)
+
+    def fail_next_creates(self, count: int) -> Any:
+        return self.request("POST", "/api/v1/fake/pods:failNextCreates", query={"count": str(count)})
+
 
 def _q(part: str) -> str:
     return quote(part, safe="")

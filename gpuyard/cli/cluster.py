@@ -176,36 +176,72 @@ def watch() -> None:
     """Follow changes as they happen (Server-Sent Events)."""
 
 
+class _Rows:
+    """Streamed table rows that line up with their header: each column is at least as wide as its
+    default, and widens (for this row and the ones after) when a value is longer."""
+
+    def __init__(self, headers: list[str], widths: list[int]) -> None:
+        self.widths = [max(len(h), w) for h, w in zip(headers, widths, strict=True)]
+        self.echo(headers)
+
+    def echo(self, cells: list[str]) -> None:
+        self.widths = [max(w, len(c)) for w, c in zip(self.widths, cells, strict=True)]
+        click.echo("   ".join(c.ljust(w) for c, w in zip(cells, self.widths, strict=True)).rstrip())
+
+
+def _job_row(event: str, obj: dict[str, Any], *, wide: bool) -> list[str]:
+    meta = obj.get("metadata", {})
+    status = obj.get("status", {}) or {}
+    conds = status.get("conditions") or []
+    last = conds[-1] if conds else {}
+    row = [
+        event,
+        f"{meta.get('namespace')}/{meta.get('name')}",
+        str(obj.get("kind") or "-"),
+        status.get("phase") or "Created",
+        last.get("type") or "-",
+    ]
+    if wide:
+        row.append(last.get("message") or "-")
+    return row
+
+
 @watch.command("jobs")
 @click.option("-n", "--namespace", default=None, help="Only this namespace.")
-@click.option("--max-events", type=click.IntRange(min=1), default=None, help="Stop after this many changes.")
+@click.option(
+    "--max-events", type=click.IntRange(min=1), default=None, help="Stop after printing this many changes."
+)
 @client_options
 def watch_jobs(
     namespace: str | None, max_events: int | None, output: str, server: str | None, token: str | None
 ) -> None:
-    """Print every change to a job (kind, phase, last condition) until interrupted."""
+    """Print every change to a job (kind, phase, last condition; -o wide: its message) until
+    interrupted. In a table, a change that alters none of the columns shown is not printed."""
     client = ApiClient(server, token=token)
     seen = 0
+    wide = output == "wide"
+    rows: _Rows | None = None
     if output in ("table", "wide"):
-        click.echo(
-            "EVENT      NAMESPACE/NAME   KIND   PHASE   MESSAGE"
-            if output == "wide"
-            else "EVENT      NAMESPACE/NAME   KIND   PHASE"
-        )
+        headers = ["EVENT", "NAMESPACE/NAME", "KIND", "PHASE", "CONDITION"] + (["MESSAGE"] if wide else [])
+        rows = _Rows(headers, [8, 40, 10, 10, 10] + ([0] if wide else []))
+    shown: dict[str, list[str]] = {}  # job -> the columns last printed for it (EVENT aside)
     try:
         for event, obj in call(client.stream, "/api/v1/watch/jobs", query={"namespace": namespace}):
-            meta = obj.get("metadata", {})
-            status = obj.get("status", {}) or {}
             if output == "json":
                 click.echo(json.dumps({"type": event, "object": obj}, separators=(",", ":")))
             elif output == "yaml":
                 click.echo(yaml.safe_dump([{"type": event, "object": obj}], sort_keys=False).rstrip())
             else:
-                conds = status.get("conditions") or []
-                line = f"{event:<10} {meta.get('namespace')}/{meta.get('name')}   {obj.get('kind')}   {status.get('phase') or 'Created'}"
-                if output == "wide" and conds:
-                    line += f"   {conds[-1].get('message', '')}"
-                click.echo(line)
+                assert rows is not None
+                row = _job_row(event, obj, wide=wide)
+                key = f"{obj.get('kind')}/{row[1]}"
+                if event == "MODIFIED" and shown.get(key) == row[1:]:
+                    continue
+                if event == "DELETED":
+                    shown.pop(key, None)
+                else:
+                    shown[key] = row[1:]
+                rows.echo(row)
             seen += 1
             if max_events is not None and seen >= max_events:
                 return
@@ -235,11 +271,13 @@ def _event_row(e: dict[str, Any]) -> list[Any]:
 def events(
     job_ref: str, follow: bool, max_events: int | None, output: str, server: str | None, token: str | None
 ) -> None:
-    """A job's events, oldest first; with --follow, then every new one (like `logs -f`)."""
+    """A job's events, oldest first; with --follow, then every new one (like `logs -f`) until the
+    job is deleted."""
     ns, name = _split_ref(job_ref)
     client = ApiClient(server, token=token)
     job = call(client.job, ns, name)
-    past = call(client.job_events, ns, name).get("items", [])
+    listed = call(client.job_events, ns, name)
+    past = listed.get("items", [])
     headers = ["TIME", "TYPE", "REASON", "COUNT", "MESSAGE"]
 
     def show(items: list[dict[str, Any]], *, header: bool) -> None:
@@ -261,7 +299,18 @@ def events(
     uid = job.get("metadata", {}).get("uid")
     shown = 0
     try:
-        for kind, e in call(client.stream, "/api/v1/watch/events", query={"namespace": ns}):
+        # The job's own changes come on the same stream: its deletion ends the command.
+        since = (listed.get("metadata") or {}).get("resourceVersion")
+        query = {"namespace": ns, "resourceVersion": since}
+        for kind, e in call(client.stream, "/api/v1/watch/jobs,events", query=query):
+            if e.get("kind") != "Event":
+                if kind == "DELETED" and (e.get("metadata") or {}).get("uid") == uid:
+                    if output in ("table", "wide"):
+                        click.echo(f"job {ns}/{name} was deleted")
+                    else:
+                        click.echo(f"job {ns}/{name} was deleted", err=True)
+                    return
+                continue
             if kind == "DELETED" or (e.get("involvedObject") or {}).get("uid") != uid:
                 continue
             show([e], header=False)

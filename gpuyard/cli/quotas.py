@@ -8,7 +8,8 @@
   row per resource the quota sets (min or max) or uses, with min / max / runtime (what the quota
   may use now) / used; `-o wide` shows every resource of the spec and status and adds the
   request (pending + running demand), namespace and covered namespaces.
-* `gpuyard get queues` prints NAME, WEIGHT, STRATEGY, PENDING, RUNNING, SHARE.
+* `gpuyard get queues` prints NAME, WEIGHT, STRATEGY, PENDING, RUNNING, SHARE, SOURCE (`defined`
+  by a Queue object, or `implicit`: named by jobs, default settings, no share).
 
 Every command takes `--server` / `--token` (see `gpuyard.cli.client`). Errors are one line on
 stderr; exit code 2 for bad input (a 4xx answer, an unreadable file), 1 for server or network.
@@ -218,7 +219,8 @@ def get_quotas(output: str, server: str | None, token: str | None) -> None:
 @get.command("queues")
 @client_options
 def get_queues(output: str, server: str | None, token: str | None) -> None:
-    """List queues: weight, queueing strategy, pending and running jobs, fair share."""
+    """List queues: weight, queueing strategy, pending and running jobs, fair share, and whether a
+    Queue object defines it or jobs name it implicitly (default settings)."""
     queues = _list_all(ApiClient(server, token=token), "/api/v1/queues")
 
     def table(wide: bool) -> None:
@@ -231,15 +233,20 @@ def get_queues(output: str, server: str | None, token: str | None) -> None:
                 spec.get("queueingStrategy", "BestEffortFIFO"),
                 status.get("pending", 0),
                 status.get("running", 0),
-                f"{float(status.get('share', 0.0)):.2f}",
+                "-" if _implicit(q) else f"{float(status.get('share', 0.0)):.2f}",
+                "implicit" if _implicit(q) else "defined",
             ]
             if wide:
                 row += [spec.get("maxRunningJobs"), spec.get("description") or None]
             rows.append(row)
-        headers = ["NAME", "WEIGHT", "STRATEGY", "PENDING", "RUNNING", "SHARE"]
+        headers = ["NAME", "WEIGHT", "STRATEGY", "PENDING", "RUNNING", "SHARE", "SOURCE"]
         _table(headers + (["MAX-RUNNING", "DESCRIPTION"] if wide else []), rows)
 
     _emit(queues, output, table)
+
+
+def _implicit(queue: dict[str, Any]) -> bool:
+    return (queue.get("metadata", {}).get("annotations") or {}).get("gpuyard.io/implicit") == "true"
 
 
 @click.group()
@@ -263,12 +270,17 @@ def describe_queue(name: str, output: str, server: str | None, token: str | None
     def table(wide: bool) -> None:
         spec, status = queue.get("spec", {}), queue.get("status", {})
         click.echo(f"Name:        {name}")
+        if _implicit(queue):
+            click.echo("Source:      implicit (named by jobs, no Queue object: default settings)")
+        else:
+            click.echo("Source:      defined (Queue object)")
         click.echo(f"Weight:      {float(spec.get('weight', 1)):g}")
         click.echo(f"Strategy:    {spec.get('queueingStrategy', 'BestEffortFIFO')}")
         click.echo(f"Max running: {spec.get('maxRunningJobs') or '-'}")
         click.echo(f"Pending:     {status.get('pending', 0)}")
         click.echo(f"Running:     {status.get('running', 0)}")
-        click.echo(f"Share:       {float(status.get('share', 0.0)):.2f}")
+        share = status.get("share")
+        click.echo(f"Share:       {'-' if share is None else f'{float(share):.2f}'}")
         click.echo("\nWaiting jobs:")
         if not jobs:
             click.echo("  none")

@@ -19,6 +19,8 @@ from aiohttp.test_utils import TestServer
 from click.testing import CliRunner
 
 from gpuyard.apis.devicematching import LABEL_BLOCK, LABEL_SPINE
+from gpuyard.apis.jobspecs import JobCondition
+from gpuyard.cli.client import ApiClient
 from gpuyard.cli.cluster import register
 from gpuyard.controllers.statuses import record_event
 from gpuyard.state.context import Context
@@ -151,8 +153,46 @@ async def test_watch_jobs(live: Live) -> None:
     r = await asyncio.wait_for(task, 20)
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[1].split() == ["ADDED", "team-c/watched", "PyTorchJob", "Created"]
-    assert lines[2].split() == ["MODIFIED", "team-c/watched", "PyTorchJob", "Running"]
+    assert lines[1].split() == ["ADDED", "team-c/watched", "PyTorchJob", "Created", "-"]
+    assert lines[2].split() == ["MODIFIED", "team-c/watched", "PyTorchJob", "Running", "-"]
+
+
+async def test_watch_jobs_lines_up_shows_the_last_condition_and_skips_unchanged_rows(live: Live) -> None:
+    task = asyncio.create_task(live.cli("watch", "jobs", "-n", "team-c", "-o", "wide", "--max-events", "4"))
+    await asyncio.sleep(0.5)  # the watch connects
+    job = load_job("pytorch-simple", namespace="team-c")
+    job.metadata.name = "resnet50-imagenet-ddp-run2"
+    await live.ctx.writer.create(job)
+
+    async def change(phase: str, condition: str | None = None, message: str = "") -> None:
+        current = live.ctx.store.must_get(job.kind, "team-c", job.metadata.name)
+        fields: dict[str, Any] = {"phase": phase}
+        if condition is not None:
+            new = JobCondition(type=condition, status="True", reason=condition, message=message)
+            fields["conditions"] = [*current.status.conditions, new]  # type: ignore[attr-defined]
+        await live.ctx.writer.patch_status(job.kind, "team-c", job.metadata.name, fields)
+
+    await change("Queuing")
+    await change("Queuing")  # nothing shown changed: no row
+    await change("Queuing")
+    await change("Running", "Running", "all pods running")
+    await change("Succeeded", "Succeeded", "done")
+    r = await asyncio.wait_for(task, 20)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    headers = ["EVENT", "NAMESPACE/NAME", "KIND", "PHASE", "CONDITION", "MESSAGE"]
+    assert lines[0].split() == headers
+    starts = [lines[0].index(h) for h in headers]
+    rows = [
+        [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)] for line in lines[1:]
+    ]
+    ref = f"team-c/{job.metadata.name}"
+    assert rows == [
+        ["ADDED", ref, "PyTorchJob", "Created", "-", "-"],
+        ["MODIFIED", ref, "PyTorchJob", "Queuing", "-", "-"],
+        ["MODIFIED", ref, "PyTorchJob", "Running", "Running", "all pods running"],
+        ["MODIFIED", ref, "PyTorchJob", "Succeeded", "Succeeded", "done"],
+    ]
 
 
 async def test_events_and_follow(live: Live) -> None:
@@ -211,3 +251,33 @@ async def test_config_file(live: Live, tmp_path: Path, monkeypatch: pytest.Monke
     config.write_text("server: [1, 2]\n")
     r = await asyncio.to_thread(CliRunner().invoke, root, ["top", "nodes"])
     assert r.exit_code == 2 and "server: expected a string" in r.output
+
+
+async def test_events_follow_ends_when_the_job_is_deleted(live: Live) -> None:
+    job = next(iter(live.ctx.store.list("PyTorchJob", namespace="team-a")))
+    ref = f"team-a/{job.metadata.name}"
+    task = asyncio.create_task(live.cli("events", "--job", ref, "--follow"))
+    await asyncio.sleep(0.5)
+    await live.ctx.writer.delete(job.kind, "team-a", job.metadata.name)
+    r = await asyncio.wait_for(task, 20)
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[-1] == f"job {ref} was deleted"
+
+
+async def test_events_follow_sees_a_deletion_before_the_watch_starts(live: Live) -> None:
+    job = next(iter(live.ctx.store.list("PyTorchJob", namespace="team-a")))
+    ref = f"team-a/{job.metadata.name}"
+    # deleted right after the job's events are listed, before the stream connects
+    real = ApiClient.job_events
+
+    def listed_then_deleted(self: ApiClient, ns: str, name: str) -> Any:
+        answer = real(self, ns, name)
+        asyncio.run_coroutine_threadsafe(live.ctx.writer.delete(job.kind, ns, name), loop).result(10)
+        return answer
+
+    loop = asyncio.get_running_loop()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ApiClient, "job_events", listed_then_deleted)
+        r = await asyncio.wait_for(live.cli("events", "--job", ref, "--follow", "-o", "json"), 20)
+    assert r.exit_code == 0, r.output
+    assert f"job {ref} was deleted" in r.output

@@ -95,8 +95,8 @@ async def test_apply_demo_then_get_quotas_and_queues(live: Live) -> None:
     r = await live.cli("get", "queues", token="vic")  # a viewer may read
     assert r.exit_code == 0, r.output
     lines = [line.split() for line in r.output.splitlines()]
-    assert lines[0] == ["NAME", "WEIGHT", "STRATEGY", "PENDING", "RUNNING", "SHARE"]
-    assert lines[1] == ["team-a", "1", "BestEffortFIFO", "0", "0", "0.00"]
+    assert lines[0] == ["NAME", "WEIGHT", "STRATEGY", "PENDING", "RUNNING", "SHARE", "SOURCE"]
+    assert lines[1] == ["team-a", "1", "BestEffortFIFO", "0", "0", "0.00", "defined"]
     r = await live.cli("get", "queues", "-o", "json")
     assert [q["metadata"]["name"] for q in json.loads(r.output)] == ["team-a", "team-b"]
     r = await live.cli("get", "nodes")  # the cluster's `get` commands are still there
@@ -219,3 +219,22 @@ async def test_describe_queue(live: Live) -> None:
     assert "team-a/pytorch-simple" in r.output, "make_ctx's job (not yet started) waits in queue team-a"
     r = await live.cli("describe", "queue", "nope")
     assert r.exit_code == 2
+
+
+async def test_queues_jobs_name_are_shown_as_implicit(live: Live) -> None:
+    """No Queue object: the queues of make_ctx's jobs (team-a, team-b, not started) are implicit."""
+    r = await live.cli("get", "queues")
+    assert r.exit_code == 0, r.output
+    lines = [line.split() for line in r.output.splitlines()]
+    assert lines == [
+        ["NAME", "WEIGHT", "STRATEGY", "PENDING", "RUNNING", "SHARE", "SOURCE"],
+        ["team-a", "1", "BestEffortFIFO", "1", "0", "-", "implicit"],
+        ["team-b", "1", "BestEffortFIFO", "1", "0", "-", "implicit"],
+    ]
+    r = await live.cli("describe", "queue", "team-a")
+    assert r.exit_code == 0, r.output
+    assert "Source:      implicit" in r.output and "Pending:     1" in r.output
+    assert "Share:       -" in r.output
+    assert "team-a/pytorch-simple" in r.output
+    r = await live.cli("describe", "queue", "team-z")
+    assert r.exit_code == 2 and "queue team-z not found" in r.output

@@ -1,9 +1,11 @@
-"""Fault injection (HTTP): lose and recover nodes, fail GPUs, crash pods.
+"""Fault injection (HTTP): lose and recover nodes, fail GPUs, crash pods, fail pod creations.
 
 `POST /api/v1/fake/nodes/{name}:fail`, `.../{name}:recover`, `.../{name}/gpus/{idx}:fail`,
-`.../{name}/gpus/{idx}:recover`, `POST /api/v1/fake/pods/{ns}/{name}:crash?exitCode=137&reason=OOMKilled`.
+`.../{name}/gpus/{idx}:recover`, `POST /api/v1/fake/pods/{ns}/{name}:crash?exitCode=137&reason=OOMKilled`,
+`POST /api/v1/fake/pods:failNextCreates?count=N`.
 The routes ask the backend's `faults` (the :class:`~gpuyard.state.backend.FaultInjector`
-protocol); a backend that cannot inject faults (a real cluster) answers 501 naming why.
+protocol); a backend that cannot inject faults (a real cluster) answers 501 naming why. An
+unknown action answers 422 naming the allowed ones.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gpuyard.state.store import NotFound
 __all__ = ["setup"]
 
 CRASH_REASONS = ("Error", "OOMKilled", "Evicted")
+MAX_FAILED_CREATES = 1000
 
 
 def _faults(request: web.Request) -> FaultInjector:
@@ -47,15 +50,22 @@ def _node(request: web.Request, name: str) -> str:
 def _action(request: web.Request, allowed: tuple[str, ...]) -> str:
     action = request.match_info["action"]
     if action not in allowed:
-        raise ApiError(404, f"unknown action {action!r}; allowed: {', '.join(allowed)}")
+        raise ApiError(
+            422,
+            f"unknown action {action!r}; allowed: {', '.join(allowed)}",
+            details=[{"field": "action", "reason": f"allowed: {', '.join(allowed)}"}],
+        )
     return action
 
 
-@operation("Fail or recover a node (fake backend; action: fail | recover)", tags=["fake"], errors=[404, 501])
+@operation(
+    "Fail or recover a node (fake backend; action: fail | recover)", tags=["fake"], errors=[404, 422, 501]
+)
 async def node_action(request: web.Request) -> web.Response:
     faults = _faults(request)
+    action = _action(request, ("fail", "recover"))
     name = _node(request, request.match_info["name"])
-    if _action(request, ("fail", "recover")) == "fail":
+    if action == "fail":
         failed = await faults.fail_node(name)
         return web.json_response({"node": name, "ready": False, "podsFailed": failed})
     await faults.recover_node(name)
@@ -81,12 +91,15 @@ def _gpu_index(request: web.Request, node: str, raw: str) -> int:
     return index
 
 
-@operation("Fail or recover one GPU (fake backend)", tags=["fake"], errors=[404, 422, 501])
+@operation(
+    "Fail or recover one GPU (fake backend; action: fail | recover)", tags=["fake"], errors=[404, 422, 501]
+)
 async def gpu_action(request: web.Request) -> web.Response:
     faults = _faults(request)
+    action = _action(request, ("fail", "recover"))
     node = _node(request, request.match_info["name"])
     index = _gpu_index(request, node, request.match_info["idx"])
-    if _action(request, ("fail", "recover")) == "fail":
+    if action == "fail":
         failed = await faults.fail_gpu(node, index)
         return web.json_response({"node": node, "gpu": index, "healthy": False, "podsFailed": failed})
     await faults.recover_gpu(node, index)
@@ -143,7 +156,32 @@ async def pod_action(request: web.Request) -> web.Response:
     )
 
 
+@operation(
+    "Make the next pod creations fail (fake backend; action: failNextCreates)",
+    tags=["fake"],
+    params=[Param("count", type="integer", description=f"1..{MAX_FAILED_CREATES}, default 1")],
+    errors=[422, 501],
+)
+async def creates_action(request: web.Request) -> web.Response:
+    faults = _faults(request)
+    _action(request, ("failNextCreates",))
+    raw = request.query.get("count", "1")
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_FAILED_CREATES:
+        raise ApiError(
+            422,
+            f"count must be an integer in 1..{MAX_FAILED_CREATES}, not {raw!r}",
+            details=[{"field": "count", "reason": f"must be an integer 1-{MAX_FAILED_CREATES}"}],
+        )
+    faults.fail_next_creates(count)
+    return web.json_response({"failNextCreates": count})
+
+
 def setup(app: web.Application) -> None:
     app.router.add_post("/api/v1/fake/nodes/{name:[^/:]+}:{action}", node_action)
     app.router.add_post("/api/v1/fake/nodes/{name:[^/:]+}/gpus/{idx:[^/:]+}:{action}", gpu_action)
     app.router.add_post("/api/v1/fake/pods/{ns}/{name:[^/:]+}:{action}", pod_action)
+    app.router.add_post("/api/v1/fake/pods:{action}", creates_action)

@@ -281,7 +281,10 @@ async def job_events(request: web.Request) -> web.Response:
         if e.involved_object.get("uid") == job.metadata.uid
     ]
     events.sort(key=lambda e: int(e.metadata.resource_version or 0))
-    return web.json_response({"items": [e.to_dict() for e in events]})
+    # The list's resourceVersion: a watch from it misses nothing that happens after this answer.
+    return web.json_response(
+        {"items": [e.to_dict() for e in events], "metadata": {"resourceVersion": str(store.resource_version)}}
+    )
 
 
 def setup(app: web.Application) -> None:

@@ -5,6 +5,10 @@
   namespace (`metadata.namespace`, default `default`): `{name}` finds it in whichever namespace it
   lives, and a PUT without a namespace keeps the one it has.
 * `GET /api/v1/queues`, `GET|PUT|DELETE /api/v1/queues/{name}` — tenant queues (cluster-scoped).
+  A queue that jobs name (`schedulingPolicy.queue`, else their namespace) but no Queue object
+  defines is *implicit*: list and get show it with the default settings, the annotation
+  `gpuyard.io/implicit: "true"` and its pending/running counts (from the jobs and their
+  PodGroups in the caller's namespaces; no `share`, which only the scheduler knows).
 * `GET /api/v1/resourcequotas` (`?namespace=`), `GET|PUT|DELETE
   /api/v1/namespaces/{ns}/resourcequotas/{name}` — per-namespace hard limits.
 * `POST /api/v1/apply` (module `applying`) — a policy file of all these kinds, all or nothing.
@@ -23,8 +27,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gpuyard.apis.jobkinds import KIND_INFO
+from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document, validate_quota_deletion
-from gpuyard.apis.quotakinds import ElasticQuota, Queue, ResourceQuota
+from gpuyard.apis.quotakinds import ElasticQuota, Queue, QueueStatus, ResourceQuota
+from gpuyard.apis.scheduling import PodGroup
 from gpuyard.platform.api.app import CTX, delete_object, stored
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
@@ -40,6 +47,9 @@ from gpuyard.platform.api.manifests import (
     stored_quotas,
 )
 from gpuyard.platform.api.openapi import Param, operation
+from gpuyard.platform.api.paging import list_body, paginate
+from gpuyard.platform.cluster_metrics import PENDING_PHASES
+from gpuyard.state.store import Store
 
 __all__ = ["setup"]
 
@@ -143,14 +153,77 @@ async def delete_quota(request: web.Request) -> web.Response:
 )
 async def list_queues(request: web.Request) -> web.Response:
     authorize(request, "read")
-    return list_response(request, request.app[CTX].store.list("Queue"))
+    store = request.app[CTX].store
+    queues = sorted(
+        [*store.list_of(Queue), *implicit_queues(store, allowed_namespaces(request)).values()],
+        key=lambda q: q.metadata.name,
+    )
+    page, token = paginate(request, queues)
+    return web.json_response(
+        list_body([queue_view(q) for q in page], next_token=token, resource_version=store.resource_version)
+    )
 
 
-@operation("Get one queue", tags=["quotas"], response=Queue, errors=[401, 404])
+@operation("Get one queue (an implicit one too)", tags=["quotas"], response=Queue, errors=[401, 404])
 async def get_queue(request: web.Request) -> web.Response:
     authorize(request, "read")
+    store = request.app[CTX].store
     name = request.match_info["name"]
-    return web.json_response(stored(request, "Queue", "", name, what=f"queue {name}").to_dict())
+    queue = store.get_of(Queue, "", name) or implicit_queues(store, allowed_namespaces(request)).get(name)
+    if queue is None:
+        raise ApiError(404, f"queue {name} not found: no Queue object defines it and no job names it")
+    return web.json_response(queue_view(queue))
+
+
+IMPLICIT = "gpuyard.io/implicit"
+
+
+def implicit_queues(store: Store, visible: frozenset[str] | None) -> dict[str, Queue]:
+    """The queues jobs use (`schedulingPolicy.queue`, else their namespace) that no Queue object
+    defines, by name, with default settings and their jobs counted: pending (PodGroup Pending,
+    or no PodGroup yet and the job not started) and running (PodGroup Placed). Only jobs in the
+    `visible` namespaces (None: all) are seen."""
+    defined = {q.metadata.name for q in store.list_of(Queue)}
+    kinds = set(store.kinds())
+    groups = (
+        {(pg.metadata.namespace, pg.metadata.name): pg for pg in store.list_of(PodGroup)}
+        if "PodGroup" in kinds
+        else {}
+    )
+    counts: dict[str, list[int]] = {}
+    for info in KIND_INFO.values():
+        if info.cls.KIND not in kinds:
+            continue
+        for job in store.list_of(info.cls):
+            ns = job.metadata.namespace
+            if (visible is not None and ns not in visible) or job.queue in defined:
+                continue
+            count = counts.setdefault(job.queue, [0, 0])
+            pg = groups.get((ns, job.metadata.name))
+            if pg is not None:
+                if pg.status.phase == "Placed":
+                    count[1] += 1
+                elif pg.status.phase == "Pending":
+                    count[0] += 1
+            elif (job.status.phase or "") in PENDING_PHASES:
+                count[0] += 1
+    return {
+        name: Queue(
+            metadata=ObjectMeta(name=name, annotations={IMPLICIT: "true"}),
+            status=QueueStatus(pending=pending, running=running),
+        )
+        for name, (pending, running) in counts.items()
+    }
+
+
+def queue_view(queue: Queue) -> dict[str, object]:
+    """A queue as the API shows it; an implicit one without the `share` only the scheduler knows."""
+    data = queue.to_dict()
+    if queue.metadata.annotations.get(IMPLICIT) == "true":
+        status = data.get("status")
+        if isinstance(status, dict):
+            status.pop("share", None)
+    return data
 
 
 @operation(

@@ -1,5 +1,6 @@
 """Server-Sent Events watches: `GET /api/v1/watch/{resource}` streams store changes.
 
+Several resources can be watched on one stream, comma-separated (`/api/v1/watch/jobs,events`).
 Each change is one SSE message: `event: ADDED|MODIFIED|DELETED`, `id: <resourceVersion>`,
 `data: <object JSON>`. A client resumes with `?resourceVersion=N` (or the `Last-Event-ID`
 header). A client too slow to keep up, or resuming from a version the store no longer holds,
@@ -52,7 +53,7 @@ def _since(request: web.Request) -> int | None:
 
 
 @operation(
-    "Watch a resource as Server-Sent Events (jobs, pods, nodes, podgroups, events)",
+    "Watch resources as Server-Sent Events (jobs, pods, nodes, podgroups, events; several comma-separated)",
     tags=["watch"],
     params=[Param("resourceVersion", type="integer"), Param("namespace")],
     response={"type": "string", "description": "text/event-stream"},
@@ -61,11 +62,12 @@ def _since(request: web.Request) -> int | None:
 )
 async def watch(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CTX]
-    resource = request.match_info["resource"]
-    kinds = _resources().get(resource)
-    if kinds is None:
-        raise ApiError(404, f"cannot watch {resource!r}; allowed: {', '.join(sorted(_resources()))}")
-    kinds = [k for k in kinds if k in ctx.store.kinds()]
+    resources = _resources()
+    kinds = []
+    for resource in request.match_info["resource"].split(","):
+        if resource not in resources:
+            raise ApiError(404, f"cannot watch {resource!r}; allowed: {', '.join(sorted(resources))}")
+        kinds += [k for k in resources[resource] if k in ctx.store.kinds() and k not in kinds]
     since = _since(request)
     namespace = request.query.get("namespace")
     visible = allowed_namespaces(request)

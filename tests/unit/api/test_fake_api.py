@@ -56,11 +56,43 @@ async def test_gpu_fail(client):
     assert ctx.store.get("Node", "", "n-1").metadata.annotations["gpuyard.io/unhealthy-gpus"] == "3"
 
 
+async def test_gpu_recover(client):
+    http, ctx = client
+    await http.post("/api/v1/fake/nodes/n-1/gpus/3:fail")
+    r = await http.post("/api/v1/fake/nodes/n-1/gpus/3:recover")
+    assert r.status == 200 and (await r.json()) == {"node": "n-1", "gpu": 3, "healthy": True}
+    assert not ctx.store.get("Node", "", "n-1").metadata.annotations.get("gpuyard.io/unhealthy-gpus")
+
+
+async def test_fail_next_creates(client):
+    http, ctx = client
+    r = await http.post("/api/v1/fake/pods:failNextCreates?count=2")
+    assert r.status == 200 and (await r.json()) == {"failNextCreates": 2}
+    assert ctx.backend.writer.fail_creates == 2
+    r = await http.post("/api/v1/fake/pods:failNextCreates")
+    assert (await r.json()) == {"failNextCreates": 1}
+
+
+async def test_an_unknown_action_names_the_allowed_ones(client):
+    http, _ = client
+    r = await http.post("/api/v1/fake/nodes/n-0:explode")
+    error = (await r.json())["error"]
+    assert r.status == 422 and error["message"] == "unknown action 'explode'; allowed: fail, recover"
+    r = await http.post("/api/v1/fake/pods/default/p:explode")
+    assert (await r.json())["error"]["details"] == [{"field": "action", "reason": "allowed: crash"}]
+
+
 @pytest.mark.parametrize(
     ("path", "status", "field"),
     [
         ("/api/v1/fake/nodes/ghost:fail", 404, None),
-        ("/api/v1/fake/nodes/n-0:explode", 404, None),
+        ("/api/v1/fake/nodes/n-0:explode", 422, "action"),
+        ("/api/v1/fake/nodes/ghost:explode", 422, "action"),
+        ("/api/v1/fake/nodes/n-0/gpus/1:explode", 422, "action"),
+        ("/api/v1/fake/pods/default/p:explode", 422, "action"),
+        ("/api/v1/fake/pods:explode", 422, "action"),
+        ("/api/v1/fake/pods:failNextCreates?count=0", 422, "count"),
+        ("/api/v1/fake/pods:failNextCreates?count=x", 422, "count"),
         ("/api/v1/fake/nodes/n-0/gpus/9:fail", 422, "idx"),
         ("/api/v1/fake/nodes/n-0/gpus/x:fail", 422, "idx"),
         ("/api/v1/fake/pods/default/p:crash?exitCode=abc", 422, "exitCode"),
@@ -93,6 +125,8 @@ class _NoFaults:
         "/api/v1/fake/nodes/n-0:fail",
         "/api/v1/fake/nodes/n-0/gpus/1:fail",
         "/api/v1/fake/pods/default/p:crash?exitCode=1",
+        "/api/v1/fake/pods:failNextCreates",
+        "/api/v1/fake/nodes/n-0:explode",
     ],
 )
 async def test_a_backend_without_faults_says_so(aiohttp_client, path):

@@ -11,6 +11,8 @@ import pytest
 import yaml
 from aiohttp import web
 
+from gpuyard.apis.meta import ObjectMeta
+from gpuyard.apis.scheduling import PodGroup
 from gpuyard.platform.api import app as app_module
 from gpuyard.platform.api import quotas
 from gpuyard.state.context import Context
@@ -164,9 +166,43 @@ async def test_queue_crud_and_validation(client, ctx) -> None:
         assert [d["field"] for d in (await r.json())["error"]["details"]] == [field]
     assert ctx.store.get("Queue", "", "team-a").spec.weight == 3
     r = await client.get("/api/v1/queues", headers=ROOT)
-    assert [i["metadata"]["name"] for i in (await r.json())["items"]] == ["team-a"]
+    items = (await r.json())["items"]
+    assert [i["metadata"]["name"] for i in items] == ["team-a", "team-b"]  # team-b: implicit
+    assert "gpuyard.io/implicit" not in items[0]["metadata"].get("annotations", {})
     assert (await client.delete("/api/v1/queues/team-a", headers=ROOT)).status == 200
-    assert (await client.get("/api/v1/queues/team-a", headers=ROOT)).status == 404
+    r = await client.get("/api/v1/queues/team-a", headers=ROOT)  # its job still names it
+    assert (await r.json())["metadata"]["annotations"] == {"gpuyard.io/implicit": "true"}
+    assert (await client.delete("/api/v1/queues/team-a", headers=ROOT)).status == 404
+    r = await client.get("/api/v1/queues/nobody", headers=ROOT)
+    assert r.status == 404 and "no job names it" in (await r.json())["error"]["message"]
+
+
+async def test_queues_jobs_use_are_listed_implicitly_with_their_counts(client, ctx) -> None:
+    """make_ctx has one job in team-a and one in team-b, neither started; no Queue object."""
+    team_b = next(iter(ctx.store.list("TFJob", namespace="team-b")))
+    group = PodGroup(metadata=ObjectMeta(name=team_b.metadata.name, namespace="team-b"))
+    group.status.phase = "Placed"
+    ctx.store.create(group)
+    r = await client.get("/api/v1/queues", headers=ROOT)
+    assert r.status == 200
+    items = (await r.json())["items"]
+    assert [(i["metadata"]["name"], i["metadata"]["annotations"], i["status"]) for i in items] == [
+        ("team-a", {"gpuyard.io/implicit": "true"}, {"pending": 1, "running": 0}),
+        ("team-b", {"gpuyard.io/implicit": "true"}, {"pending": 0, "running": 1}),
+    ]
+    assert items[0]["spec"]["weight"] == 1 and items[0]["spec"]["queueingStrategy"] == "BestEffortFIFO"
+    r = await client.get("/api/v1/queues/team-b", headers=ROOT)
+    assert r.status == 200 and (await r.json())["status"] == {"pending": 0, "running": 1}
+    # a caller sees the implicit queues of its own namespaces only
+    r = await client.get("/api/v1/queues", headers=bearer("vic"))
+    assert [i["metadata"]["name"] for i in (await r.json())["items"]] == ["team-a"]
+    assert (await client.get("/api/v1/queues/team-b", headers=bearer("vic"))).status == 404
+    # paging covers them too
+    r = await client.get("/api/v1/queues?limit=1", headers=ROOT)
+    body = await r.json()
+    assert [i["metadata"]["name"] for i in body["items"]] == ["team-a"]
+    r = await client.get(f"/api/v1/queues?limit=1&continue={body['metadata']['continue']}", headers=ROOT)
+    assert [i["metadata"]["name"] for i in (await r.json())["items"]] == ["team-b"]
 
 
 async def test_resource_quota_crud_and_namespace_filter(client, ctx) -> None:
