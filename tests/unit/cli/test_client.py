@@ -114,22 +114,37 @@ class Server:
         return app
 
 
-@pytest_asyncio.fixture
-async def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:
+async def _serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **server_kwargs: Any
+) -> AsyncIterator[Server]:
     monkeypatch.setenv("GPUYARD_CONFIG", str(tmp_path / "absent.yaml"))
     monkeypatch.delenv("GPUYARD_TOKEN", raising=False)
     monkeypatch.delenv("GPUYARD_SERVER", raising=False)
     state = Server()
     test_server = TestServer(state.app(), host="127.0.0.1")
-    # No keep-alive timer on connections: under looptime it would fire as soon as the loop idles,
-    # before the client (in a thread) has sent its request. The client opens a connection per call.
-    await test_server.start_server(keepalive_timeout=0)
+    await test_server.start_server(**server_kwargs)
     state.url = str(test_server.make_url("")).rstrip("/")
     try:
         yield state
     finally:
         state.release.set()
         await test_server.close()
+
+
+@pytest_asyncio.fixture
+async def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:
+    """The test server as aiohttp serves by default (keep-alive on: a redirect may reuse the
+    connection, as it does against `gpuyard serve`)."""
+    async for state in _serve(tmp_path, monkeypatch):
+        yield state
+
+
+@pytest_asyncio.fixture
+async def quiet_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:
+    """No keep-alive timer on connections: under looptime it would fire as soon as the loop idles,
+    before the client (in a thread) has sent its request."""
+    async for state in _serve(tmp_path, monkeypatch, keepalive_timeout=0):
+        yield state
 
 
 async def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -257,7 +272,8 @@ async def in_thread(fn: Callable[[], Any]) -> Any:
 
 
 @pytest.mark.looptime
-async def test_stream_outlives_quiet_minutes_with_keep_alives(server: Server) -> None:
+async def test_stream_outlives_quiet_minutes_with_keep_alives(quiet_server: Server) -> None:
+    server = quiet_server
     # The server is silent for a minute of loop time (passed at once with looptime), sending a
     # keep-alive comment every 15 s; comments are not events, and the watch goes on.
     loop = asyncio.get_running_loop()
