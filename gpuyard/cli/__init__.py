@@ -67,7 +67,7 @@ async def _serve(settings: Settings, *, banner: str | None = None, jobs: list[Pa
     await task
 
 
-async def _settle(store: Any, task: asyncio.Task[Any], *, quiet: float = 0.5, limit: float = 10.0) -> None:
+async def _settle(store: Any, task: asyncio.Task[Any], *, quiet: float = 0.5, limit: float = 30.0) -> None:
     """Wait until the sample jobs' pods have started (none Pending) and the store has not changed
     for `quiet` seconds, so their log lines are written; at most `limit` seconds, or until the
     platform stops."""
