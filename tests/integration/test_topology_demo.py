@@ -147,7 +147,7 @@ async def test_four_gpu_pytorchjob_gets_an_nvlinked_quad_with_its_nics(
     for nic in nics:
         assert any(nic in line and "default/quad" in line for line in out.splitlines()), out
     as_json = await _cli(platform, "describe", "node", node, "-o", "json")
-    data = json.loads(as_json.output)
+    data = json.loads(as_json.output)["topology"]
     assert sorted(int(g) for g in data["gpus"]) == list(gpus)
     assert all(h[0]["job"] == "default/quad" for h in data["gpus"].values())
     missing = await _cli(platform, "describe", "node", "no-such-node")

@@ -1,25 +1,37 @@
-"""Node device topology endpoint: `GET /api/v1/nodes/{name}/topology`.
+"""Per-node read endpoints behind `gpuyard describe node NAME`.
 
-Returns the node's NodeTopology (GPUs with health, NVLink peers, PCIe switches, NUMA nodes, NICs)
-and, from the Reservations on the node (the allocation ledger), which pod and job hold each GPU
-and each NIC. `gpuyard describe node NAME` draws it with `gpuyard.devices.render.draw`.
-Holders in namespaces the caller may not read are shown as `other`.
+* `GET /api/v1/nodes/{name}/topology` — the node's NodeTopology (GPUs with health, NVLink peers,
+  PCIe switches, NUMA nodes, NICs) and, from the Reservations on the node (the allocation
+  ledger), which pod and job hold each GPU and each NIC; drawn with `gpuyard.devices.render.draw`.
+* `GET /api/v1/nodes/{name}/pods` — the pods bound to the node (phase, job, GPUs, requests and
+  limits) and `allocated`: what its non-terminated pods request, and the GPUs each job holds.
+* `GET /api/v1/nodes/{name}/events` — the events whose involved object is the node, oldest first.
+
+Pods and holders in namespaces the caller may not read are shown as `other` (they still count
+in the node's allocated resources).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from aiohttp import web
 
+from gpuyard.apis.core import Event, Node, Pod
+from gpuyard.apis.quantity import format_quantity
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, Reservation
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.jobs import pod_view
 from gpuyard.platform.api.openapi import Param, operation
+from gpuyard.state.store import Store
 
-__all__ = ["TOPOLOGY_SCHEMA", "node_allocations", "setup"]
+__all__ = ["NODE_PODS_SCHEMA", "TOPOLOGY_SCHEMA", "node_allocations", "node_pods_view", "setup"]
+
+TERMINATED = ("Succeeded", "Failed")
 
 _HOLDER: dict[str, Any] = {
     "type": "object",
@@ -77,6 +89,151 @@ def node_allocations(
     return gpus, nics
 
 
+NODE_PODS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "node": {"type": "string"},
+        "items": {
+            "type": "array",
+            "description": "Pods bound to the node, as `GET .../jobs/{name}/pods` shows them; `summary` adds "
+            "`job` (namespace/name), `requests` and `limits`. Pods the caller may not read are `other`.",
+            "items": {"type": "object"},
+        },
+        "allocated": {
+            "type": "object",
+            "description": "What the node's non-terminated (Pending or Running) pods hold.",
+            "properties": {
+                "pods": {"type": "integer"},
+                "requests": {"type": "object", "additionalProperties": {"type": "string"}},
+                "limits": {"type": "object", "additionalProperties": {"type": "string"}},
+                "gpusByJob": {
+                    "type": "object",
+                    "description": "namespace/name of the job -> the GPU indices its pods hold.",
+                    "additionalProperties": {"type": "array", "items": {"type": "integer"}},
+                },
+            },
+        },
+        "metadata": {"type": "object", "properties": {"resourceVersion": {"type": "string"}}},
+    },
+}
+EVENTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "items": {"type": "array", "items": {"type": "object"}},
+        "metadata": {"type": "object", "properties": {"resourceVersion": {"type": "string"}}},
+    },
+}
+
+
+def _must_node(store: Store, name: str) -> Node:
+    node = store.get_of(Node, "", name)
+    if node is None:
+        raise ApiError(404, f"node {name} not found", details=[{"field": "name", "reason": "no such node"}])
+    return node
+
+
+def _sum(total: dict[str, Decimal], add: Mapping[str, Decimal]) -> None:
+    for key, q in add.items():
+        total[key] = total.get(key, Decimal(0)) + q
+
+
+def node_pods_view(store: Store, node: str, *, visible: set[str] | None = None) -> dict[str, Any]:
+    """The pods bound to `node` and what its non-terminated ones hold; `visible` None = every namespace."""
+    pods = sorted(
+        (p for p in store.list_of(Pod) if p.spec.node_name == node),
+        key=lambda p: (p.metadata.namespace or "", p.metadata.name),
+    )
+    items: list[dict[str, Any]] = []
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
+    gpus_by_job: dict[str, list[int]] = {}
+    active = 0
+    for pod in pods:
+        ns = pod.metadata.namespace or "default"
+        job = pod.metadata.labels.get(LABEL_JOB_NAME)
+        view = pod_view(pod)
+        pod_requests = pod.spec.requests()
+        pod_limits: dict[str, Decimal] = {}
+        for c in pod.spec.containers:
+            _sum(pod_limits, c.resources.limits)
+        hidden = visible is not None and ns not in visible
+        job_ref = "other" if hidden else (f"{ns}/{job}" if job else "-")
+        gpus = [int(g) for g in view["summary"]["gpus"]]
+        if pod.status.phase not in TERMINATED:
+            active += 1
+            _sum(requests, pod_requests)
+            _sum(limits, pod_limits)
+            if gpus:
+                held = gpus_by_job.setdefault(job_ref, [])
+                held.extend(g for g in gpus if g not in held)
+        summary = {
+            "phase": pod.status.phase,
+            "node": node,
+            "job": job_ref,
+            "gpus": gpus,
+            "requests": {k: format_quantity(v) for k, v in sorted(pod_requests.items())},
+            "limits": {k: format_quantity(v) for k, v in sorted(pod_limits.items())},
+        }
+        if hidden:
+            items.append({"metadata": {"name": "other", "namespace": "other"}, "summary": summary})
+        else:
+            view["summary"].update(summary)
+            items.append(view)
+    return {
+        "node": node,
+        "items": items,
+        "allocated": {
+            "pods": active,
+            "requests": {k: format_quantity(v) for k, v in sorted(requests.items())},
+            "limits": {k: format_quantity(v) for k, v in sorted(limits.items())},
+            "gpusByJob": {job: sorted(held) for job, held in sorted(gpus_by_job.items())},
+        },
+        "metadata": {"resourceVersion": str(store.resource_version)},
+    }
+
+
+@operation(
+    "The pods bound to a node and the resources its non-terminated pods hold (`gpuyard describe node`)",
+    tags=["cluster"],
+    params=[Param("name", where="path", description="Node name.", required=True)],
+    response=NODE_PODS_SCHEMA,
+    errors=[401, 403, 404],
+)
+async def node_pods(request: web.Request) -> web.Response:
+    authorize(request, "read")
+    store = request.app[CTX].store
+    name = request.match_info["name"]
+    _must_node(store, name)
+    allowed = allowed_namespaces(request)
+    visible = None if allowed is None else set(allowed)
+    return web.json_response(node_pods_view(store, name, visible=visible))
+
+
+@operation(
+    "The events about a node, oldest first",
+    tags=["cluster"],
+    params=[Param("name", where="path", description="Node name.", required=True)],
+    response=EVENTS_SCHEMA,
+    errors=[401, 403, 404],
+)
+async def node_events(request: web.Request) -> web.Response:
+    authorize(request, "read")
+    store = request.app[CTX].store
+    name = request.match_info["name"]
+    node = _must_node(store, name)
+    events = [
+        e
+        for e in store.list_of(Event)
+        if e.involved_object.get("kind") == "Node"
+        and e.involved_object.get("name") == name
+        and e.involved_object.get("uid") in (None, "", node.metadata.uid)
+    ]
+    events.sort(key=lambda e: int(e.metadata.resource_version or 0))
+    return web.json_response(
+        {"items": [e.to_dict() for e in events], "metadata": {"resourceVersion": str(store.resource_version)}}
+    )
+
+
 @operation(
     "Get a node's device topology and who holds each GPU and NIC",
     tags=["cluster"],
@@ -88,8 +245,7 @@ async def node_topology(request: web.Request) -> web.Response:
     authorize(request, "read")
     store = request.app[CTX].store
     name = request.match_info["name"]
-    if store.get("Node", "", name) is None:
-        raise ApiError(404, f"node {name} not found", details=[{"field": "name", "reason": "no such node"}])
+    _must_node(store, name)
     topology = store.get("NodeTopology", "", name) if "NodeTopology" in store.kinds() else None
     if topology is None:
         raise ApiError(
@@ -105,3 +261,5 @@ async def node_topology(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     app.router.add_get("/api/v1/nodes/{name}/topology", node_topology)
+    app.router.add_get("/api/v1/nodes/{name}/pods", node_pods)
+    app.router.add_get("/api/v1/nodes/{name}/events", node_events)
