@@ -101,6 +101,7 @@ async def test_a_gang_that_does_not_fit_holds_nothing_explains_and_is_placed_whe
     pg = sched.pg("big")
     assert pg.status.phase == "Pending" and pg.status.reason == "Unschedulable"
     assert pg.status.message == (
+        "can never fit: asks 24 nvidia.v100, the cluster has 16; "
         "Worker: 3 pods of 8 GPUs of class nvidia.v100, 1 CPU, 1Gi memory must be placed together; "
         "at most 2 of 3 fit now on 2 nodes (the most on one node: 1, limited by node-resources); "
         "the other nodes: 1 node has no GPUs of class nvidia.v100."
