@@ -421,3 +421,14 @@ async def test_with_a_writer_that_waits_gangs_are_written_together_and_a_refused
         assert running.pg("b").status.phase == "Placed" and len(running.reservations("b")) == 2
     finally:
         await running.stop()
+
+
+async def test_the_placed_message_after_a_failover_describes_the_whole_gang(sched):
+    sched.store.create(podgroup("fo", role(replicas=4, gpus=4)))
+    await sched.settle()
+    assert sched.pg("fo").status.message == "placed 4 pods on 2 nodes"
+    release(sched, "fo", "fo-worker-3")  # the operator: this pod moves (failover)
+    await sched.settle()
+    pg = sched.pg("fo")
+    assert pg.status.phase == "Placed" and pg.status.placed == 4
+    assert pg.status.message.startswith("placed 4 pods on ") and pg.status.message.endswith("(1 just now)")
