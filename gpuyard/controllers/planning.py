@@ -185,10 +185,16 @@ def _restart(
             record.count += 1
             record.last_uid = rep.pod.metadata.uid
             status.restarts += 1
+            pod_ref = f"Pod: {rep.pod.metadata.namespace}.{rep.name}"
             if ending.exit_code is not None:
+                why = f" ({ending.reason})" if ending.reason not in (None, "Error", "Completed") else ""
+                report.note("ExitedWithCode", f"{pod_ref} exited with code {ending.exit_code}{why}")
+            elif ending.reason:  # no exit code: the kubelet's reason (DeviceUnhealthy, NodeLost, Evicted)
+                detail = rep.pod.status.message
                 report.note(
-                    "ExitedWithCode",
-                    f"Pod: {rep.pod.metadata.namespace}.{rep.name} exited with code {ending.exit_code}",
+                    ending.reason,
+                    f"{pod_ref} failed: {ending.reason}" + (f" ({detail})" if detail else ""),
+                    warning=True,
                 )
         out.delete_pods.append(rep.pod)
         if ending.phase == "Failed":

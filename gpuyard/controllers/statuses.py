@@ -4,7 +4,8 @@ Conditions follow Kubeflow's `setCondition`: a condition of the same type, statu
 left alone (only its message refreshed); otherwise the old one is removed and the new one
 appended, so the last condition is the current one (what `kubectl get` prints). Making one of
 Queuing / Running / Restarting / Suspended / Succeeded / Failed true turns the others of that
-set false; Created stays true. `status.phase` mirrors the current condition for listing.
+set false, and a condition turned false says so in its message ("No longer queuing: TFJob x is
+running."), never keeping the text that described it while true; Created stays true. `status.phase` mirrors the current condition for listing.
 
 Events are Kubernetes Events about the job (`involvedObject`), labelled `job-name` so the API
 lists them cheaply; a repeat of the same reason and message bumps `count`, as the Kubernetes
@@ -59,6 +60,7 @@ def set_condition(
         for c in conditions:
             if c.type in EXCLUSIVE and c.status == "True":
                 c.status = "False"
+                c.message = f"No longer {c.type.lower()}: {message}"  # its old text no longer holds
                 c.last_update_time = now
                 c.last_transition_time = now
     conditions.append(

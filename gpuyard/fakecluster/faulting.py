@@ -3,8 +3,9 @@
 Used by the HTTP fault routes, the test harness and simulations, through the
 :class:`~gpuyard.state.backend.FaultInjector` protocol. Every change goes through the fake
 cluster's writer, exactly as the real failure would be reported: a failed node turns NotReady
-and its pods fail with reason `NodeLost`; a crashed pod fails with an exit code (`OOMKilled` ->
-137) or a reason (`Evicted`); a failed GPU turns unhealthy (node annotation and NodeTopology
+and its pods fail with reason `NodeLost`; a crashed pod fails with an exit code (`OOMKilled` <->
+137; exit code 0 ends it Succeeded with reason `Completed`, any other code is an `Error`) or a
+reason (`Evicted`); a failed GPU turns unhealthy (node annotation and NodeTopology
 health) and the pods using it fail with `DeviceUnhealthy`.
 """
 
@@ -20,6 +21,7 @@ from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unheal
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import Resource
 from gpuyard.fakecluster.health import active_pods_on, fail_pod, fail_pods_on_gpus, pod_gpus
+from gpuyard.fakecluster.kubelet import exit_reason
 from gpuyard.fakecluster.writing import FakeWriter
 from gpuyard.state.backend import FaultError
 from gpuyard.state.clock import Clock
@@ -81,7 +83,10 @@ class FakeFaults:
     async def crash_pod(
         self, namespace: str, name: str, *, exit_code: int | None = None, reason: str | None = None
     ) -> Pod:
-        """Fail a pod now: with an exit code, or a reason (OOMKilled implies 137, Evicted none)."""
+        """Fail a pod now: with an exit code, or a reason (OOMKilled implies 137, Evicted none).
+
+        Without a reason, the exit code gives it as the kubelet does: 0 `Completed` (the pod
+        Succeeded), 137 `OOMKilled`, any other `Error`."""
         pod = self.store.must_get_of(Pod, namespace, name)
         if pod.status.phase in ("Succeeded", "Failed"):
             raise FaultError(f"pod {namespace}/{name} already finished ({pod.status.phase})")
@@ -89,6 +94,8 @@ class FakeFaults:
             exit_code = 1
         if exit_code is None and reason in EXIT_CODES:
             exit_code = EXIT_CODES[reason]
+        if reason is None and exit_code is not None:
+            reason = exit_reason(exit_code)  # 0 Completed, 137 OOMKilled, else Error
         return await fail_pod(
             self.writer,
             pod,

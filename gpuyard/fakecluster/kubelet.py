@@ -35,6 +35,7 @@ from gpuyard.state.writing import Writer
 
 __all__ = [
     "FakeKubelet",
+    "exit_reason",
     "terminate",
 ]
 
@@ -48,6 +49,14 @@ def _float(annotations: dict[str, str], key: str, default: float | None) -> floa
     except ValueError:
         return default
     return None if math.isinf(value) else max(0.0, value)
+
+
+def exit_reason(exit_code: int) -> str:
+    """The container's termination reason for an exit code, as the kubelet reports it: 0 is
+    `Completed`, 137 (SIGKILL, what the OOM killer sends) `OOMKilled`, any other `Error`."""
+    if exit_code == 0:
+        return "Completed"
+    return "OOMKilled" if exit_code == 137 else "Error"
 
 
 def terminate(
@@ -158,7 +167,7 @@ class FakeKubelet:
         terminate(
             done,
             exit_code=exit_code,
-            reason="Completed" if exit_code == 0 else "Error",
+            reason=exit_reason(exit_code),
             message=None,
             now=self.clock.utcnow(),
         )

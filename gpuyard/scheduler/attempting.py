@@ -253,7 +253,7 @@ def _commit(state: SchedulerState, members: list[PodGroup], placement: Placement
             m,
             phase="Placed",
             reason="Placed",
-            message=summary,
+            message=placement.summary(held_pods, by_member.get(key, 0)),
             placed=len(held_pods),
             now=utcnow,
             into=decision.then,

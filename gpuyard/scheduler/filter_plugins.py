@@ -215,12 +215,19 @@ class NodeResources:
                 if shape.gpu_class:
                     what += f" of class {shape.gpu_class}"
                 text = f"{have}/{total} nodes have {what} in one node"
-                below = avail[short]
-                best = int(below.max())
-                if best > 0:
-                    text += f"; {_have(int((below == best).sum()))} {best}"
-                else:
-                    text += f"; {_have(int(short.sum()))} none free"
+                before = _available_without_gang(state, shape)
+                taken = short & (before >= shape.gpus) if before is not None else np.zeros_like(short)
+                rest = short & ~taken
+                if rest.any():
+                    below = avail[rest]
+                    best = int(below.max())
+                    if best > 0:
+                        text += f"; {_have(int((below == best).sum()))} {best}"
+                    else:
+                        text += f"; {_have(int(rest.sum()))} none free"
+                if taken.any() and before is not None:
+                    most = int(before[taken].max())
+                    text += f"; {_have(int(taken.sum()))} {most} free but the gang's earlier pods take them"
                 parts.append(text)
         checks: list[tuple[str, int, np.ndarray, Callable[[int], str]]]
         checks = [("cpu", shape.cpu_milli, s.cpu_free, lambda v: f"{v / 1000:g} CPU"),
@@ -242,6 +249,26 @@ class NodeResources:
             if n:
                 parts.append(f"{_have(n)} less than {amount / 1000:g} {name} free")
         return "; ".join(parts) or f"{_nodes(int(failed.sum()))} lack free resources"
+
+
+def _available_without_gang(state: CycleState, shape: PodShape) -> np.ndarray | None:
+    """int[N]: what `NodeResources` counts as available for `shape` were the gang's own pods
+    placed earlier in this attempt (`state.data["gang_allocs"]`) not there; None without any."""
+    gang = state.data.get("gang_allocs")
+    if not gang:
+        return None
+    s = state.snapshot
+    rows = [alloc.row for alloc in gang]
+    for alloc in reversed(gang):
+        s.unapply(alloc)
+    try:
+        result: np.ndarray = (
+            s.share_available(shape) if shape.shared else s.gpu_available(shape.gpu_class, shape.gpu_milli)
+        )
+        return result.copy()
+    finally:
+        for alloc, row in zip(gang, rows, strict=True):
+            s.apply(alloc, row=row, advance_cursor=False)
 
 
 class HostPorts:

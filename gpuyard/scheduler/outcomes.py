@@ -31,6 +31,10 @@ class PodPlacement:
     requests: Mapping[str, Decimal]
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
 @dataclass(slots=True)
 class Placement:
     """A gang's placement: the pods placed now and the optional pods left for later."""
@@ -52,9 +56,18 @@ class Placement:
             by_node.setdefault(p.node, []).append(p.pod.name)
         return {p.pod.name: sorted(n for n in by_node[p.node] if n != p.pod.name) for p in self.pods}
 
-    def summary(self) -> str:
+    def summary(self, held: Mapping[str, str] | None = None, new: int = 0) -> str:
+        """ "placed 4 pods on 2 nodes": the pods placed now; or, with `held` (pod -> node: every pod
+        of one job that holds a Reservation, the `new` ones placed now included), that whole job,
+        saying how many are new when not all ("placed 4 pods on 2 nodes (1 just now)": a failover)."""
         nodes = self.nodes
-        text = f"placed {len(self.pods)} pod{'s' if len(self.pods) != 1 else ''} on {len(nodes)} node{'s' if len(nodes) != 1 else ''}"
+        count = len(self.pods)
+        if held:
+            text = f"placed {_count(len(held), 'pod')} on {_count(len(set(held.values())), 'node')}"
+            if new < len(held):
+                text += f" ({new} just now)"
+        else:
+            text = f"placed {_count(count, 'pod')} on {_count(len(nodes), 'node')}"
         if self.deferred:
             text += (
                 f"; {len(self.deferred)} optional pod{'s' if len(self.deferred) != 1 else ''} wait for room"

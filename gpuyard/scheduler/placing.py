@@ -64,10 +64,36 @@ def place(
     finally:
         _rollback(snapshot, undo, 0)
     if isinstance(result, Unschedulable):
+        never = _never_fits(state)
+        if never:
+            result.message = f"{never}; {result.message}"
         failed = state.data.get("failed_part")
         if failed is not None:
             result.notes.extend(_topology_notes(state, failed))
     return result
+
+
+def _never_fits(state: CycleState) -> str:
+    """ "can never fit: asks 32 nvidia.a100, the cluster has 8" when the gang's required whole GPUs
+    of a class exceed every GPU of that class on the cluster's nodes, free or not; else "".
+    (A class no node has at all is said by the filters: "1 node has no GPUs of class ...".)"""
+    asked: dict[str | None, int] = {}
+    for part in state.gang.parts:
+        shape = part.shape
+        if part.required and shape.gpus and not shape.shared:
+            asked[shape.gpu_class] = asked.get(shape.gpu_class, 0) + part.required * shape.gpus
+    snap = state.snapshot
+    for gpu_class, n in sorted(asked.items(), key=lambda kv: kv[0] or ""):
+        if gpu_class is None:
+            have = int(snap.gpu_count[snap.alive].sum())
+            what = "GPUs"
+        else:
+            cm = snap.class_mask(gpu_class)
+            have = int(cm.count[snap.alive].sum()) if cm is not None else 0
+            what = gpu_class
+        if 0 < have < n:  # none at all: the filters already say "no GPUs of class ..."
+            return f"can never fit: asks {n} {what}, the cluster has {have}"
+    return ""
 
 
 def _place(state: CycleState, undo: _Undo) -> Placement | Unschedulable:
@@ -75,10 +101,16 @@ def _place(state: CycleState, undo: _Undo) -> Placement | Unschedulable:
     for part in state.gang.parts:
         if part.required == 0 or any(part is p for p in together):
             continue
+        mark = len(undo)
         got = _place_part(state, part, part.pods[: part.required], undo, required=True)
         if got is None:
             state.data["failed_part"] = part
-            return explain(state, part, placed_before=len(placed))
+            _rollback(state.snapshot, undo, mark)  # explain the part on what the gang holds before it
+            state.data["gang_allocs"] = [alloc for alloc, _ in undo]
+            try:
+                return explain(state, part, placed_before=len(placed))
+            finally:
+                state.data.pop("gang_allocs", None)
         placed.extend(got)
     deferred: list[PodSlot] = []
     for part in state.gang.parts:

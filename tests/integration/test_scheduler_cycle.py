@@ -101,6 +101,7 @@ async def test_a_gang_that_does_not_fit_holds_nothing_explains_and_is_placed_whe
     pg = sched.pg("big")
     assert pg.status.phase == "Pending" and pg.status.reason == "Unschedulable"
     assert pg.status.message == (
+        "can never fit: asks 24 nvidia.v100, the cluster has 16; "
         "Worker: 3 pods of 8 GPUs of class nvidia.v100, 1 CPU, 1Gi memory must be placed together; "
         "at most 2 of 3 fit now on 2 nodes (the most on one node: 1, limited by node-resources); "
         "the other nodes: 1 node has no GPUs of class nvidia.v100."
@@ -420,3 +421,14 @@ async def test_with_a_writer_that_waits_gangs_are_written_together_and_a_refused
         assert running.pg("b").status.phase == "Placed" and len(running.reservations("b")) == 2
     finally:
         await running.stop()
+
+
+async def test_the_placed_message_after_a_failover_describes_the_whole_gang(sched):
+    sched.store.create(podgroup("fo", role(replicas=4, gpus=4)))
+    await sched.settle()
+    assert sched.pg("fo").status.message == "placed 4 pods on 2 nodes"
+    release(sched, "fo", "fo-worker-3")  # the operator: this pod moves (failover)
+    await sched.settle()
+    pg = sched.pg("fo")
+    assert pg.status.phase == "Placed" and pg.status.placed == 4
+    assert pg.status.message.startswith("placed 4 pods on ") and pg.status.message.endswith("(1 just now)")

@@ -101,7 +101,10 @@ async def test_v100_class_job_big_gang_and_a_request_too_large():
 
             big = await _until(big_explained)
             assert big is not None and big["phase"] == "Pending" and big["reservations"] == []
-            assert big["message"].startswith("Worker: 8 pods of 8 GPUs must be placed together; at most")
+            assert big["message"].startswith(
+                "can never fit: asks 64 GPUs, the cluster has 52; "
+                "Worker: 8 pods of 8 GPUs must be placed together; at most"
+            )
             async with http.get(f"{base}/api/v1/namespaces/default/jobs/bigjob/pods") as r:
                 assert (await r.json())["items"] == []
     finally:

@@ -44,7 +44,7 @@ async def test_crash_pod_with_exit_code(client):
     http, _ = client
     r = await http.post("/api/v1/fake/pods/default/p:crash?exitCode=137")
     assert r.status == 200
-    assert (await r.json()) == {"pod": "default/p", "phase": "Failed", "exitCode": 137, "reason": "Error"}
+    assert (await r.json()) == {"pod": "default/p", "phase": "Failed", "exitCode": 137, "reason": "OOMKilled"}
     r = await http.post("/api/v1/fake/pods/default/p:crash?exitCode=1")
     assert r.status == 409
 

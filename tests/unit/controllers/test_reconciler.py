@@ -89,6 +89,18 @@ async def test_job_queues_with_the_schedulers_reason(env: OperatorEnv) -> None:
     assert not env.pods("team-a")
 
 
+async def test_the_queuing_condition_turned_false_does_not_keep_saying_it_is_queuing(
+    env: OperatorEnv,
+) -> None:
+    await start(env, tf_job())
+    status = env.job("team-a", "tf").status
+    assert status.phase == "Running"
+    queuing = status.condition("Queuing")
+    assert queuing is not None and queuing.status == "False"
+    assert "is queuing" not in queuing.message
+    assert queuing.message == "No longer queuing: TFJob tf is running."
+
+
 # --- completion, cleanPodPolicy, TTL, deadline -------------------------------------------------
 
 
@@ -336,6 +348,16 @@ async def test_unhealthy_gpu_moves_the_pod(env: OperatorEnv) -> None:
     moved = env.pods("team-a")["tf-worker-1"]
     devices = json.loads(moved.metadata.annotations[ANNOTATION_DEVICES])  # type: ignore[attr-defined]
     assert (moved.spec.node_name, devices["gpus"]) != (node, [gpu])  # type: ignore[attr-defined]
+
+
+async def test_an_oom_kill_and_an_unhealthy_gpu_are_named_in_the_jobs_events(env: OperatorEnv) -> None:
+    await start(env, tf_job())
+    env.backend.finish("team-a", "tf-worker-0", exit_code=137, reason="OOMKilled")
+    env.backend.finish("team-a", "tf-worker-1", exit_code=None, reason="DeviceUnhealthy")
+    await env.settle()
+    events = env.events("team-a", "tf")
+    assert ("ExitedWithCode", "Pod: team-a.tf-worker-0 exited with code 137 (OOMKilled)") in events
+    assert ("DeviceUnhealthy", "Pod: team-a.tf-worker-1 failed: DeviceUnhealthy") in events
 
 
 async def test_backend_refusal_releases_the_reservations_and_requeues(env: OperatorEnv) -> None:

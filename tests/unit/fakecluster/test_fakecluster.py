@@ -121,6 +121,21 @@ async def test_crash_with_exit_code_or_reason(cluster):
         await fake.faults.crash_pod("default", "x", exit_code=1)
 
 
+async def test_a_crash_reason_follows_the_exit_code_as_the_kubelet_reports_it(cluster):
+    ctx, fake = cluster
+    for name in ("oom", "ok", "err"):
+        await fake.writer.create(make_pod(name, node="gpu-0"))
+    await ctx.clock.advance(10)
+    oom = await fake.faults.crash_pod("default", "oom", exit_code=137)
+    assert (oom.status.phase, oom.status.reason) == ("Failed", "OOMKilled")
+    assert oom.status.container_statuses[0].state.terminated["reason"] == "OOMKilled"
+    ok = await fake.faults.crash_pod("default", "ok", exit_code=0)
+    assert (ok.status.phase, ok.status.reason) == ("Succeeded", "Completed")
+    assert ok.status.container_statuses[0].state.terminated["reason"] == "Completed"
+    err = await fake.faults.crash_pod("default", "err", exit_code=2)
+    assert (err.status.phase, err.status.reason) == ("Failed", "Error")
+
+
 async def test_gpu_failure_fails_only_pods_on_that_gpu(cluster):
     ctx, fake = cluster
     on3 = make_pod("on3", node="gpu-0", annotations={ANNOTATION_DEVICES: json.dumps({"gpus": [2, 3]})})

@@ -415,3 +415,31 @@ def test_a_score_plugin_may_normalise_its_own_scores():
     register_profile("test-inverted", ProfileSpec(scores={"test-inverted": 1}), replace=True)
     s = snap([make_node(n, gpus=8) for n in "abc"])
     assert nodes_of(place_one(s, podgroup("j", role(gpus=1)), profile="test-inverted")) == {"j-worker-0": "a"}
+
+
+def test_explanation_blames_the_gangs_own_pods_not_none_free():
+    # the Master takes the node's 8 GPUs in the trial; the node is not "none free", the gang holds it
+    s = snap([make_node("a", gpus=8, model="a100")])
+    result = place_one(
+        s,
+        podgroup(
+            "j",
+            role("Master", 1, gpus=8, resource="nvidia.a100"),
+            role("Worker", 1, gpus=8, resource="nvidia.a100"),
+        ),
+    )
+    assert isinstance(result, Unschedulable)
+    assert "none free" not in result.message
+    assert "1 node has 8 free but the gang's earlier pods take them" in result.message
+
+
+def test_explanation_says_a_gang_larger_than_the_cluster_can_never_fit():
+    s = snap([make_node("a", gpus=8, model="a100")])
+    result = place_one(s, podgroup("j", role(replicas=4, gpus=8, resource="nvidia.a100")))
+    assert isinstance(result, Unschedulable)
+    assert result.message.startswith("can never fit: asks 32 nvidia.a100, the cluster has 8; Worker: ")
+    fits = place_one(s, podgroup("k", role(replicas=1, gpus=8, resource="nvidia.a100")))
+    assert isinstance(fits, Placement)
+    used(s, "x", "a", 8)
+    busy = place_one(s, podgroup("m", role(replicas=1, gpus=8, resource="nvidia.a100")))
+    assert isinstance(busy, Unschedulable) and "can never fit" not in busy.message
