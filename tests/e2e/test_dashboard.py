@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import math
 import os
+import re
 import shutil
 import threading
 import time
@@ -285,3 +288,35 @@ def test_dashboard_quota_tree_shows_units_and_what_a_quota_asks_for(server: Serv
         assert "300647710720" not in page.locator("#quotas").inner_text()
         assert team_b.locator('[data-resource="nvidia.k80"]').count() == 0  # untouched: no row
         page.locator("#quotas").screenshot(path=str(ARTIFACTS / "dashboard-quota-tree.png"))
+
+
+def test_dashboard_job_colours_are_distinct_and_an_unhealthy_gpu_is_labelled(server: Server) -> None:
+    """The demo's jobs each have a colour of their own; a GPU failed through the fault route
+    reads "unhealthy" (text, not only colour) in the node grid and on the topology page, and
+    both show a legend."""
+    with demo_page(server) as (page, jobs):
+        colours = {}
+        for key in jobs:
+            swatch = page.locator(f'tr[data-job="{key}"] .swatch')
+            colours[key] = swatch.evaluate("el => getComputedStyle(el).backgroundColor")
+        rgb = {k: tuple(int(x) for x in re.findall(r"\d+", c)[:3]) for k, c in colours.items()}
+        closest = min(math.dist(rgb[a], rgb[b]) for a, b in itertools.combinations(jobs, 2))
+        assert closest > 60, f"two jobs' colours are hard to tell apart: {colours}"
+        ddp_gpu = page.locator('#nodes .gpu[title*="team-a/resnet50-ddp"]').first
+        assert (
+            ddp_gpu.evaluate("el => getComputedStyle(el).backgroundColor") == colours["team-a/resnet50-ddp"]
+        )
+        expect(page.locator("#nodes .legend")).to_contain_text("unhealthy")
+
+        post(server.url, "/api/v1/fake/nodes/k80-0/gpus/3:fail", b"", "application/json")
+        cell = page.locator('[data-node="k80-0"] .gpu[data-gpu="3"]')
+        expect(cell).to_have_class(re.compile(r"\bunhealthy\b"), timeout=20000)
+        expect(cell).to_have_attribute("title", re.compile("unhealthy"))
+        page.screenshot(path=str(ARTIFACTS / "dashboard-demo-overview.png"), full_page=True)
+
+        page.goto(server.url + "/#/nodes/k80-0")
+        gpu = page.locator('#topology .dev.gpu[data-gpu="3"]')
+        expect(gpu.locator(".dev-job")).to_have_text("unhealthy", timeout=15000)
+        expect(page.locator('#topology .dev.gpu[data-gpu="2"] .dev-job')).to_have_text("free")
+        expect(page.locator("#topology .legend")).to_contain_text("free")
+        page.screenshot(path=str(ARTIFACTS / "dashboard-demo-topology.png"), full_page=True)

@@ -2,7 +2,7 @@
 // with placement and why-pending text, and the quota tree.
 
 import { api, optional } from "./api.js";
-import { age, bar, bytes, fmt, h, jobColor, phaseBadge, placeholder, section } from "./dom.js";
+import { age, assignJobColors, bar, bytes, fmt, gpuLegend, h, holdersBackground, jobColor, phaseBadge, placeholder, section } from "./dom.js";
 
 export async function loadOverview() {
   const [summary, usage, jobs, reservations, quotas] = await Promise.all([
@@ -16,9 +16,12 @@ export async function loadOverview() {
 }
 
 export function renderOverview(data) {
+  // Colours in the order of the jobs list (oldest first), so that no two jobs share one.
+  const byAge = [...data.jobs].sort((a, b) => String(a.metadata.creationTimestamp).localeCompare(String(b.metadata.creationTimestamp)));
+  assignJobColors(byAge.map((j) => `${j.metadata.namespace}/${j.metadata.name}`));
   return [
     cards(data.summary),
-    section("Nodes", "nodes", nodeGrid(data.usage)),
+    section("Nodes", "nodes", gpuLegend(), nodeGrid(data.usage)),
     section("Jobs", "jobs", jobsTable(data.jobs, data.reservations)),
     section("Quota tree", "quotas", quotaTree(data.quotas)),
   ];
@@ -70,14 +73,19 @@ function nodeGrid(nodes) {
       const cells = [];
       for (let i = 0; i < n.gpus; i += 1) {
         const holders = n.holders[String(i)] || [];
-        const job = holders[0];
+        const unhealthy = (n.unhealthyGpus || []).includes(i);
+        const state = holders.length > 1 ? "held shared" : holders.length ? "held" : "free";
         cells.push(
-          h("div", {
-            class: `gpu ${job ? "held" : "free"}`,
-            "data-gpu": i,
-            title: `GPU ${i}: ${holders.length ? holders.join(", ") : "free"}`,
-            style: job ? { background: jobColor(job) } : {},
-          }),
+          h(
+            "div",
+            {
+              class: `gpu ${state}${unhealthy ? " unhealthy" : ""}`,
+              "data-gpu": i,
+              title: `GPU ${i}: ${holders.length ? holders.join(", ") : "free"}${unhealthy ? " (unhealthy)" : ""}`,
+              style: holders.length ? { background: holdersBackground(holders) } : {},
+            },
+            unhealthy ? "✕" : null,
+          ),
         );
       }
       return h(
