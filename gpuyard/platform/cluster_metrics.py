@@ -69,6 +69,7 @@ class NodeUsage:
     memory: Decimal
     memory_requested: Decimal
     holders: dict[int, list[str]] = field(default_factory=dict)  # GPU index -> ["ns/job", ...]
+    unhealthy: list[int] = field(default_factory=list)  # indices of the unhealthy GPUs
 
     @property
     def gpus_free(self) -> int:
@@ -90,6 +91,7 @@ class NodeUsage:
             "memoryBytes": float(self.memory),
             "memoryRequestedBytes": float(self.memory_requested),
             "holders": {str(k): v for k, v in sorted(self.holders.items())},
+            "unhealthyGpus": list(self.unhealthy),
         }
 
 
@@ -171,6 +173,7 @@ def cluster_usage(store: Store) -> ClusterUsage:
         name = node.metadata.name
         gpus = _whole_gpus(alloc)
         holders = held.get(name, {})
+        unhealthy = sorted(unhealthy_indices(node))
         nodes.append(
             NodeUsage(
                 name=name,
@@ -178,12 +181,13 @@ def cluster_usage(store: Store) -> ClusterUsage:
                 ready=node.ready,
                 gpus=gpus,
                 gpus_allocated=len(holders),
-                gpus_unhealthy=len(unhealthy_indices(node)),
+                gpus_unhealthy=len(unhealthy),
                 cpu=_q(alloc.get("cpu")),
                 cpu_requested=cpu_used.get(name, Decimal(0)),
                 memory=_q(alloc.get("memory")),
                 memory_requested=mem_used.get(name, Decimal(0)),
                 holders=holders,
+                unhealthy=unhealthy,
             )
         )
     phases: Counter[str] = Counter()

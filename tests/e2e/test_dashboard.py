@@ -10,16 +10,24 @@ chromium; playwright is a dev dependency).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
+import math
 import os
+import re
 import shutil
 import threading
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
+import yaml
 
 from gpuyard.platform.api import app as app_module
 from gpuyard.state.config import Settings
@@ -202,3 +210,113 @@ def test_dashboard_shows_a_job_running_and_its_topology(server: Server) -> None:
         finally:
             browser.close()
     assert (ARTIFACTS / "dashboard-topology.png").stat().st_size > 10_000
+
+
+def post(url: str, path: str, body: bytes, content_type: str = "application/yaml") -> dict:
+    req = urllib.request.Request(
+        f"{url}{path}", data=body, method="POST", headers={"Content-Type": content_type}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read() or b"{}")
+
+
+def submit_demo_jobs(url: str) -> list[str]:
+    """The demo's sample jobs (what `gpuyard demo` submits), retried while the default
+    ResourceClasses of the GPU models appear; returns their "ns/name" keys."""
+    keys = []
+    for path in sorted((ROOT / "configs" / "demo").glob("*.yaml")):
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                post(url, "/api/v1/jobs", path.read_bytes())
+                break
+            except urllib.error.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        meta = yaml.safe_load(path.read_text())["metadata"]
+        keys.append(f"{meta['namespace']}/{meta['name']}")
+    return keys
+
+
+@contextlib.contextmanager
+def demo_page(server: Server) -> Iterator[tuple[Any, list[str]]]:
+    """The demo with its team quotas applied and its sample jobs submitted, open in Chromium on
+    the cluster page once the jobs show (a Running and a Queuing one); yields the page and the
+    jobs' keys, and checks that the page raised no error."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    teams = list(yaml.safe_load_all((ROOT / "configs" / "quotas" / "demo-teams.yaml").read_text()))
+    post(server.url, "/api/v1/apply", json.dumps(teams).encode(), "application/json")
+    jobs = submit_demo_jobs(server.url)
+    assert "team-a/resnet50-ddp" in jobs and "team-a/xgb-churn" in jobs
+    assert sync_playwright is not None
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(server.url + "/")
+            expect(page.locator("#live")).to_have_text("● live", timeout=15000)
+            ddp = page.locator('tr[data-job="team-a/resnet50-ddp"]')
+            expect(ddp.locator(".phase-cell")).to_have_text("Running", timeout=30000)
+            sweep = page.locator('tr[data-job="team-b/a100-sweep"] .phase-cell')
+            expect(sweep).to_have_text("Queuing", timeout=15000)
+            yield page, jobs
+            assert not errors, errors
+        finally:
+            browser.close()
+
+
+def test_dashboard_quota_tree_shows_units_and_what_a_quota_asks_for(server: Server) -> None:
+    """Each resource a quota sets, uses or asks for is a row, memory in binary units (280Gi, not
+    bytes), CPU in cores, GPUs as integers; team-b's waiting A100 gang shows as its a100 request."""
+    with demo_page(server) as (page, _):
+        team_a = page.locator('[data-quota="team-a"]')
+        expect(team_a.locator('[data-resource="memory"] [data-col="used"]')).to_have_text(
+            "used 280Gi", timeout=20000
+        )
+        expect(team_a.locator('[data-resource="cpu"] [data-col="used"]')).to_have_text("used 44")
+        expect(team_a.locator('[data-resource="nvidia.com/gpu"] .q-min')).to_have_text("24")
+        expect(team_a.locator('[data-resource="nvidia.com/gpu"] .q-max')).to_have_text("52")
+        expect(team_a.locator('[data-resource="memory"] .q-max')).to_have_text("inf")
+        team_b = page.locator('[data-quota="team-b"]')
+        a100 = team_b.locator('[data-resource="nvidia.a100"]')
+        expect(a100.locator('[data-col="request"]')).to_have_text("request 32")
+        expect(a100.locator('[data-col="used"]')).to_have_text("used 0")
+        expect(team_b.locator('[data-resource="memory"] [data-col="used"]')).to_have_text("used 1Ti")
+        assert "300647710720" not in page.locator("#quotas").inner_text()
+        assert team_b.locator('[data-resource="nvidia.k80"]').count() == 0  # untouched: no row
+        page.locator("#quotas").screenshot(path=str(ARTIFACTS / "dashboard-quota-tree.png"))
+
+
+def test_dashboard_job_colours_are_distinct_and_an_unhealthy_gpu_is_labelled(server: Server) -> None:
+    """The demo's jobs each have a colour of their own; a GPU failed through the fault route
+    reads "unhealthy" (text, not only colour) in the node grid and on the topology page, and
+    both show a legend."""
+    with demo_page(server) as (page, jobs):
+        colours = {}
+        for key in jobs:
+            swatch = page.locator(f'tr[data-job="{key}"] .swatch')
+            colours[key] = swatch.evaluate("el => getComputedStyle(el).backgroundColor")
+        rgb = {k: tuple(int(x) for x in re.findall(r"\d+", c)[:3]) for k, c in colours.items()}
+        closest = min(math.dist(rgb[a], rgb[b]) for a, b in itertools.combinations(jobs, 2))
+        assert closest > 60, f"two jobs' colours are hard to tell apart: {colours}"
+        ddp_gpu = page.locator('#nodes .gpu[title*="team-a/resnet50-ddp"]').first
+        assert (
+            ddp_gpu.evaluate("el => getComputedStyle(el).backgroundColor") == colours["team-a/resnet50-ddp"]
+        )
+        expect(page.locator("#nodes .legend")).to_contain_text("unhealthy")
+
+        post(server.url, "/api/v1/fake/nodes/k80-0/gpus/3:fail", b"", "application/json")
+        cell = page.locator('[data-node="k80-0"] .gpu[data-gpu="3"]')
+        expect(cell).to_have_class(re.compile(r"\bunhealthy\b"), timeout=20000)
+        expect(cell).to_have_attribute("title", re.compile("unhealthy"))
+        page.screenshot(path=str(ARTIFACTS / "dashboard-demo-overview.png"), full_page=True)
+
+        page.goto(server.url + "/#/nodes/k80-0")
+        gpu = page.locator('#topology .dev.gpu[data-gpu="3"]')
+        expect(gpu.locator(".dev-job")).to_have_text("unhealthy", timeout=15000)
+        expect(page.locator('#topology .dev.gpu[data-gpu="2"] .dev-job')).to_have_text("free")
+        expect(page.locator("#topology .legend")).to_contain_text("free")
+        page.screenshot(path=str(ARTIFACTS / "dashboard-demo-topology.png"), full_page=True)

@@ -213,6 +213,7 @@ def test_fragmentation_counts_unhealthy_and_not_ready() -> None:
     usage = cluster_usage(ctx.store)
     a100 = next(n for n in usage.nodes if n.name == "a100-0")
     assert a100.gpus_free == 3 and a100.gpus_unhealthy == 5
+    assert a100.to_dict()["unhealthyGpus"] == [0, 1, 2, 3, 4]  # the node grid marks these cells
     # 3 free on a100-0 (< 4) and 1 on dgx-1: everything free is stranded
     assert usage.fragmentation() == 1.0
     empty = Context.for_tests()

@@ -17,13 +17,61 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
-// A stable colour per job ("ns/name"), so the same job has the same colour everywhere.
+// A colour per job ("ns/name") from a palette, handed out so that no two jobs on screen share one:
+// a job keeps its colour while it exists (the same everywhere), `assignJobColors` (the cluster
+// page, with every job) frees the colours of jobs that are gone and hands out the lowest free
+// slot in the order given. Past the palette, hues 137.5 degrees apart (still one per job).
+// Ordered so that the first few are as far apart as possible; no red (that marks unhealthy).
+const PALETTE = [
+  "#4e79a7", "#f28e2b", "#8c564b", "#d37295", "#17becf", "#59a14f",
+  "#11a579", "#bcbd22", "#7f3c8d", "#2f4b7c", "#6b6ecf", "#9c755f",
+];
+const slots = new Map(); // job -> palette slot
+
+function slotColor(i) {
+  return i < PALETTE.length ? PALETTE[i] : `hsl(${((i - PALETTE.length) * 137.5) % 360}, 55%, 42%)`;
+}
+
+function takeSlot(job) {
+  const used = new Set(slots.values());
+  let i = 0;
+  while (used.has(i)) i += 1;
+  slots.set(job, i);
+  return i;
+}
+
+export function assignJobColors(jobs) {
+  const keep = new Set(jobs);
+  for (const job of [...slots.keys()]) if (!keep.has(job)) slots.delete(job);
+  for (const job of jobs) if (!slots.has(job)) takeSlot(job);
+}
+
 export function jobColor(job) {
   if (!job) return "";
   if (job === "other") return "#8a8f98";
-  let hash = 0;
-  for (const ch of job) hash = (hash * 31 + ch.charCodeAt(0)) >>> 0;
-  return `hsl(${hash % 360}, 62%, 52%)`;
+  return slotColor(slots.has(job) ? slots.get(job) : takeSlot(job));
+}
+
+// The background of a device held by `holders`: the job's colour, or stripes of each job's
+// colour for a shared GPU.
+export function holdersBackground(holders) {
+  if (holders.length <= 1) return holders.length ? jobColor(holders[0]) : "";
+  const stops = holders.map((j, i) => `${jobColor(j)} ${i * 8}px ${(i + 1) * 8}px`);
+  return `repeating-linear-gradient(135deg, ${stops.join(", ")})`;
+}
+
+// What the colours of GPU cells mean (the node grid and the topology page).
+export function gpuLegend() {
+  const item = (cls, text, style = {}) =>
+    h("span", { class: "legend-item" }, h("span", { class: `legend-cell ${cls}`, style }), text);
+  return h(
+    "div",
+    { class: "legend", "aria-label": "legend" },
+    item("free", "free"),
+    item("held", "used by a job (its colour)", { background: PALETTE[0] }),
+    item("shared", "shared by several jobs (stripes)", { background: `repeating-linear-gradient(135deg, ${PALETTE[0]} 0 4px, ${PALETTE[1]} 4px 8px)` }),
+    item("unhealthy", "unhealthy"),
+  );
 }
 
 export function bar(value, total, { label = "", cls = "" } = {}) {

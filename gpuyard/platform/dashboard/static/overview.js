@@ -2,7 +2,7 @@
 // with placement and why-pending text, and the quota tree.
 
 import { api, optional } from "./api.js";
-import { age, bar, bytes, fmt, h, jobColor, phaseBadge, placeholder, section } from "./dom.js";
+import { age, assignJobColors, bar, bytes, fmt, gpuLegend, h, holdersBackground, jobColor, phaseBadge, placeholder, section } from "./dom.js";
 
 export async function loadOverview() {
   const [summary, usage, jobs, reservations, quotas] = await Promise.all([
@@ -16,9 +16,12 @@ export async function loadOverview() {
 }
 
 export function renderOverview(data) {
+  // Colours in the order of the jobs list (oldest first), so that no two jobs share one.
+  const byAge = [...data.jobs].sort((a, b) => String(a.metadata.creationTimestamp).localeCompare(String(b.metadata.creationTimestamp)));
+  assignJobColors(byAge.map((j) => `${j.metadata.namespace}/${j.metadata.name}`));
   return [
     cards(data.summary),
-    section("Nodes", "nodes", nodeGrid(data.usage)),
+    section("Nodes", "nodes", gpuLegend(), nodeGrid(data.usage)),
     section("Jobs", "jobs", jobsTable(data.jobs, data.reservations)),
     section("Quota tree", "quotas", quotaTree(data.quotas)),
   ];
@@ -70,14 +73,19 @@ function nodeGrid(nodes) {
       const cells = [];
       for (let i = 0; i < n.gpus; i += 1) {
         const holders = n.holders[String(i)] || [];
-        const job = holders[0];
+        const unhealthy = (n.unhealthyGpus || []).includes(i);
+        const state = holders.length > 1 ? "held shared" : holders.length ? "held" : "free";
         cells.push(
-          h("div", {
-            class: `gpu ${job ? "held" : "free"}`,
-            "data-gpu": i,
-            title: `GPU ${i}: ${holders.length ? holders.join(", ") : "free"}`,
-            style: job ? { background: jobColor(job) } : {},
-          }),
+          h(
+            "div",
+            {
+              class: `gpu ${state}${unhealthy ? " unhealthy" : ""}`,
+              "data-gpu": i,
+              title: `GPU ${i}: ${holders.length ? holders.join(", ") : "free"}${unhealthy ? " (unhealthy)" : ""}`,
+              style: holders.length ? { background: holdersBackground(holders) } : {},
+            },
+            unhealthy ? "✕" : null,
+          ),
         );
       }
       return h(
@@ -157,22 +165,29 @@ function quotaTree(quotas) {
   const node = (q) => {
     const spec = q.spec || {};
     const status = q.status || {};
-    const resources = new Set([...Object.keys(spec.min || {}), ...Object.keys(spec.max || {}), ...Object.keys(status.used || {})]);
-    const rows = [...resources].sort().map((r) => {
-      const max = num(spec.max?.[r]) || Math.max(num(spec.min?.[r]), num(status.runtime?.[r]), num(status.used?.[r]), 1);
+    const rows = quotaResources(q).map((r) => {
+      const min = num(spec.min?.[r]);
+      const max = spec.max?.[r] === undefined ? null : num(spec.max[r]);
+      const runtime = num(status.runtime?.[r]);
+      const used = num(status.used?.[r]);
+      const request = num(status.request?.[r]);
+      const scale = max ?? Math.max(min, runtime, used, request, 1);
       return h(
         "div",
-        { class: "quota-res" },
+        { class: "quota-res", "data-resource": r },
         h("span", { class: "model" }, r),
-        bar(num(spec.min?.[r]), max, { label: "min", cls: "min" }),
-        bar(num(status.runtime?.[r]), max, { label: "runtime", cls: "runtime" }),
-        bar(num(status.used?.[r]), max, { label: "used", cls: "used" }),
+        h("span", { class: "q-min" }, qty(r, min)),
+        h("span", { class: "q-max" }, max === null ? "inf" : qty(r, max)),
+        qbar(r, "runtime", runtime, scale),
+        qbar(r, "used", used, scale),
+        qbar(r, "request", request, scale),
       );
     });
     return h(
       "li",
       { "data-quota": q.metadata.name },
       h("b", {}, q.metadata.name),
+      rows.length ? h("div", { class: "quota-res quota-head" }, ["resource", "min", "max", "runtime", "used", "request"].map((t) => h("span", {}, t))) : null,
       rows,
       children.has(q.metadata.name) ? h("ul", { class: "tree" }, children.get(q.metadata.name).map(node)) : null,
     );
@@ -180,13 +195,42 @@ function quotaTree(quotas) {
   return h("ul", { class: "tree" }, roots.map(node));
 }
 
+// The resources a quota row shows: those it sets (min or max), uses (non-zero used) or asks for
+// (non-zero request: what its pending and running jobs want, e.g. the GPU model a waiting gang
+// is blocked on). The status lists every resource of the cluster, mostly 0.
+export function quotaResources(q) {
+  const spec = q.spec || {};
+  const status = q.status || {};
+  const nonZero = (m) => Object.keys(m || {}).filter((r) => num(m[r]) !== 0);
+  return [...new Set([...Object.keys(spec.min || {}), ...Object.keys(spec.max || {}), ...nonZero(status.used), ...nonZero(status.request)])].sort();
+}
+
+function qbar(resource, label, value, scale) {
+  const pct = scale > 0 ? Math.min(100, (100 * value) / scale) : 0;
+  return h(
+    "div",
+    { class: `bar ${label}`, "data-col": label, title: `${label} ${qty(resource, value)}` },
+    h("div", { class: "fill", style: { width: `${pct}%` } }),
+    h("span", { class: "bar-label" }, `${label} ${qty(resource, value)}`),
+  );
+}
+
+// A quantity as the CLI prints it: binary units for memory and storage, cores for CPU, whole
+// numbers for GPUs and other devices.
+export function qty(resource, value) {
+  if (/memory|storage/.test(resource)) return value === 0 ? "0" : bytes(value);
+  if (resource === "cpu") return String(Math.round(value * 1000) / 1000);
+  return String(Math.round(value));
+}
+
+const SCALE = { m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, Ti: 1024 ** 4, Pi: 1024 ** 5, Ei: 1024 ** 6 };
+
 function num(v) {
   if (v === undefined || v === null) return 0;
   if (typeof v === "number") return v;
-  const m = /^([0-9.]+)(m|k|Ki|Mi|Gi|Ti)?$/.exec(String(v));
+  const m = /^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$/.exec(String(v).trim());
   if (!m) return Number(v) || 0;
-  const scale = { m: 1e-3, k: 1e3, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, Ti: 1024 ** 4 }[m[2]] || 1;
-  return Number(m[1]) * scale;
+  return Number(m[1]) * (SCALE[m[2]] || 1);
 }
 
 export { fmt };

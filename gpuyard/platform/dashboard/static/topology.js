@@ -3,7 +3,7 @@
 // holders) and falls back to the NodeTopology plus the node's reservations.
 
 import { api, optional } from "./api.js";
-import { h, jobColor, placeholder, section } from "./dom.js";
+import { gpuLegend, h, holdersBackground, placeholder, section } from "./dom.js";
 
 export async function loadTopology(name) {
   const enc = encodeURIComponent(name);
@@ -39,17 +39,20 @@ function addTo(map, key, job) {
 }
 
 function device(kind, label, holders, extra = {}) {
-  const job = holders[0];
+  const state = holders.length > 1 ? "held shared" : holders.length ? "held" : "free";
+  const unhealthy = Boolean(extra.unhealthy);
+  const who = holders.join(", ");
+  const text = unhealthy ? (who ? `unhealthy · ${who}` : "unhealthy") : who || "free";
   return h(
     "div",
     {
-      class: `dev ${kind} ${job ? "held" : "free"} ${extra.unhealthy ? "unhealthy" : ""}`,
-      title: `${label}: ${holders.length ? holders.join(", ") : "free"}${extra.unhealthy ? " (unhealthy)" : ""}`,
-      style: job ? { background: jobColor(job) } : {},
+      class: `dev ${kind} ${state}${unhealthy ? " unhealthy" : ""}`,
+      title: `${label}: ${text}`,
+      style: holders.length ? { background: holdersBackground(holders) } : {},
       ...extra.attrs,
     },
     h("div", { class: "dev-name" }, label),
-    h("div", { class: "dev-job" }, holders.join(", ") || "free"),
+    h("div", { class: "dev-job" }, text),
   );
 }
 
@@ -111,6 +114,7 @@ export function renderTopology({ name, node, spec, gpuHolders, nicHolders }) {
       back,
       h("p", { class: "muted" }, `${labels["gpuyard.io/gpu-model"] || ""} ${spec.preset ? `· preset ${spec.preset}` : ""} · ${gpus.length} GPUs · ${nics.length} NICs · ${spec.sockets || 1} socket(s)`),
       h("h3", {}, "PCIe switches, GPUs and NICs"),
+      gpuLegend(),
       tree,
       h("h3", {}, "GPU links (nvidia-smi topo -m)"),
       matrix,
