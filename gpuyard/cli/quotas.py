@@ -5,7 +5,7 @@
   server validates all of them (the quotas as one tree) and stores all or nothing. A rejected
   document is named by its file and index (`teams.yaml: documents[2]: spec.min...: ...`).
 * `gpuyard get quotas` prints the ElasticQuota tree, children indented under their parent, one
-  row per resource the quota sets (min or max) or uses, with min / max / runtime (what the quota
+  row per resource the quota sets (min or max), uses or is asked for, with min / max / runtime (what the quota
   may use now) / used; `-o wide` shows every resource of the spec and status and adds the
   request (pending + running demand), namespace and covered namespaces.
 * `gpuyard get queues` prints NAME, WEIGHT, STRATEGY, PENDING, RUNNING, SHARE, SOURCE (`defined`
@@ -169,7 +169,8 @@ def _is_zero(value: Any) -> bool:
 def quota_rows(quotas: list[dict[str, Any]], *, wide: bool = False) -> list[list[Any]]:
     """Table rows of `get quotas`: one per (quota, resource), the name on the first row only.
 
-    The resources shown are those the quota sets (`min` or `max`) or uses (non-zero `used`);
+    The resources shown are those the quota sets (`min` or `max`), uses (non-zero `used`) or is
+    asked for by its pending jobs (non-zero `request`, as the dashboard's quota tree);
     `wide` shows every resource of the spec and status.
     """
     rows: list[list[Any]] = []
@@ -179,8 +180,9 @@ def quota_rows(quotas: list[dict[str, Any]], *, wide: bool = False) -> list[list
         runtime, used, request = (status.get(k) or {} for k in ("runtime", "used", "request"))
         if wide:
             resources = sorted({*mins, *maxs, *runtime, *used, *request}) or [""]
-        else:  # what the quota sets or uses: the status lists every resource of the cluster, mostly 0
-            resources = sorted({*mins, *maxs, *(r for r, v in used.items() if not _is_zero(v))}) or [""]
+        else:  # what the quota sets, uses or is asked for: the status lists every resource, mostly 0
+            wanted = {r for table in (used, request) for r, v in table.items() if not _is_zero(v)}
+            resources = sorted({*mins, *maxs, *wanted}) or [""]
         for i, res in enumerate(resources):
             first = i == 0
             row = [
