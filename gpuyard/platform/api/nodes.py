@@ -1,5 +1,12 @@
-"""Node device topology endpoint: `GET /api/v1/nodes/{name}/topology`.
+"""Node endpoints: device topology, the pods on a node, the node's events.
 
+* `GET /api/v1/nodes/{name}/topology` — see below.
+* `GET /api/v1/nodes/{name}/pods` — the pods bound to the node (`spec.nodeName`), with the same
+  `summary` as a job's pods plus `job` (namespace/name); pods of namespaces the caller may not
+  read are left out.
+* `GET /api/v1/nodes/{name}/events` — the events whose `involvedObject` is the node, oldest first.
+
+The topology route:
 Returns the node's NodeTopology (GPUs with health, NVLink peers, PCIe switches, NUMA nodes, NICs)
 and, from the Reservations on the node (the allocation ledger), which pod and job hold each GPU
 and each NIC. `gpuyard describe node NAME` draws it with `gpuyard.devices.render.draw`.
@@ -13,10 +20,12 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuyard.apis.core import Event, Pod
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, Reservation
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.jobs import pod_view
 from gpuyard.platform.api.openapi import Param, operation
 
 __all__ = ["TOPOLOGY_SCHEMA", "node_allocations", "setup"]
@@ -103,5 +112,66 @@ async def node_topology(request: web.Request) -> web.Response:
     return web.json_response({"node": name, "topology": topology.to_dict(), "gpus": gpus, "nics": nics})
 
 
+def _node_name(request: web.Request) -> str:
+    name = request.match_info["name"]
+    if request.app[CTX].store.get("Node", "", name) is None:
+        raise ApiError(404, f"node {name} not found", details=[{"field": "name", "reason": "no such node"}])
+    return name
+
+
+_ITEMS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"items": {"type": "array", "items": {"type": "object"}}},
+}
+
+
+@operation(
+    "The pods on a node, with phase, job, GPUs and host port",
+    tags=["cluster"],
+    params=[Param("name", where="path", description="Node name.", required=True)],
+    response=_ITEMS,
+    errors=[401, 403, 404],
+)
+async def node_pods(request: web.Request) -> web.Response:
+    authorize(request, "read")
+    name = _node_name(request)
+    store = request.app[CTX].store
+    visible = allowed_namespaces(request)
+    items = []
+    for pod in store.list_of(Pod):
+        if pod.spec.node_name != name or (visible is not None and pod.metadata.namespace not in visible):
+            continue
+        view = pod_view(pod)
+        job = pod.metadata.labels.get(LABEL_JOB_NAME)
+        view["summary"]["job"] = f"{pod.metadata.namespace}/{job}" if job else None
+        items.append(view)
+    items.sort(key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+    return web.json_response({"items": items, "resourceVersion": str(store.resource_version)})
+
+
+@operation(
+    "The events about a node (involvedObject kind Node), oldest first",
+    tags=["cluster"],
+    params=[Param("name", where="path", description="Node name.", required=True)],
+    response=_ITEMS,
+    errors=[401, 403, 404],
+)
+async def node_events(request: web.Request) -> web.Response:
+    authorize(request, "read")
+    name = _node_name(request)
+    store = request.app[CTX].store
+    events = [
+        e
+        for e in store.list_of(Event)
+        if e.involved_object.get("kind") == "Node" and e.involved_object.get("name") == name
+    ]
+    events.sort(key=lambda e: int(e.metadata.resource_version or 0))
+    return web.json_response(
+        {"items": [e.to_dict() for e in events], "metadata": {"resourceVersion": str(store.resource_version)}}
+    )
+
+
 def setup(app: web.Application) -> None:
     app.router.add_get("/api/v1/nodes/{name}/topology", node_topology)
+    app.router.add_get("/api/v1/nodes/{name}/pods", node_pods)
+    app.router.add_get("/api/v1/nodes/{name}/events", node_events)

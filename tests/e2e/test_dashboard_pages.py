@@ -1,0 +1,101 @@
+"""The dashboard's queue, node and submit pages and the delete button, in headless Chromium.
+
+Reuses the Platform fixture of `test_dashboard.py` (demo scenario, real clock, in memory) and
+saves a screenshot of each page under `tests/e2e/artifacts/`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import urllib.request
+from typing import Any
+
+from tests.e2e import test_dashboard as base
+from tests.e2e.test_dashboard import ARTIFACTS, CHROMIUM, JOB, LAUNCH_ARGS, Server, submit
+
+pytestmark = base.pytestmark  # skips where chromium or playwright is missing
+server = base.server  # the same fixture: a whole Platform on the demo scenario
+sync_playwright = base.sync_playwright
+expect: Any = getattr(base, "expect", None)
+Page = Any
+
+
+def a100_job(name: str, namespace: str = "team-q", gpus: int = 8) -> dict[str, Any]:
+    job = copy.deepcopy(JOB)
+    job["metadata"] = {"name": name, "namespace": namespace}
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    container["env"] = []
+    container["resources"] = {"limits": {"nvidia.a100": gpus, "cpu": "8", "memory": "32Gi"}}
+    return job
+
+
+def put_queue(url: str, name: str, weight: float) -> None:
+    body = {
+        "apiVersion": "gpuyard.io/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"weight": weight},
+    }
+    req = urllib.request.Request(
+        f"{url}/api/v1/queues/{name}",
+        data=json.dumps(body).encode(),
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status in (200, 201)
+
+
+def get(url: str, path: str) -> Any:
+    with urllib.request.urlopen(f"{url}{path}", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def open_page(pw: Any, url: str) -> tuple[Any, Page, list[str]]:
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url + "/")
+    expect(page.locator("#overview")).to_be_visible(timeout=15000)
+    return browser, page, errors
+
+
+def test_node_page_for_a_gpu_node_and_a_cpu_node(server: Server) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    submit(server.url, JOB)
+    with sync_playwright() as pw:
+        browser, page, errors = open_page(pw, server.url)
+        try:
+            row = page.locator('tr[data-job="team-e2e/browser-ddp"]')
+            expect(row.locator(".phase-cell")).to_have_text("Running", timeout=30000)
+            node = row.locator(".placement").inner_text().split("[")[0]
+            page.locator(f'[data-node="{node}"]').click()
+            expect(page.locator("#node h2")).to_have_text(f"Node {node}", timeout=15000)
+            expect(page.locator("#node-ready")).to_have_text("True")
+            expect(page.locator('#node tr[data-resource="cpu"]')).to_contain_text("80")
+            expect(page.locator("#node-labels")).to_contain_text("gpuyard.io/gpu-model=v100")
+            expect(page.locator("#node-conditions")).to_contain_text("Ready")
+            pod = page.locator('#node-pods tr[data-pod="team-e2e/browser-ddp-master-0"]')
+            expect(pod).to_contain_text("Running", timeout=15000)
+            expect(pod.locator('a[href="#/jobs/team-e2e/browser-ddp"]')).to_be_visible()
+            expect(page.locator("#node-events")).to_be_visible()
+            expect(page.locator("#topology .dev.gpu.held")).to_have_count(4)  # the topology view, inline
+            page.screenshot(path=str(ARTIFACTS / "dashboard-node-gpu.png"), full_page=True)
+            page.locator("#topology-link").click()  # and on its own page
+            expect(page.locator("#topology")).to_be_visible(timeout=15000)
+            expect(page.locator("#node")).to_have_count(0)
+
+            page.goto(server.url + "/#/nodes/cpu-0")
+            expect(page.locator("#node h2")).to_have_text("Node cpu-0", timeout=15000)
+            expect(page.locator("#node-gpus")).to_contain_text("CPU-only")
+            expect(page.locator("#node-pods")).to_contain_text("no pods on this node")
+            expect(page.locator("#node-events")).to_contain_text("no events about this node")
+            expect(page.locator("#topology")).to_have_count(0)
+            expect(page.locator("#topology-link")).to_have_count(0)
+            assert "no device topology" not in page.locator("main").inner_text()
+            page.screenshot(path=str(ARTIFACTS / "dashboard-node-cpu.png"), full_page=True)
+            assert not errors, errors
+        finally:
+            browser.close()
