@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import urllib.request
 from typing import Any
 
@@ -60,6 +61,37 @@ def open_page(pw: Any, url: str) -> tuple[Any, Page, list[str]]:
     page.goto(url + "/")
     expect(page.locator("#overview")).to_be_visible(timeout=15000)
     return browser, page, errors
+
+
+def test_queue_page_lists_pending_jobs_in_order_with_reasons_and_running_jobs(server: Server) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    put_queue(server.url, "team-q", 2)
+    submit(server.url, a100_job("q-first"))  # takes the demo's only 8 A100s
+    submit(server.url, a100_job("q-second"))  # waits
+    submit(server.url, a100_job("q-third"))  # waits behind q-second
+    with sync_playwright() as pw:
+        browser, page, errors = open_page(pw, server.url)
+        try:
+            row = page.locator('#jobs tr[data-job="team-q/q-first"]')
+            expect(row.locator(".phase-cell")).to_have_text("Running", timeout=30000)
+            page.locator("#overview a.queue-link", has_text="team-q").click()  # queue depths link the queue
+            expect(page.locator("#queue h2")).to_have_text("Queue team-q", timeout=15000)
+            pending = page.locator("#queue-pending-jobs tbody tr")
+            expect(pending).to_have_count(2, timeout=15000)
+            assert pending.nth(0).get_attribute("data-job") == "team-q/q-second"
+            assert pending.nth(1).get_attribute("data-job") == "team-q/q-third"
+            expect(pending.nth(0).locator(".why")).not_to_be_empty()
+            assert "a100" in pending.nth(0).inner_text().lower(), pending.nth(0).inner_text()
+            expect(page.locator('#queue-running-jobs tr[data-job="team-q/q-first"]')).to_be_visible()
+            expect(page.locator("#queue-running")).to_have_text("1", timeout=15000)
+            expect(page.locator("#queue-share")).to_have_text(re.compile(r"^\d+\.\d\d$"), timeout=15000)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-queue.png"), full_page=True)
+            # the job page links its queue too
+            pending.nth(0).locator("a").click()
+            expect(page.locator("#job a.queue-link")).to_have_text("team-q", timeout=15000)
+            assert not errors, errors
+        finally:
+            browser.close()
 
 
 def test_node_page_for_a_gpu_node_and_a_cpu_node(server: Server) -> None:

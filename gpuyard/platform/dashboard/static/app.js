@@ -1,4 +1,4 @@
-// The dashboard: a hash router over its pages (cluster, job, node, node topology), the token field,
+// The dashboard: a hash router over its pages (cluster, job, queue, node, node topology), the token field,
 // and live updates: SSE watches on jobs and pods trigger a (debounced) reload of the page shown.
 
 import { HttpError, token, watch } from "./api.js";
@@ -6,6 +6,7 @@ import { h } from "./dom.js";
 import { loadJob, renderJob } from "./job.js";
 import { loadNode, renderNode } from "./node.js";
 import { loadOverview, renderOverview } from "./overview.js";
+import { loadQueue, renderQueue } from "./queue.js";
 import { loadTopology, renderTopology } from "./topology.js";
 
 const main = document.getElementById("main");
@@ -17,6 +18,7 @@ function route() {
   if (parts[0] === "jobs" && parts.length >= 3) return { page: "job", ns: parts[1], name: parts[2] };
   if (parts[0] === "nodes" && parts[2] === "topology") return { page: "topology", name: parts[1] };
   if (parts[0] === "nodes" && parts.length >= 2) return { page: "node", name: parts[1] };
+  if (parts[0] === "queues" && parts.length >= 2) return { page: "queue", name: parts[1] };
   return { page: "cluster" };
 }
 
@@ -35,6 +37,7 @@ async function render() {
       if (r.page === "job") nodes = renderJob(await loadJob(r.ns, r.name));
       else if (r.page === "topology") nodes = renderTopology(await loadTopology(r.name));
       else if (r.page === "node") nodes = renderNode(await loadNode(r.name));
+      else if (r.page === "queue") nodes = renderQueue(await loadQueue(r.name));
       else nodes = renderOverview(await loadOverview());
       const open = [...main.querySelectorAll("details[open]")].map((d) => d.closest("[data-pod]")?.dataset.pod);
       main.replaceChildren(...nodes);

@@ -2,6 +2,7 @@
 
 import { api, optional } from "./api.js";
 import { age, h, jobColor, maskEnv, phaseBadge, placeholder, section } from "./dom.js";
+import { queueLink } from "./queue.js";
 
 export async function loadJob(ns, name) {
   const base = `/api/v1/namespaces/${encodeURIComponent(ns)}/jobs/${encodeURIComponent(name)}`;
@@ -35,7 +36,7 @@ export function renderJob({ job, pods, events, explain }) {
       h("dt", {}, "Phase"),
       h("dd", { id: "job-phase" }, phaseBadge(s.phase)),
       h("dt", {}, "Queue"),
-      h("dd", {}, s.queue || "-"),
+      h("dd", {}, queueLink(s.queue)),
       h("dt", {}, "Replicas"),
       h("dd", {}, replicas || "-"),
       h("dt", {}, "Restarts"),
