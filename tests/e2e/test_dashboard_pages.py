@@ -131,3 +131,69 @@ def test_node_page_for_a_gpu_node_and_a_cpu_node(server: Server) -> None:
             assert not errors, errors
         finally:
             browser.close()
+
+
+GOOD = """apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: from-browser, namespace: team-ui}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: pytorch/pytorch:2.3.0
+              resources: {limits: {nvidia.v100: 2, cpu: "4", memory: 16Gi}}
+"""
+
+
+def test_submit_and_delete_a_job_from_the_dashboard(server: Server) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser, page, errors = open_page(pw, server.url)
+        try:
+            page.locator("#nav-submit").click()
+            expect(page.locator("#submit")).to_be_visible(timeout=15000)
+            # a bad document: the server's error and every detail, as it answered
+            page.locator("#submit-yaml").fill(GOOD.replace("replicas: 1", "replicas: -1"))
+            page.locator("#submit-button").click()
+            error = page.locator("#submit-error")
+            expect(error).to_be_visible(timeout=15000)
+            expect(error).to_contain_text("HTTP 422")
+            expect(error).to_contain_text("nothing was stored")
+            assert "replicas" in error.locator("li").first.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "dashboard-submit-error.png"), full_page=True)
+            assert get(server.url, "/api/v1/jobs?namespace=team-ui")["items"] == []
+
+            page.locator("#submit-yaml").fill(GOOD)
+            page.locator("#submit-button").click()
+            expect(page.locator("#submit-ok")).to_contain_text(
+                "PyTorchJob team-ui/from-browser", timeout=15000
+            )
+            page.screenshot(path=str(ARTIFACTS / "dashboard-submit.png"), full_page=True)
+            page.locator("#submit-ok a").click()
+            expect(page.locator("#job-phase")).to_have_text("Running", timeout=30000)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-job-actions.png"), full_page=True)
+
+            dialogs: list[str] = []
+
+            def answer(dialog: Any) -> None:
+                dialogs.append(dialog.message)
+                dialog.dismiss() if len(dialogs) == 1 else dialog.accept()
+
+            page.on("dialog", answer)
+            page.locator("#delete-job").click()  # dismissed: nothing happens
+            expect(page.locator("#job-phase")).to_have_text("Running")
+            assert [
+                j["metadata"]["name"] for j in get(server.url, "/api/v1/jobs?namespace=team-ui")["items"]
+            ] == ["from-browser"]
+            page.locator("#delete-job").click()  # confirmed
+            expect(page.locator("#overview")).to_be_visible(timeout=15000)
+            expect(page.locator('tr[data-job="team-ui/from-browser"]')).to_have_count(0, timeout=15000)
+            assert len(dialogs) == 2 and "team-ui/from-browser" in dialogs[0]
+            assert get(server.url, "/api/v1/jobs?namespace=team-ui")["items"] == []
+            assert not errors, errors
+        finally:
+            browser.close()

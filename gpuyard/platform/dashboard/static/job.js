@@ -1,5 +1,6 @@
 // One job: summary, conditions, why it is (not) placed, pods with env (secrets masked), events.
 
+import { deleteButton } from "./actions.js";
 import { api, optional } from "./api.js";
 import { age, h, jobColor, maskEnv, phaseBadge, placeholder, section } from "./dom.js";
 import { queueLink } from "./queue.js";
@@ -46,6 +47,7 @@ export function renderJob({ job, pods, events, explain }) {
       h("dt", {}, "Colour"),
       h("dd", {}, h("span", { class: "swatch", style: { background: jobColor(`${ns}/${name}`) } })),
     ),
+    deleteButton(ns, name, { onDeleted: () => (location.hash = "#/") }),
   );
   const placement = explain
     ? section(
