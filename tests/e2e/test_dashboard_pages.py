@@ -197,3 +197,91 @@ def test_submit_and_delete_a_job_from_the_dashboard(server: Server) -> None:
             assert not errors, errors
         finally:
             browser.close()
+
+
+class TokenServer(Server):
+    """The same Platform with tokens: `alice` may change jobs in team-ui, `vic` may only read."""
+
+    async def _serve(self) -> None:
+        import asyncio
+
+        from gpuyard.platform.api.auth import hash_token
+        from gpuyard.platform.runtime import Platform
+        from gpuyard.state.config import Settings
+
+        tokens = [
+            {"sha256": hash_token("alice-token"), "user": "alice", "role": "user", "namespaces": ["team-ui"]},
+            {"sha256": hash_token("vic-token"), "user": "vic", "role": "viewer", "namespaces": ["team-ui"]},
+        ]
+        settings = Settings(
+            server={"host": "127.0.0.1", "port": 0, "tokens": tokens},
+            backend={
+                "cluster": str(base.ROOT / "configs" / "clusters" / "demo.yaml"),
+                "data_dir": None,
+                "clock": "real",
+            },
+        )
+        self._loop = asyncio.get_running_loop()
+        platform = Platform(settings)
+        self._platform = platform
+        task = asyncio.create_task(platform.run())
+        await asyncio.wait_for(platform.serving.wait(), 20)
+        await asyncio.wait_for(platform.backend.synced.wait(), 20)
+        self.url = platform.url
+        self._ready.set()
+        await task
+
+
+def use_token(page: Any, value: str) -> None:
+    page.locator("#token").fill(value)
+    page.locator("#token-form button").click()
+
+
+def test_submit_and_delete_send_the_token_and_show_refusals(monkeypatch: Any) -> None:
+    import structlog
+
+    from gpuyard.platform.api import app as app_module
+
+    if "gpuyard.platform.api.dashboard" not in app_module.ROUTE_MODULES:
+        monkeypatch.setattr(
+            app_module, "ROUTE_MODULES", [*app_module.ROUTE_MODULES, "gpuyard.platform.api.dashboard"]
+        )
+    srv = TokenServer()
+    with structlog.testing.capture_logs():
+        srv.start()
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+                try:
+                    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                    page.goto(srv.url + "/#/submit")
+                    expect(page.locator("#submit")).to_be_visible(timeout=15000)
+                    page.locator("#submit-yaml").fill(GOOD)
+                    page.locator("#submit-button").click()  # no token yet
+                    expect(page.locator("#submit-error")).to_contain_text("HTTP 401", timeout=15000)
+                    use_token(page, "vic-token")  # a viewer may not submit
+                    page.locator("#submit-button").click()
+                    expect(page.locator("#submit-error")).to_contain_text("HTTP 403", timeout=15000)
+                    use_token(page, "alice-token")
+                    page.locator("#submit-button").click()
+                    expect(page.locator("#submit-ok")).to_contain_text("team-ui/from-browser", timeout=15000)
+                    assert page.evaluate("sessionStorage.getItem('gpuyard.token')") == "alice-token"
+
+                    use_token(page, "vic-token")  # a viewer sees the job but may not delete it
+                    page.locator("#submit-ok a").click()
+                    expect(page.locator("#job-phase")).to_be_visible(timeout=15000)
+                    page.on("dialog", lambda d: d.accept())
+                    page.locator("#delete-job").click()
+                    error = page.locator("#delete-error")
+                    expect(error).to_contain_text("HTTP 403", timeout=15000)
+                    page.screenshot(path=str(ARTIFACTS / "dashboard-delete-refused.png"), full_page=True)
+                    use_token(page, "alice-token")
+                    page.locator("#delete-job").click()
+                    expect(page.locator("#overview")).to_be_visible(timeout=15000)
+                    expect(page.locator('tr[data-job="team-ui/from-browser"]')).to_have_count(
+                        0, timeout=15000
+                    )
+                finally:
+                    browser.close()
+        finally:
+            srv.stop()
