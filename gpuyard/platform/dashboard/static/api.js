@@ -12,9 +12,10 @@ export const token = {
 };
 
 export class HttpError extends Error {
-  constructor(status, message) {
+  constructor(status, message, body = null) {
     super(message);
     this.status = status;
+    this.body = body; // the server's JSON answer, e.g. {"error": {"code", "message", "details"}}
   }
 }
 
@@ -46,7 +47,7 @@ export async function api(path, { method = "GET", body, contentType } = {}) {
       data = null;
     }
   }
-  if (!resp.ok) throw new HttpError(resp.status, errorLine(resp.status, data));
+  if (!resp.ok) throw new HttpError(resp.status, errorLine(resp.status, data), data);
   return data;
 }
 

@@ -1,10 +1,13 @@
-// The dashboard: a hash router over three pages (cluster, job, node topology), the token field,
+// The dashboard: a hash router over its pages (cluster, job, queue, node, node topology, submit), the token field,
 // and live updates: SSE watches on jobs and pods trigger a (debounced) reload of the page shown.
 
 import { HttpError, token, watch } from "./api.js";
 import { h } from "./dom.js";
+import { renderSubmit } from "./actions.js";
 import { loadJob, renderJob } from "./job.js";
+import { loadNode, renderNode } from "./node.js";
 import { loadOverview, renderOverview } from "./overview.js";
+import { loadQueue, renderQueue } from "./queue.js";
 import { loadTopology, renderTopology } from "./topology.js";
 
 const main = document.getElementById("main");
@@ -14,7 +17,10 @@ const live = document.getElementById("live");
 function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   if (parts[0] === "jobs" && parts.length >= 3) return { page: "job", ns: parts[1], name: parts[2] };
+  if (parts[0] === "nodes" && parts[2] === "topology") return { page: "topology", name: parts[1] };
   if (parts[0] === "nodes" && parts.length >= 2) return { page: "node", name: parts[1] };
+  if (parts[0] === "queues" && parts.length >= 2) return { page: "queue", name: parts[1] };
+  if (parts[0] === "submit") return { page: "submit" };
   return { page: "cluster" };
 }
 
@@ -28,10 +34,14 @@ async function render() {
   }
   rendering = (async () => {
     const r = route();
+    if (r.page === "submit" && main.dataset.page === "submit") return; // keep what is being typed
     try {
       let nodes;
       if (r.page === "job") nodes = renderJob(await loadJob(r.ns, r.name));
-      else if (r.page === "node") nodes = renderTopology(await loadTopology(r.name));
+      else if (r.page === "topology") nodes = renderTopology(await loadTopology(r.name));
+      else if (r.page === "node") nodes = renderNode(await loadNode(r.name));
+      else if (r.page === "queue") nodes = renderQueue(await loadQueue(r.name));
+      else if (r.page === "submit") nodes = renderSubmit();
       else nodes = renderOverview(await loadOverview());
       const open = [...main.querySelectorAll("details[open]")].map((d) => d.closest("[data-pod]")?.dataset.pod);
       main.replaceChildren(...nodes);

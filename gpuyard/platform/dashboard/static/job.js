@@ -1,7 +1,9 @@
 // One job: summary, conditions, why it is (not) placed, pods with env (secrets masked), events.
 
+import { deleteButton } from "./actions.js";
 import { api, optional } from "./api.js";
 import { age, h, jobColor, maskEnv, phaseBadge, placeholder, section } from "./dom.js";
+import { queueLink } from "./queue.js";
 
 export async function loadJob(ns, name) {
   const base = `/api/v1/namespaces/${encodeURIComponent(ns)}/jobs/${encodeURIComponent(name)}`;
@@ -35,7 +37,7 @@ export function renderJob({ job, pods, events, explain }) {
       h("dt", {}, "Phase"),
       h("dd", { id: "job-phase" }, phaseBadge(s.phase)),
       h("dt", {}, "Queue"),
-      h("dd", {}, s.queue || "-"),
+      h("dd", {}, queueLink(s.queue)),
       h("dt", {}, "Replicas"),
       h("dd", {}, replicas || "-"),
       h("dt", {}, "Restarts"),
@@ -45,6 +47,7 @@ export function renderJob({ job, pods, events, explain }) {
       h("dt", {}, "Colour"),
       h("dd", {}, h("span", { class: "swatch", style: { background: jobColor(`${ns}/${name}`) } })),
     ),
+    deleteButton(ns, name, { onDeleted: () => (location.hash = "#/") }),
   );
   const placement = explain
     ? section(

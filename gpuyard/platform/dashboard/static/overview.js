@@ -3,6 +3,7 @@
 
 import { api, optional } from "./api.js";
 import { age, assignJobColors, bar, bytes, fmt, gpuLegend, h, holdersBackground, jobColor, phaseBadge, placeholder, section } from "./dom.js";
+import { queueLink } from "./queue.js";
 
 export async function loadOverview() {
   const [summary, usage, jobs, reservations, quotas] = await Promise.all([
@@ -36,7 +37,7 @@ function cards(s) {
     h("span", { class: "chip" }, phaseBadge(p), ` ${n}`),
   );
   const queues = Object.entries(s.queueDepths || {}).map(([q, n]) =>
-    h("li", {}, h("span", { class: "model" }, q), ` ${n} pending`),
+    h("li", {}, h("span", { class: "model" }, queueLink(q)), ` ${n} pending`),
   );
   return section(
     "Cluster",
