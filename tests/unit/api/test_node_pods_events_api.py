@@ -48,9 +48,11 @@ async def test_node_pods_lists_the_pods_bound_to_the_node_with_their_job(aiohttp
         ("team-b", "small-worker-0"),
     ]
     assert items[0]["summary"]["job"] == "team-a/big" and items[0]["summary"]["node"] == "dgx-0"
-    # a tenant sees its own namespaces' pods only
+    # a tenant sees its own namespaces' pods; another tenant's pod is only counted, as `other`
     r = await client.get("/api/v1/nodes/dgx-0/pods", headers=bearer("alice"))
-    assert [p["metadata"]["name"] for p in (await r.json())["items"]] == ["big-worker-0"]
+    items = (await r.json())["items"]
+    assert [p["metadata"]["name"] for p in items] == ["big-worker-0", "other"]
+    assert items[1]["summary"]["job"] == "other" and "small" not in str(items[1])
     assert (await (await client.get("/api/v1/nodes/cpu-0/pods", headers=bearer("root"))).json())[
         "items"
     ] == []

@@ -86,7 +86,7 @@ export function renderNode({ name, node, pods, events, topo }) {
       "tr",
       { "data-pod": `${p.metadata.namespace}/${p.metadata.name}` },
       h("td", {}, `${p.metadata.namespace}/${p.metadata.name}`),
-      h("td", {}, s.job ? h("a", { href: jobHref(s.job) }, s.job) : "-"),
+      h("td", {}, s.job && s.job.includes("/") ? h("a", { href: jobHref(s.job) }, s.job) : s.job || "-"),
       h("td", {}, phaseBadge(s.phase)),
       h("td", {}, (s.gpus || []).join(",") || "-"),
       h("td", {}, s.hostPort ?? "-"),
