@@ -91,8 +91,9 @@ JOB = {
 class Server:
     """A Platform serving the demo cluster from a background thread with its own event loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tokens: list[dict[str, object]] | None = None) -> None:
         self.url = ""
+        self._tokens = tokens or []
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._platform = None
@@ -110,7 +111,7 @@ class Server:
         from gpuyard.platform.runtime import Platform
 
         settings = Settings(
-            server={"host": "127.0.0.1", "port": 0},
+            server={"host": "127.0.0.1", "port": 0, "tokens": self._tokens},
             backend={
                 "cluster": str(ROOT / "configs" / "clusters" / "demo.yaml"),
                 "data_dir": None,

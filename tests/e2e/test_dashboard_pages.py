@@ -199,37 +199,16 @@ def test_submit_and_delete_a_job_from_the_dashboard(server: Server) -> None:
             browser.close()
 
 
-class TokenServer(Server):
+def token_server() -> Server:
     """The same Platform with tokens: `alice` may change jobs in team-ui, `vic` may only read."""
+    from gpuyard.platform.api.auth import hash_token
 
-    async def _serve(self) -> None:
-        import asyncio
-
-        from gpuyard.platform.api.auth import hash_token
-        from gpuyard.platform.runtime import Platform
-        from gpuyard.state.config import Settings
-
-        tokens = [
+    return Server(
+        tokens=[
             {"sha256": hash_token("alice-token"), "user": "alice", "role": "user", "namespaces": ["team-ui"]},
             {"sha256": hash_token("vic-token"), "user": "vic", "role": "viewer", "namespaces": ["team-ui"]},
         ]
-        settings = Settings(
-            server={"host": "127.0.0.1", "port": 0, "tokens": tokens},
-            backend={
-                "cluster": str(base.ROOT / "configs" / "clusters" / "demo.yaml"),
-                "data_dir": None,
-                "clock": "real",
-            },
-        )
-        self._loop = asyncio.get_running_loop()
-        platform = Platform(settings)
-        self._platform = platform
-        task = asyncio.create_task(platform.run())
-        await asyncio.wait_for(platform.serving.wait(), 20)
-        await asyncio.wait_for(platform.backend.synced.wait(), 20)
-        self.url = platform.url
-        self._ready.set()
-        await task
+    )
 
 
 def use_token(page: Any, value: str) -> None:
@@ -246,7 +225,7 @@ def test_submit_and_delete_send_the_token_and_show_refusals(monkeypatch: Any) ->
         monkeypatch.setattr(
             app_module, "ROUTE_MODULES", [*app_module.ROUTE_MODULES, "gpuyard.platform.api.dashboard"]
         )
-    srv = TokenServer()
+    srv = token_server()
     with structlog.testing.capture_logs():
         srv.start()
         try:
