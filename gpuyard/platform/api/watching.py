@@ -43,11 +43,12 @@ def _since(request: web.Request) -> int | None:
     raw = request.query.get("resourceVersion") or request.headers.get("Last-Event-ID")
     if raw is None:
         return None
-    if not raw.isdigit():
+    # ASCII digits only: str.isdigit() also accepts '²' or '٣', which int() then refuses or reads
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 20:
         raise ApiError(
-            422,
-            "resourceVersion must be a non-negative integer",
-            details=[{"field": "resourceVersion", "reason": "integer"}],
+            400,
+            f"resourceVersion must be a non-negative integer of ASCII digits, got {raw[:40]!r}",
+            details=[{"field": "resourceVersion", "reason": "allowed: ASCII digits 0-9 (at most 20)"}],
         )
     return int(raw)
 
@@ -58,7 +59,7 @@ def _since(request: web.Request) -> int | None:
     params=[Param("resourceVersion", type="integer"), Param("namespace")],
     response={"type": "string", "description": "text/event-stream"},
     response_content_type="text/event-stream",
-    errors=[404, 410, 422],
+    errors=[400, 404, 410],
 )
 async def watch(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CTX]
@@ -74,6 +75,16 @@ async def watch(request: web.Request) -> web.StreamResponse:
     if since is not None and since < ctx.store.oldest_watchable - 1:
         raise ApiError(
             410, f"resourceVersion {since} is too old; re-list and watch from the list's resourceVersion"
+        )
+    if since is not None and since > ctx.store.resource_version:
+        current = ctx.store.resource_version
+        raise ApiError(
+            410,
+            f"resourceVersion {since} is newer than the current resourceVersion {current}; "
+            "re-list and watch from the list's resourceVersion",
+            details=[
+                {"field": "resourceVersion", "reason": f"at most the current resourceVersion {current}"}
+            ],
         )
 
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

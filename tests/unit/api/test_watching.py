@@ -59,4 +59,28 @@ async def test_resume_from_a_version(client):
 async def test_errors(client):
     http, _ = client
     assert (await http.get("/api/v1/watch/secrets")).status == 404
-    assert (await http.get("/api/v1/watch/pods?resourceVersion=abc")).status == 422
+    assert (await http.get("/api/v1/watch/pods?resourceVersion=abc")).status == 400
+
+
+@pytest.mark.parametrize("raw", ["²", "٣", "1²", "-1", "1.0", "9" * 40])
+async def test_a_version_that_is_not_ascii_digits_is_400_naming_the_parameter(client, raw):
+    http, _ = client
+    resp = await asyncio.wait_for(http.get("/api/v1/watch/pods", params={"resourceVersion": raw}), 1)
+    assert resp.status == 400
+    assert (await resp.json())["error"]["details"][0]["field"] == "resourceVersion"
+    resp = await asyncio.wait_for(http.get("/api/v1/watch/pods", headers={"Last-Event-ID": raw}), 1)
+    assert resp.status == 400
+
+
+async def test_a_version_from_the_future_is_410_naming_the_current_version(client):
+    http, ctx = client
+    ctx.store.create(make_pod("a"))
+    current = ctx.store.resource_version
+    resp = await asyncio.wait_for(http.get(f"/api/v1/watch/pods?resourceVersion={current + 1}"), 1)
+    assert resp.status == 410
+    body = await resp.json()
+    assert f"current resourceVersion {current}" in body["error"]["message"]
+    assert body["error"]["details"][0]["field"] == "resourceVersion"
+    resp = await http.get(f"/api/v1/watch/pods?resourceVersion={current}")  # the current one is fine
+    assert resp.status == 200
+    resp.close()
