@@ -15,11 +15,12 @@ subcommands to existing `get`/`describe`/`delete` groups when another module cre
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, get_args
 
 import click
 
 from gpuyard.apis.jobs import JobValidationError, load_documents
+from gpuyard.apis.jobspecs import JobConditionType
 from gpuyard.cli.client import ApiClient, ClientError, join_error
 from gpuyard.cli.common import call, client_options, fail, mount, read_yaml_files
 from gpuyard.cli.output import age, emit
@@ -102,7 +103,12 @@ def get() -> None:
 
 @get.command("jobs")
 @click.option("-n", "--namespace", default=None, help="Only this namespace (default: all you may see).")
-@click.option("--phase", default=None, help="Only jobs in this phase (Queuing, Running, Succeeded, ...).")
+@click.option(
+    "--phase",
+    default=None,
+    type=click.Choice(get_args(JobConditionType), case_sensitive=False),
+    help="Only jobs in this phase.",
+)
 @click.option("--queue", default=None, help="Only jobs of this queue.")
 @client_options
 def get_jobs(

@@ -16,13 +16,14 @@ durable; the job operator reacts to what they write.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from aiohttp import web
 
 from gpuyard.apis.core import Event, Pod
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
+from gpuyard.apis.jobspecs import JobConditionType
 from gpuyard.apis.resourceclasses import validate_gang_request
 from gpuyard.apis.scheduling import (
     ANNOTATION_DEVICES,
@@ -211,6 +212,13 @@ async def list_jobs(request: web.Request) -> web.Response:
             400,
             f"unknown kind {kind!r}",
             details=[{"field": "kind", "reason": f"allowed: {', '.join(sorted(KIND_INFO))}"}],
+        )
+    phases = get_args(JobConditionType)
+    if phase and phase.lower() not in {p.lower() for p in phases}:
+        raise ApiError(
+            400,
+            f"unknown phase {phase[:64]!r}",
+            details=[{"field": "phase", "reason": f"allowed: {', '.join(phases)}"}],
         )
     items: list[TrainingJob] = []
     for k in [kind] if kind else list(KIND_INFO):
