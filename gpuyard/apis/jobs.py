@@ -26,6 +26,7 @@ import yaml
 from pydantic import ValidationError
 
 from gpuyard.apis.core import ContainerPort
+from gpuyard.apis.decoding import DEFAULT_MAX_BYTES, yaml_load_all
 from gpuyard.apis.jobkinds import (
     ANNOTATION_GIT_SYNC,
     KIND_INFO,
@@ -356,13 +357,15 @@ def _default_pytorch_kubeflow(job: PyTorchJob) -> None:
         spec.nproc_per_node = "auto"
 
 
-def load_documents(text: str) -> list[Any]:
+def load_documents(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Any]:
     """Decode a YAML or JSON body into documents: multi-document YAML, a JSON array, or a `List`.
 
-    Raises :class:`JobValidationError` naming the line and column of a syntax error.
+    Raises :class:`JobValidationError` naming the line and column of a syntax error, and
+    :class:`DocumentLimitError` for a document nested too deep or expanding (aliases included)
+    beyond `max_bytes`.
     """
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml_load_all(text, max_bytes=max_bytes) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else "<unknown>"

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import click
 import yaml
 
+from gpuyard.apis.decoding import DocumentLimitError, yaml_load_all
 from gpuyard.cli.client import ClientError
 
 __all__ = ["OUTPUTS", "call", "client_options", "fail", "mount", "read_yaml_files"]
@@ -60,7 +61,9 @@ def read_yaml_files(files: Iterable[str]) -> list[tuple[str, str, list[Any]]]:
         except OSError as exc:
             fail(f"{name}: cannot read: {exc.strerror or exc}")
         try:
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+            docs = [d for d in yaml_load_all(text) if d is not None]
+        except DocumentLimitError as exc:
+            fail(f"{name}: {exc.message}")
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""

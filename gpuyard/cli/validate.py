@@ -28,6 +28,7 @@ from typing import Any
 
 import click
 
+from gpuyard.apis.decoding import DocumentLimitError
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
 from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
@@ -133,7 +134,7 @@ def _read(path: Path) -> tuple[list[Any] | None, str | None]:
         return None, f"{path}: not UTF-8 text"
     try:
         return load_documents(text), None
-    except JobValidationError as exc:
+    except (JobValidationError, DocumentLimitError) as exc:
         return None, f"{path}: {exc.message}"
 
 

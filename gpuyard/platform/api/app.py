@@ -15,6 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gpuyard.apis.decoding import DocumentLimitError
 from gpuyard.apis.meta import Resource
 from gpuyard.platform.api.auth import make_auth_middleware
 from gpuyard.platform.api.errors import ApiError, error_response
@@ -60,6 +61,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         return error_response(exc.status, exc.reason)
+    except DocumentLimitError as exc:
+        return error_response(exc.status, exc.message, exc.details)
     except json.JSONDecodeError as exc:
         return error_response(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
     except Exception:

@@ -185,7 +185,7 @@ _ORDER = {"ResourceClass": 0, "Queue": 1, "ResourceQuota": 2, "ElasticQuota": 3}
 async def apply(request: web.Request) -> web.Response:
     authorize(request, "admin")
     store = request.app[CTX].store
-    docs = decode_body(await request.read())
+    docs = decode_body(await request.read(), max_bytes=request.app[CTX].settings.server.max_body_bytes)
     if not docs:
         raise ApiError(
             422, "nothing to apply", details=[{"field": "documents", "reason": "the body has no documents"}]

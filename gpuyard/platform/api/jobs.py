@@ -21,6 +21,7 @@ from typing import Any, get_args
 from aiohttp import web
 
 from gpuyard.apis.core import Event, Pod
+from gpuyard.apis.decoding import json_loads
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
 from gpuyard.apis.jobspecs import JobConditionType
@@ -57,11 +58,11 @@ def summarize(job: TrainingJob) -> dict[str, Any]:
 
 
 def _json_documents(text: str) -> list[Any]:
-    """A JSON body, parsed strictly: one job, an array of jobs, or a `List`."""
+    """A JSON body, parsed strictly (and within the nesting limit): one job, an array of jobs, or a `List`."""
     import json
 
     try:
-        data = json.loads(text)
+        data = json_loads(text)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise JobValidationError(
@@ -137,7 +138,10 @@ async def submit(request: web.Request) -> web.Response:
     except UnicodeDecodeError:
         raise ApiError(400, "the body is not UTF-8 text; send YAML or JSON") from None
     try:
-        docs = _json_documents(text) if request.content_type == "application/json" else load_documents(text)
+        if request.content_type == "application/json":
+            docs = _json_documents(text)
+        else:
+            docs = load_documents(text, max_bytes=ctx.settings.server.max_body_bytes)
     except JobValidationError as exc:
         raise ApiError(400, exc.message, details=exc.details) from None
     multi = len(docs) > 1

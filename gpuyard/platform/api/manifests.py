@@ -24,6 +24,7 @@ import yaml
 from aiohttp import web
 from pydantic import BaseModel
 
+from gpuyard.apis.decoding import DEFAULT_MAX_BYTES, json_loads, yaml_load_all
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError
 from gpuyard.apis.quotakinds import API_ELASTIC_QUOTA, API_QUEUE, ElasticQuota
@@ -81,18 +82,20 @@ PAGING = [
 # --- bodies -------------------------------------------------------------------------------------
 
 
-def decode_body(raw: bytes) -> list[Any]:
-    """Documents of a YAML or JSON body (multi-document YAML, a JSON list, or a `List`)."""
+def decode_body(raw: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Any]:
+    """Documents of a YAML or JSON body (multi-document YAML, a JSON list, or a `List`); a
+    document nested too deep or expanding (aliases included) beyond `max_bytes` raises
+    :class:`DocumentLimitError` (413/422, rendered by the error middleware)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ApiError(400, "the body is not UTF-8 text; send YAML or JSON") from None
     try:
         if text.lstrip().startswith(("{", "[")):
-            data = json.loads(text)
+            data = json_loads(text)
             docs = data if isinstance(data, list) else [data]
         else:
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+            docs = [d for d in yaml_load_all(text, max_bytes=max_bytes) if d is not None]
     except json.JSONDecodeError as exc:
         raise ApiError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except yaml.YAMLError as exc:
@@ -105,8 +108,8 @@ def decode_body(raw: bytes) -> list[Any]:
     return docs
 
 
-def one_document(raw: bytes, kind: str) -> dict[str, Any]:
-    docs = decode_body(raw)
+def one_document(raw: bytes, kind: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+    docs = decode_body(raw, max_bytes=max_bytes)
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise ApiError(400, f"the body must be one {kind} object (a mapping)")
     return docs[0]

@@ -97,7 +97,11 @@ async def put_quota(request: web.Request) -> web.Response:
     store = request.app[CTX].store
     name = request.match_info["name"]
     data = prepare_document(
-        one_document(await request.read(), "ElasticQuota"), kind="ElasticQuota", name=name
+        one_document(
+            await request.read(), "ElasticQuota", max_bytes=request.app[CTX].settings.server.max_body_bytes
+        ),
+        kind="ElasticQuota",
+        name=name,
     )
     current = stored_quotas(store)
     existing = next((q for q in current if q.metadata.name == name), None)
@@ -237,7 +241,13 @@ def queue_view(queue: Queue) -> dict[str, object]:
 async def put_queue(request: web.Request) -> web.Response:
     authorize(request, "admin")
     name = request.match_info["name"]
-    data = prepare_document(one_document(await request.read(), "Queue"), kind="Queue", name=name)
+    data = prepare_document(
+        one_document(
+            await request.read(), "Queue", max_bytes=request.app[CTX].settings.server.max_body_bytes
+        ),
+        kind="Queue",
+        name=name,
+    )
     try:
         obj = parse_quota_document(data)
     except QuotaValidationError as exc:
@@ -304,7 +314,9 @@ async def get_resource_quota(request: web.Request) -> web.Response:
 async def put_resource_quota(request: web.Request) -> web.Response:
     authorize(request, "admin")
     ns, name = request.match_info["ns"], request.match_info["name"]
-    raw = one_document(await request.read(), "ResourceQuota")
+    raw = one_document(
+        await request.read(), "ResourceQuota", max_bytes=request.app[CTX].settings.server.max_body_bytes
+    )
     data = prepare_document(raw, kind="ResourceQuota", name=name, namespace=ns)
     try:
         obj = parse_quota_document(data)

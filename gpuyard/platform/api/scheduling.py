@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from gpuyard.apis.decoding import json_loads, yaml_load
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
 from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.platform.api.app import CTX, delete_object, stored, writer_of
@@ -32,13 +33,13 @@ from gpuyard.state.store import Conflict
 __all__ = ["explain_view", "setup"]
 
 
-def _body(raw: bytes) -> dict[str, Any]:
+def _body(raw: bytes, max_bytes: int) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ApiError(400, "the body is not UTF-8 text; send YAML or JSON") from None
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+        data = json_loads(text) if text.lstrip().startswith("{") else yaml_load(text, max_bytes=max_bytes)
     except json.JSONDecodeError as exc:
         raise ApiError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except yaml.YAMLError as exc:
@@ -107,7 +108,7 @@ async def put_class(request: web.Request) -> web.Response:
     authorize(request, "admin")
     store = request.app[CTX].store
     name = request.match_info["name"]
-    data = _body(await request.read())
+    data = _body(await request.read(), request.app[CTX].settings.server.max_body_bytes)
     kind = data.get("kind")
     if kind not in (None, ResourceClass.KIND):
         raise ApiError(

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from click.testing import CliRunner
 
+from gpuyard.apis.decoding import MAX_DEPTH, DocumentLimitError, json_loads, yaml_load
 from gpuyard.cli import main
 from gpuyard.platform.api.app import make_app
 from gpuyard.state.context import Context
@@ -32,3 +33,53 @@ def test_get_jobs_with_an_unknown_phase_exits_2_naming_the_allowed_phases():
     result = CliRunner().invoke(main, ["get", "jobs", "--phase", "Bogus", "--server", "http://127.0.0.1:9"])
     assert result.exit_code == 2
     assert "--phase" in result.output and "running" in result.output.lower()
+
+
+# --- deep nesting and alias bombs in bodies -------------------------------------------------------
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+DEEP_JSON_OBJECT = '{"a":' * 100_000 + "1" + "}" * 100_000
+DEEP_YAML_FLOW = "metadata:\n  name: " + "[" * 20_000 + "]" * 20_000
+DEEP_YAML_BLOCK = "metadata:\n  labels:\n    " + "- " * 20_000 + "x\n"  # compact nested block sequences
+TARGETS = [("post", "/api/v1/jobs"), ("post", "/api/v1/apply"), ("put", "/api/v1/quotas/x")]
+
+
+def stored(ctx) -> dict[str, int]:
+    return {kind: len(ctx.store.list(kind)) for kind in ctx.store.kinds()}
+
+
+@pytest.mark.parametrize("method,path", TARGETS)
+@pytest.mark.parametrize(
+    "body,content_type",
+    [
+        (DEEP_JSON, "application/json"),
+        (DEEP_JSON_OBJECT, "application/json"),
+        (DEEP_JSON, "application/yaml"),
+        (DEEP_YAML_FLOW, "application/yaml"),
+        (DEEP_YAML_BLOCK, "application/yaml"),
+    ],
+    ids=["json-array", "json-object", "json-as-yaml", "yaml-flow", "yaml-block"],
+)
+async def test_deep_nesting_is_422_naming_the_depth_limit(client, method, path, body, content_type):
+    http, ctx = client
+    before = stored(ctx)
+    resp = await asyncio.wait_for(
+        getattr(http, method)(path, data=body.encode(), headers={"Content-Type": content_type}), 1
+    )
+    assert resp.status == 422, await resp.text()
+    error = (await resp.json())["error"]
+    assert f"{MAX_DEPTH} levels" in error["message"]
+    assert error["details"][0]["field"] == "<body>"
+    assert stored(ctx) == before
+
+
+def test_modest_aliases_and_nesting_still_load():
+    doc = yaml_load("base: &b {image: x, env: [1, 2]}\nworker:\n  <<: *b\n  replicas: 2\nps: *b\n")
+    assert doc["worker"] == {"image": "x", "env": [1, 2], "replicas": 2}
+    assert doc["ps"] == {"image": "x", "env": [1, 2]}
+    deep = "[" * MAX_DEPTH + "1" + "]" * MAX_DEPTH
+    assert yaml_load(deep) is not None and json_loads(deep) is not None
+    with pytest.raises(DocumentLimitError):
+        json_loads("[" + deep + "]")
+    with pytest.raises(DocumentLimitError):
+        yaml_load("[" + deep + "]")
