@@ -4,8 +4,12 @@ Every body the API reads (and every file the CLI reads) goes through these funct
 
 * nesting deeper than :data:`MAX_DEPTH` is refused (a deep document would otherwise exhaust
   the interpreter's stack: a `RecursionError`, a 500);
+* a YAML document whose aliases expand beyond ``max_bytes`` is refused before anything is
+  constructed (a kilobyte of nested aliases expands to hundreds of megabytes: the body limit
+  applies to the *expanded* document), and so is an alias to itself.
 
-Both raise :class:`DocumentLimitError`, which carries the HTTP status and names the limit.
+Both raise :class:`DocumentLimitError`, which carries the HTTP status (422 for depth, 413 for
+size) and names the limit.
 Syntax errors are raised as before (`yaml.YAMLError`, `json.JSONDecodeError`).
 """
 
@@ -16,7 +20,7 @@ from typing import Any
 
 import yaml
 from yaml.events import MappingStartEvent, SequenceStartEvent
-from yaml.nodes import Node
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_DEPTH", "DocumentLimitError", "json_loads", "yaml_load", "yaml_load_all"]
 
@@ -46,6 +50,59 @@ def _too_deep() -> DocumentLimitError:
     )
 
 
+def _too_large(max_bytes: int) -> DocumentLimitError:
+    return DocumentLimitError(
+        413,
+        f"the document expands (aliases included) to more than {max_bytes} bytes",
+        f"expanded size: at most {max_bytes} bytes (server.max_body_bytes), aliases expanded",
+    )
+
+
+def _measure(root: Node, max_bytes: int) -> None:
+    """Refuse a node graph whose expansion is too deep, too large or recursive, without expanding it.
+
+    The size counts a scalar's characters (at least 1) and 1 per mapping or list: never more than
+    the text for a document without aliases, so only an expansion can exceed the body limit."""
+    memo: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded size, expanded depth)
+    active: set[int] = set()
+
+    def walk(node: Node) -> tuple[int, int]:
+        key = id(node)
+        known = memo.get(key)
+        if known is not None:
+            return known
+        if key in active:
+            raise DocumentLimitError(
+                422, "the document has an alias to itself", "aliases: an alias may not refer to itself"
+            )
+        if isinstance(node, ScalarNode):
+            result = (max(len(str(node.value)), 1), 0)
+        else:
+            active.add(key)
+            children: list[Node] = []
+            if isinstance(node, SequenceNode):
+                children = list(node.value)
+            elif isinstance(node, MappingNode):
+                children = [n for pair in node.value for n in pair]
+            size, depth = 1, 0
+            for child in children:
+                child_size, child_depth = walk(child)
+                size += child_size
+                depth = max(depth, child_depth)
+                if size > max_bytes:
+                    raise _too_large(max_bytes)
+            active.discard(key)
+            result = (size, depth + 1)
+            if result[1] > MAX_DEPTH:
+                raise _too_deep()
+        memo[key] = result
+        return result
+
+    size, _ = walk(root)
+    if size > max_bytes:
+        raise _too_large(max_bytes)
+
+
 class _BoundedLoader(yaml.SafeLoader):
     """The safe loader with a nesting limit while composing and an expansion limit per document."""
 
@@ -65,6 +122,12 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def compose_document(self) -> Node | None:
+        node = super().compose_document()
+        if node is not None:
+            _measure(node, self.max_bytes)
+        return node
 
 
 def _loader(max_bytes: int) -> type[_BoundedLoader]:

@@ -41,6 +41,12 @@ DEEP_JSON = "[" * 100_000 + "]" * 100_000
 DEEP_JSON_OBJECT = '{"a":' * 100_000 + "1" + "}" * 100_000
 DEEP_YAML_FLOW = "metadata:\n  name: " + "[" * 20_000 + "]" * 20_000
 DEEP_YAML_BLOCK = "metadata:\n  labels:\n    " + "- " * 20_000 + "x\n"  # compact nested block sequences
+# 8 levels of 9 aliases each: 1.3 KB that expands to 9**8 (43 million) scalars
+ALIAS_BOMB = (
+    "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata:\n  name: bomb\n  labels:\n"
+    "    a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"    a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
+)
 TARGETS = [("post", "/api/v1/jobs"), ("post", "/api/v1/apply"), ("put", "/api/v1/quotas/x")]
 
 
@@ -73,6 +79,33 @@ async def test_deep_nesting_is_422_naming_the_depth_limit(client, method, path, 
     assert stored(ctx) == before
 
 
+@pytest.mark.parametrize("method,path", TARGETS)
+async def test_an_alias_bomb_is_413_naming_the_expanded_size_limit(client, method, path):
+    http, ctx = client
+    assert len(ALIAS_BOMB) < 2048
+    before = stored(ctx)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    resp = await asyncio.wait_for(
+        getattr(http, method)(path, data=ALIAS_BOMB.encode(), headers={"Content-Type": "application/yaml"}), 1
+    )
+    assert loop.time() - started < 1
+    assert resp.status == 413, await resp.text()
+    error = (await resp.json())["error"]
+    limit = ctx.settings.server.max_body_bytes
+    assert f"more than {limit} bytes" in error["message"]
+    assert "server.max_body_bytes" in error["details"][0]["reason"]
+    assert stored(ctx) == before
+
+
+async def test_a_recursive_alias_is_refused(client):
+    http, _ = client
+    body = "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata:\n  name: r\n  labels: &a {x: *a}\n"
+    resp = await asyncio.wait_for(http.post("/api/v1/jobs", data=body.encode()), 1)
+    assert resp.status == 422
+    assert "itself" in (await resp.json())["error"]["message"]
+
+
 def test_modest_aliases_and_nesting_still_load():
     doc = yaml_load("base: &b {image: x, env: [1, 2]}\nworker:\n  <<: *b\n  replicas: 2\nps: *b\n")
     assert doc["worker"] == {"image": "x", "env": [1, 2], "replicas": 2}
@@ -83,3 +116,13 @@ def test_modest_aliases_and_nesting_still_load():
         json_loads("[" + deep + "]")
     with pytest.raises(DocumentLimitError):
         yaml_load("[" + deep + "]")
+
+
+def test_the_cli_refuses_an_alias_bomb_with_exit_2(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(ALIAS_BOMB)
+    result = CliRunner().invoke(main, ["submit", str(path), "--server", "http://127.0.0.1:9"])
+    assert result.exit_code == 2
+    assert "expands" in result.output
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
