@@ -277,6 +277,16 @@ async def test_a_gpu_marked_unhealthy_in_its_topology_fails_the_pods_using_it():
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_a_go_style_duration_is_a_run_time_not_forever(cluster):
+    ctx, fake = cluster
+    pod = make_pod("go", node="gpu-0", annotations={"fake.gpuyard.io/duration": "1m30s"})
+    await fake.writer.create(pod)
+    await ctx.clock.advance(6)
+    assert ctx.store.get("Pod", "default", "go").status.phase == "Running"
+    await ctx.clock.advance(90)
+    assert ctx.store.get("Pod", "default", "go").status.phase == "Succeeded"
+
+
 async def test_a_duration_beyond_the_clock_never_crashes_it(cluster):
     """A pod written past validation with a run time no datetime can hold: it runs until deleted,
     and the clock (which stamps every later object) keeps working."""
