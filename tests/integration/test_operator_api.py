@@ -130,6 +130,13 @@ async def test_phase_filter(api: Any) -> None:
             "non-negative",
         ),
         (
+            lambda d: d["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]["containers"][0]["resources"][
+                "limits"
+            ].update(cpu="-1"),
+            "spec.tfReplicaSpecs.PS.template.spec.containers.0.resources.limits",
+            "cpu: -1 is negative; allowed: a quantity of 0 or more",
+        ),
+        (
             lambda d: (
                 d["spec"]["tfReplicaSpecs"]["PS"]["template"]
                 .setdefault("metadata", {})
@@ -170,6 +177,7 @@ async def test_phase_filter(api: Any) -> None:
         "apiVersion",
         "replica-type",
         "replicas",
+        "negative-cpu",
         "duration-beyond-clock",
         "duration-unreadable",
         "expected-duration",
