@@ -130,6 +130,11 @@ async def test_phase_filter(api: Any) -> None:
             "non-negative",
         ),
         (
+            lambda d: d["spec"]["tfReplicaSpecs"]["PS"].update(replicas=100_001),
+            "spec.tfReplicaSpecs.PS.replicas",
+            "100001 is out of range; allowed: 0..10000",
+        ),
+        (
             lambda d: d["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]["containers"][0]["resources"][
                 "limits"
             ].update(cpu="-1"),
@@ -177,6 +182,7 @@ async def test_phase_filter(api: Any) -> None:
         "apiVersion",
         "replica-type",
         "replicas",
+        "replicas-bound",
         "negative-cpu",
         "duration-beyond-clock",
         "duration-unreadable",
