@@ -74,6 +74,14 @@ class ResourceRequirements(K8sModel):
     requests: dict[str, Quantity] = Field(default_factory=dict)
     limits: dict[str, Quantity] = Field(default_factory=dict)
 
+    @field_validator("requests", "limits")
+    @classmethod
+    def _not_negative(cls, value: dict[str, Decimal]) -> dict[str, Decimal]:
+        negative = [f"{name}: {q}" for name, q in value.items() if q < 0]
+        if negative:
+            raise ValueError(f"{', '.join(negative)} is negative; allowed: a quantity of 0 or more")
+        return value
+
     def effective(self) -> dict[str, Decimal]:
         """Requests, defaulting to limits where no request is given (Kubernetes' rule)."""
         merged = dict(self.limits)

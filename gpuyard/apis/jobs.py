@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from gpuyard.apis.core import ContainerPort
 from gpuyard.apis.decoding import DEFAULT_MAX_BYTES, yaml_load_all
+from gpuyard.apis.durations import duration_annotation_problems
 from gpuyard.apis.jobkinds import (
     ANNOTATION_GIT_SYNC,
     KIND_INFO,
@@ -39,6 +40,7 @@ from gpuyard.apis.jobkinds import (
 from gpuyard.apis.jobspecs import (
     ReplicaSpec,
 )
+from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION
 
 __all__ = [
     "JobValidationError",
@@ -220,8 +222,14 @@ def _semantic_errors(job: TrainingJob, flavor: Flavor) -> list[dict[str, str]]:
             reason = 'an object with at least "source" (the git repository) is required'
         if not isinstance(opts, dict) or not opts.get("source"):
             errors.append({"field": f"metadata.annotations.{ANNOTATION_GIT_SYNC}", "reason": reason})
+    errors.extend(
+        duration_annotation_problems(job.metadata.annotations, "metadata", (ANNOTATION_EXPECTED_DURATION,))
+    )
     for role, spec in specs.items():
         base = f"spec.{info.replica_field}.{role}"
+        annotations = spec.template.metadata.get("annotations")
+        if isinstance(annotations, Mapping):
+            errors.extend(duration_annotation_problems(annotations, f"{base}.template.metadata"))
         if not spec.template.spec.containers:
             errors.append(
                 {"field": f"{base}.template.spec.containers", "reason": "at least one container is required"}

@@ -19,6 +19,7 @@ from gpuyard.apis.meta import K8sModel
 from gpuyard.apis.quantity import Quantity
 
 __all__ = [
+    "MAX_REPLICAS",
     "CleanPodPolicy",
     "DAGCondition",
     "ElasticPolicy",
@@ -43,6 +44,9 @@ __all__ = [
     "TFJobSpec",
     "XGBoostJobSpec",
 ]
+
+MAX_REPLICAS = 10_000
+"""The most replicas one replica type (role) of a job may ask for."""
 
 RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
 CleanPodPolicy = Literal["All", "Running", "None"]
@@ -84,6 +88,8 @@ class ReplicaSpec(K8sModel):
     def _replicas(cls, value: int | None) -> int | None:
         if value is not None and value < 0:
             raise ValueError(f"must be a non-negative integer (0, 1, 2, ...); got {value}")
+        if value is not None and value > MAX_REPLICAS:
+            raise ValueError(f"{value} is out of range; allowed: 0..{MAX_REPLICAS}")
         return value
 
     @model_validator(mode="after")
@@ -144,8 +150,8 @@ class RDZVConf(K8sModel):
 class ElasticPolicy(K8sModel):
     """Kubeflow PyTorchJob's torchrun (elastic) settings."""
 
-    min_replicas: int | None = Field(default=None, ge=0)
-    max_replicas: int | None = Field(default=None, ge=0)
+    min_replicas: int | None = Field(default=None, ge=0, le=MAX_REPLICAS)
+    max_replicas: int | None = Field(default=None, ge=0, le=MAX_REPLICAS)
     rdzv_backend: str | None = None
     rdzv_port: int | None = Field(default=None, ge=1, le=65535)
     rdzv_host: str | None = None

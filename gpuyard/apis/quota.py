@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuyard.apis.core import GPU_RESOURCE
+from gpuyard.apis.durations import parse_duration
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quantity import QuantityError, format_quantity, parse_quantity
 from gpuyard.apis.quotakinds import (
@@ -60,38 +61,6 @@ class QuotaValidationError(ValueError):
         super().__init__(message)
         self.message = message
         self.details = list(details)
-
-
-# --- durations ---------------------------------------------------------------------------------
-
-_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(value: str | float | int) -> float:
-    """Seconds from `3600`, `90s`, `45m`, `2h`, `1h30m`, `1.5h`, `1d`; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration, got a boolean")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        text = value.strip()
-        try:
-            seconds = float(text)
-        except ValueError:
-            pos, seconds = 0, 0.0
-            for match in _DURATION_RE.finditer(text):
-                if match.start() != pos:
-                    break
-                seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-                pos = match.end()
-            if pos != len(text) or not text:
-                raise ValueError(
-                    f"{value!r} is not a duration; use seconds (3600) or units ms s m h d (90m, 1h30m, 1.5h)"
-                ) from None
-    if seconds != seconds or seconds < 0 or seconds == float("inf"):
-        raise ValueError(f"{value!r} is not a non-negative, finite duration")
-    return seconds
 
 
 # --- validation --------------------------------------------------------------------------------

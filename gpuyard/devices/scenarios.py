@@ -12,8 +12,10 @@ scheduler relies on (GPU model, product, memory, count, topology preset, network
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -27,6 +29,13 @@ from gpuyard.apis.devicematching import (
     LABEL_SPINE,
 )
 from gpuyard.apis.devices import NodeTopology
+from gpuyard.apis.durations import (
+    ANNOTATION_DURATION,
+    ANNOTATION_EXIT_CODE,
+    ANNOTATION_START_DELAY,
+    parse_duration,
+    parse_pod_duration,
+)
 from gpuyard.apis.meta import ObjectMeta, StrictK8sModel
 from gpuyard.apis.quantity import Quantity, format_quantity
 from gpuyard.devices.presets import GPU_MODELS, PRESET_MODELS, PRESETS, get_preset
@@ -51,11 +60,6 @@ __all__ = [
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 LABEL_TOPOLOGY_PRESET = "gpuyard.io/topology-preset"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
-
-# Per-pod overrides of the simulated kubelet's defaults (seconds; `inf` runs forever).
-ANNOTATION_DURATION = "fake.gpuyard.io/duration"
-ANNOTATION_EXIT_CODE = "fake.gpuyard.io/exit-code"
-ANNOTATION_START_DELAY = "fake.gpuyard.io/start-delay"
 
 
 class ScenarioError(Exception):
@@ -171,11 +175,29 @@ class NodeGroup(StrictK8sModel):
 
 
 class KubeletDefaults(StrictK8sModel):
-    start_delay: float = Field(default=1.0, ge=0, description="Seconds from Pending to Running.")
+    start_delay: float = Field(
+        default=1.0, ge=0, description="Time from Pending to Running: seconds or a Go-style duration (2s)."
+    )
     duration: float | None = Field(
-        default=None, ge=0, description="Pod run time in seconds; null runs forever."
+        default=None,
+        ge=0,
+        description="Pod run time: seconds or a Go-style duration (40s, 1h30m); null (or inf) runs forever.",
     )
     exit_code: int = Field(default=0, ge=0, le=255)
+
+    @field_validator("start_delay", mode="before")
+    @classmethod
+    def _start_delay(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str | int | float) else value
+
+    @field_validator("duration", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_pod_duration(value)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return None if math.isinf(value) and value > 0 else parse_duration(value)
+        return value
 
 
 class Scenario(StrictK8sModel):

@@ -6,7 +6,8 @@ next transition is due (`Requeue(after=...)` on the clock):
 
     Pending --(start delay)--> Running --(duration)--> Succeeded | Failed(exit code)
 
-Per pod, annotations override the scenario defaults: `fake.gpuyard.io/duration` (seconds;
+Per pod, annotations override the scenario defaults: `fake.gpuyard.io/duration` (seconds or a
+Go-style duration such as `40s` or `1h30m`, read by `gpuyard.apis.durations.parse_duration`;
 `inf` runs forever), `fake.gpuyard.io/exit-code`, `fake.gpuyard.io/start-delay`. Because the
 decision depends only on the stored pod and the clock, a restarted process resumes every pod
 exactly where it was. The kubelet is the only writer of pod status, and it writes it through
@@ -15,13 +16,13 @@ the fake cluster's writer (`patch_status`, on the resourceVersion it read).
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import cast
 
 from gpuyard.apis.core import ContainerState, ContainerStatus, Node, Pod
+from gpuyard.apis.durations import parse_duration, parse_pod_duration
 from gpuyard.devices.scenarios import (
     ANNOTATION_DURATION,
     ANNOTATION_EXIT_CODE,
@@ -40,15 +41,17 @@ __all__ = [
 ]
 
 
-def _float(annotations: dict[str, str], key: str, default: float | None) -> float | None:
+def _duration(annotations: dict[str, str], key: str, default: float | None) -> float | None:
+    """The annotation's duration (seconds, Go-style `40s`, `1h30m`; `inf` for the run time: None,
+    forever), or the default when absent or unreadable: submit refuses unreadable ones, so only
+    an object written past validation can hold one."""
     raw = annotations.get(key)
     if raw is None:
         return default
     try:
-        value = float(raw)
+        return parse_pod_duration(raw) if key == ANNOTATION_DURATION else parse_duration(raw)
     except ValueError:
         return default
-    return None if math.isinf(value) else max(0.0, value)
 
 
 def exit_reason(exit_code: int) -> str:
@@ -131,7 +134,7 @@ class FakeKubelet:
         now = self.clock.now()
         ann = pod.metadata.annotations
         if pod.status.phase == "Pending":
-            delay = _float(ann, ANNOTATION_START_DELAY, self.defaults.start_delay) or 0.0
+            delay = _duration(ann, ANNOTATION_START_DELAY, self.defaults.start_delay) or 0.0
             created = pod.metadata.creation_timestamp.timestamp() if pod.metadata.creation_timestamp else now
             due = created + delay
             if now < due:
@@ -150,7 +153,7 @@ class FakeKubelet:
                 for c in pod.spec.containers
             ]
             pod = await self._write_status(pod, running)
-        duration = _float(ann, ANNOTATION_DURATION, self.defaults.duration)
+        duration = _duration(ann, ANNOTATION_DURATION, self.defaults.duration)
         if duration is None:
             return None  # runs until deleted or crashed
         started = pod.status.start_time.timestamp() if pod.status.start_time else now

@@ -35,7 +35,7 @@ from gpuyard.scheduler.recording import Key, is_complete
 if TYPE_CHECKING:
     from gpuyard.scheduler.core import SchedulerState
 
-__all__ = ["Walk", "backoff", "offer", "retry_partial", "schedule_one", "waiting"]
+__all__ = ["Walk", "backoff", "invalid_request", "offer", "retry_partial", "schedule_one", "waiting"]
 
 log = structlog.get_logger(__name__)
 
@@ -87,10 +87,23 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
                 known = walk.verdicts[shape] = (reason, adm.owed(key))
             if maybe_reclaim(state, key, owed=known[1] if known is not None else None):
                 walk.verdicts.clear()
+    except ValueError as exc:  # a request of this job that no cycle can read: retrying cannot help
+        invalid_request(state, key, str(exc))
+        walk.verdicts.clear()
     except Exception:  # one bad job must not stop the scheduler: retry it later
         log.exception("scheduler.cycle_failed", job=f"{key[0]}/{key[1]}")
         state.queue.backoff(key, until=state.now + state.recorder.backoff_delay(key))
         walk.verdicts.clear()
+
+
+def invalid_request(state: SchedulerState, key: Key, message: str) -> None:
+    """Fail the attempt for good: the PodGroup says why (`InvalidRequest`) and the job is set
+    aside until it or the cluster changes, instead of failing again every cycle."""
+    log.warning("scheduler.invalid_request", job=f"{key[0]}/{key[1]}", error=message)
+    state.queue.park(key, epoch=state.epoch(), reason=message, reserve=False)
+    pg = state.objects.get_of(PodGroup, *key)
+    if isinstance(pg, PodGroup):
+        _not_placed(state, [pg], Unschedulable(reason="InvalidRequest", message=message))
 
 
 def retry_partial(state: SchedulerState) -> None:

@@ -16,7 +16,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "RealClock", "VirtualClock", "settle"]
+__all__ = ["MAX_TIMESTAMP", "Clock", "RealClock", "VirtualClock", "settle"]
+
+MAX_TIMESTAMP = datetime(9000, 1, 1, tzinfo=UTC).timestamp()
+"""The latest instant the virtual clock reaches: a timer due later never fires (it sleeps until
+cancelled), so time never moves past what a `datetime` can hold."""
 
 
 @runtime_checkable
@@ -86,7 +90,11 @@ class VirtualClock:
             await asyncio.sleep(0)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._timers, (self._now + seconds, next(self._seq), fut))
+        due = self._now + seconds
+        if not due <= MAX_TIMESTAMP:  # beyond what the clock can show (or NaN): never due
+            await fut
+            return
+        heapq.heappush(self._timers, (due, next(self._seq), fut))
         if self._timer_added is not None:
             self._timer_added.set()
         await fut
@@ -108,7 +116,7 @@ class VirtualClock:
 
     async def advance(self, seconds: float) -> None:
         """Move time forward by `seconds`, firing timers in order and settling after each."""
-        target = self._now + max(0.0, seconds)
+        target = min(self._now + max(0.0, seconds), MAX_TIMESTAMP)
         await settle()
         while True:
             due = self.next_due()
@@ -127,7 +135,7 @@ class VirtualClock:
         timeout: float,
     ) -> bool:
         """Jump from timer to timer until `condition()` holds or `timeout` virtual seconds pass."""
-        deadline = self._now + timeout
+        deadline = min(self._now + timeout, MAX_TIMESTAMP)
         await settle()
         while not condition():
             due = self.next_due()

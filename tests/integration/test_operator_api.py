@@ -130,6 +130,41 @@ async def test_phase_filter(api: Any) -> None:
             "non-negative",
         ),
         (
+            lambda d: d["spec"]["tfReplicaSpecs"]["PS"].update(replicas=100_001),
+            "spec.tfReplicaSpecs.PS.replicas",
+            "100001 is out of range; allowed: 0..10000",
+        ),
+        (
+            lambda d: d["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]["containers"][0]["resources"][
+                "limits"
+            ].update(cpu="-1"),
+            "spec.tfReplicaSpecs.PS.template.spec.containers.0.resources.limits",
+            "cpu: -1 is negative; allowed: a quantity of 0 or more",
+        ),
+        (
+            lambda d: (
+                d["spec"]["tfReplicaSpecs"]["PS"]["template"]
+                .setdefault("metadata", {})
+                .update(annotations={"fake.gpuyard.io/duration": "3e11"})
+            ),
+            "spec.tfReplicaSpecs.PS.template.metadata.annotations.fake.gpuyard.io/duration",
+            "from 0 to 315360000 seconds",
+        ),
+        (
+            lambda d: (
+                d["spec"]["tfReplicaSpecs"]["PS"]["template"]
+                .setdefault("metadata", {})
+                .update(annotations={"fake.gpuyard.io/duration": "forty seconds"})
+            ),
+            "spec.tfReplicaSpecs.PS.template.metadata.annotations.fake.gpuyard.io/duration",
+            "is not a duration; allowed: seconds (3600) or Go-style units",
+        ),
+        (
+            lambda d: d["metadata"].update(annotations={"gpuyard.io/expected-duration": "soon"}),
+            "metadata.annotations.gpuyard.io/expected-duration",
+            "is not a duration",
+        ),
+        (
             lambda d: d["spec"]["tfReplicaSpecs"]["PS"].update(restartPolicy="Maybe"),
             "spec.tfReplicaSpecs.PS.restartPolicy",
             "'ExitCode'",
@@ -142,7 +177,19 @@ async def test_phase_filter(api: Any) -> None:
             "allowed: a number with an optional suffix",
         ),
     ],
-    ids=["kind", "apiVersion", "replica-type", "replicas", "restartPolicy", "quantity"],
+    ids=[
+        "kind",
+        "apiVersion",
+        "replica-type",
+        "replicas",
+        "replicas-bound",
+        "negative-cpu",
+        "duration-beyond-clock",
+        "duration-unreadable",
+        "expected-duration",
+        "restartPolicy",
+        "quantity",
+    ],
 )
 async def test_bad_input_is_422_with_field_and_allowed_values(
     api: Any, mutate, field: str, allowed: str

@@ -432,3 +432,21 @@ async def test_the_placed_message_after_a_failover_describes_the_whole_gang(sche
     pg = sched.pg("fo")
     assert pg.status.phase == "Placed" and pg.status.placed == 4
     assert pg.status.message.startswith("placed 4 pods on ") and pg.status.message.endswith("(1 just now)")
+
+
+async def test_a_request_the_scheduler_cannot_read_fails_that_job_not_the_loop(sched):
+    """A PodGroup written past validation with a negative CPU request: the scheduler reports it
+    on that PodGroup (InvalidRequest) once and goes on placing the others; it does not retry it
+    every cycle."""
+    from decimal import Decimal
+
+    bad = podgroup("neg", role(gpus=1))
+    bad.spec.roles[0].template.containers[0].resources.limits["cpu"] = Decimal(-1)
+    sched.store.create(bad)
+    sched.store.create(podgroup("good", role(gpus=1)))
+    await sched.settle()
+    pg = sched.pg("neg")
+    assert pg.status.reason == "InvalidRequest" and "negative" in pg.status.message, pg.status
+    assert sched.pg("good").status.phase == "Placed"
+    await sched.settle()  # parked, not retried on a backoff
+    assert sched.pg("neg").status.reason == "InvalidRequest"

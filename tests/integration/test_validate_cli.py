@@ -105,3 +105,47 @@ def test_unreadable_file_unknown_kind_and_bad_scenario(tmp_path: Path) -> None:
     bad.write_text("nodeGroups: []\n")
     code, lines = _run(other, "--cluster", bad)
     assert code == 2 and lines[0].startswith(f"error: {bad}: nodeGroups:")
+
+
+def test_bad_values_fail_validate_with_the_field(tmp_path: Path) -> None:
+    """A negative CPU request, too many replicas and unreadable or unbounded durations exit 2,
+    naming the field; a Go-style duration is fine."""
+
+    def bad(docs):  # type: ignore[no-untyped-def]
+        ps = docs[0]["spec"]["tfReplicaSpecs"]["PS"]
+        ps["template"]["spec"]["containers"][0].setdefault("resources", {})["requests"] = {"cpu": "-1"}
+        worker = docs[0]["spec"]["tfReplicaSpecs"]["Worker"]
+        worker["replicas"] = 100_001
+        worker["template"].setdefault("metadata", {})["annotations"] = {"fake.gpuyard.io/duration": "3e11"}
+
+    code, lines = _run(_broken(tmp_path, "jobs/tf-dist-mnist.yaml", bad))
+    assert code == 2, lines
+    text = "\n".join(lines)
+    assert "spec.tfReplicaSpecs.PS.template.spec.containers.0.resources.requests: cpu: -1 is negative" in text
+    assert "spec.tfReplicaSpecs.Worker.replicas: 100001 is out of range" in text
+
+    def fine(docs):  # type: ignore[no-untyped-def]
+        worker = docs[0]["spec"]["tfReplicaSpecs"]["Worker"]
+        worker["template"].setdefault("metadata", {})["annotations"] = {"fake.gpuyard.io/duration": "40s"}
+
+    code, lines = _run(_broken(tmp_path, "jobs/tf-dist-mnist.yaml", fine))
+    assert code == 0, lines
+
+
+def test_an_out_of_range_or_unreadable_duration_fails_validate(tmp_path: Path) -> None:
+    def bad(docs):  # type: ignore[no-untyped-def]
+        worker = docs[0]["spec"]["tfReplicaSpecs"]["Worker"]
+        worker["template"].setdefault("metadata", {})["annotations"] = {"fake.gpuyard.io/duration": "3e11"}
+        docs[0]["metadata"]["annotations"] = {"gpuyard.io/expected-duration": "later"}
+
+    code, lines = _run(_broken(tmp_path, "jobs/tf-dist-mnist.yaml", bad))
+    assert code == 2, lines
+    assert any(
+        "metadata.annotations.gpuyard.io/expected-duration: 'later' is not a duration" in line
+        for line in lines
+    )
+    assert any(
+        "spec.tfReplicaSpecs.Worker.template.metadata.annotations.fake.gpuyard.io/duration: '3e11' is out of range"
+        in line
+        for line in lines
+    ), lines

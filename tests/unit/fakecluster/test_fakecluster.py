@@ -275,3 +275,27 @@ async def test_a_gpu_marked_unhealthy_in_its_topology_fails_the_pods_using_it():
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_go_style_duration_is_a_run_time_not_forever(cluster):
+    ctx, fake = cluster
+    pod = make_pod("go", node="gpu-0", annotations={"fake.gpuyard.io/duration": "1m30s"})
+    await fake.writer.create(pod)
+    await ctx.clock.advance(6)
+    assert ctx.store.get("Pod", "default", "go").status.phase == "Running"
+    await ctx.clock.advance(90)
+    assert ctx.store.get("Pod", "default", "go").status.phase == "Succeeded"
+
+
+async def test_a_duration_beyond_the_clock_never_crashes_it(cluster):
+    """A pod written past validation with a run time no datetime can hold: it runs until deleted,
+    and the clock (which stamps every later object) keeps working."""
+    ctx, fake = cluster
+    pod = make_pod("far", node="gpu-0", annotations={"fake.gpuyard.io/duration": "3e11"})
+    await fake.writer.create(pod)
+    await ctx.clock.advance(10)
+    assert ctx.store.get("Pod", "default", "far").status.phase == "Running"
+    await ctx.clock.advance(1e12)
+    assert ctx.clock.utcnow().year >= 2026
+    await fake.writer.create(make_pod("after", node="gpu-0"))
+    assert ctx.store.get("Pod", "default", "after") is not None
