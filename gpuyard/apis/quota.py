@@ -3,8 +3,8 @@
 This is the user-facing edge of quota and queueing (`submit -> validate -> store`):
 :func:`parse_quota_document` turns a decoded document into a validated object or raises
 :class:`QuotaValidationError`. The models and their label/annotation keys live in
-:mod:`gpuyard.apis.quotakinds`; :func:`parse_duration` reads durations such as a job's
-`gpuyard.io/expected-duration`.
+:mod:`gpuyard.apis.quotakinds`; durations such as a job's `gpuyard.io/expected-duration` are
+read by :mod:`gpuyard.apis.durations`.
 
 The scheduler turns these into plain data once (`gpuyard.scheduler.quota`); the functions here
 validate whole *sets* of quotas (`current + candidate`) so that a rejected object never changes
@@ -22,7 +22,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuyard.apis.core import GPU_RESOURCE
-from gpuyard.apis.durations import parse_duration
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quantity import QuantityError, format_quantity, parse_quantity
 from gpuyard.apis.quotakinds import (
@@ -42,7 +41,6 @@ from gpuyard.apis.quotakinds import (
 __all__ = [
     "Problem",
     "QuotaValidationError",
-    "parse_duration",
     "parse_quota_document",
     "validate_queue",
     "validate_quota_deletion",

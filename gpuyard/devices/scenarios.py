@@ -30,9 +30,6 @@ from gpuyard.apis.devicematching import (
 )
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.durations import (
-    ANNOTATION_DURATION,
-    ANNOTATION_EXIT_CODE,
-    ANNOTATION_START_DELAY,
     parse_duration,
     parse_pod_duration,
 )
@@ -42,12 +39,7 @@ from gpuyard.devices.presets import GPU_MODELS, PRESET_MODELS, PRESETS, get_pres
 from gpuyard.devices.topo_import import TopologyParseError, load_topology_file, topology_from_links
 
 __all__ = [
-    "ANNOTATION_DURATION",
-    "ANNOTATION_EXIT_CODE",
-    "ANNOTATION_START_DELAY",
-    "LABEL_BLOCK",
     "LABEL_GPU_COUNT",
-    "LABEL_SPINE",
     "LABEL_TOPOLOGY_PRESET",
     "GpuSpec",
     "KubeletDefaults",

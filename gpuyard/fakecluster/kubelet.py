@@ -22,13 +22,14 @@ from datetime import datetime
 from typing import cast
 
 from gpuyard.apis.core import ContainerState, ContainerStatus, Node, Pod
-from gpuyard.apis.durations import parse_duration, parse_pod_duration
-from gpuyard.devices.scenarios import (
+from gpuyard.apis.durations import (
     ANNOTATION_DURATION,
     ANNOTATION_EXIT_CODE,
     ANNOTATION_START_DELAY,
-    KubeletDefaults,
+    parse_duration,
+    parse_pod_duration,
 )
+from gpuyard.devices.scenarios import KubeletDefaults
 from gpuyard.state.clock import Clock
 from gpuyard.state.store import Conflict, NotFound, Store
 from gpuyard.state.workqueues import ObjectKey, Requeue, Watch

@@ -41,12 +41,13 @@ from typing import Any
 import numpy as np
 
 from gpuyard.apis.devicematching import LABEL_GPU_MODEL
+from gpuyard.apis.durations import ANNOTATION_DURATION
 from gpuyard.apis.jobs import JobValidationError, parse_job
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION
 from gpuyard.apis.resourceclasses import SHARE_MILLI, validate_gang_request
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
-from gpuyard.devices.scenarios import ANNOTATION_DURATION, Scenario
+from gpuyard.devices.scenarios import Scenario
 from gpuyard.platform.runtime import Platform
 from gpuyard.scheduler.packing import GPU_MILLI
 from gpuyard.sim.replay_trace import Trace, TraceJob

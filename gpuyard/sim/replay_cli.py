@@ -30,11 +30,7 @@ from gpuyard.apis.devicematching import LABEL_GPU_MODEL, LABEL_GPU_PRODUCT
 from gpuyard.apis.jobs import JobValidationError, load_documents
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
-from gpuyard.devices.scenarios import (
-    ScenarioError,
-    describe,
-    load_scenario,
-)
+from gpuyard.devices.scenarios import ScenarioError, describe, load_scenario
 from gpuyard.sim.replay import (
     POLICIES,
     ReplayResult,

@@ -15,7 +15,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpuyard.apis.quota import parse_duration
+from gpuyard.apis.durations import parse_duration
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION, Queue
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.quota.resources import Vector, podgroup_usage

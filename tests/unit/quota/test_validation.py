@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuyard.apis.durations import parse_duration
 from gpuyard.apis.quota import (
     QuotaValidationError,
-    parse_duration,
     parse_quota_document,
     validate_quota_deletion,
     validate_quotas,
