@@ -240,5 +240,5 @@ class Platform:
         finally:
             self.ctx.store.close()
             if self.journal is not None:
-                self.journal.close()
+                self.journal.close(issued=self.store.resource_version)
             log.info("platform.stopped")

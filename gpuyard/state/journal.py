@@ -7,6 +7,9 @@ handler that must not acknowledge before the write is durable awaits :meth:`Jour
 
 Only the newest version of each object is kept (one row per key), with the highest
 resourceVersion ever issued, so reloading gives the same objects with the same versions.
+Versions are also used by kinds that are not journaled (Events, Services), so the store reserves
+them in blocks (:meth:`Journal.reserve_versions`, durable at once, before any version of the
+block is handed out); a reload continues above the reservation, so a version is never reused.
 """
 
 from __future__ import annotations
@@ -65,6 +68,13 @@ class Journal:
         self._max_rv = rv
         if len(self._pending) >= self._max_pending:
             self.flush()
+
+    def reserve_versions(self, upto: int) -> None:
+        """Durably record that versions up to `upto` may be handed out (one small commit)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('rv_reserved', MAX(?, COALESCE((SELECT value FROM meta WHERE key='rv_reserved'), 0)))",
+            (upto,),
+        )
 
     # --- durability --------------------------------------------------------------------------
 
@@ -134,12 +144,16 @@ class Journal:
                 continue
             store.load(store.kind_class(kind).model_validate_json(data))
             count += 1
-        row = self._db.execute("SELECT value FROM meta WHERE key='rv'").fetchone()
-        store.restore_version(int(row[0]) if row else 0)
+        row = self._db.execute("SELECT MAX(value) FROM meta WHERE key IN ('rv', 'rv_reserved')").fetchone()
+        store.restore_version(int(row[0]) if row and row[0] is not None else 0)
         return count
 
-    def close(self) -> None:
+    def close(self, *, issued: int | None = None) -> None:
+        """Flush and close. `issued`: the store's resourceVersion once nothing writes any more;
+        the next start continues exactly after it instead of after the reserved block."""
         try:
             self.flush()
+            if issued is not None:
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('rv_reserved', ?)", (issued,))
         finally:
             self._db.close()

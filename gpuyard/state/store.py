@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 R = TypeVar("R", bound=Resource)
+VERSION_BLOCK = 1_000  # resourceVersions reserved in the journal per durable write of the mark
 M = TypeVar("M", bound=BaseModel)
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -122,6 +123,10 @@ class JournalSink(Protocol):
 
     def record_delete(self, kind: str, namespace: str, name: str, rv: int) -> None: ...
 
+    def reserve_versions(self, upto: int) -> None:
+        """Durably record that resourceVersions up to `upto` may be handed out (before any is)."""
+        ...
+
 
 class _Kind:
     __slots__ = ("by_label", "cls", "journaled", "objects")
@@ -169,6 +174,9 @@ class Store:
         self._closed = False
         self._now = now
         self._journal = journal
+        # with a journal, versions are reserved durably in blocks before they are handed out,
+        # so a restart continues above every version any watcher or client has seen
+        self._reserved = 0
 
     # --- kinds -------------------------------------------------------------------------------
 
@@ -193,6 +201,22 @@ class Store:
 
     def attach_journal(self, journal: JournalSink | None) -> None:
         self._journal = journal
+        self._reserved = self._rv  # the next write reserves a new block
+
+    def _next_rv(self) -> int:
+        """The next resourceVersion, durably reserved first when a journal is attached.
+
+        Every kind consumes versions, journaled or not (Events, Services), so the journal keeps
+        a high-water mark: versions up to it may have been seen; after a crash numbering
+        continues above it (a crash skips unused versions of the block, never reuses one).
+        """
+        rv = self._rv + 1
+        journal = self._journal
+        if journal is not None and rv > self._reserved:
+            upto = rv + VERSION_BLOCK - 1
+            journal.reserve_versions(upto)  # raises before anything changes if it cannot
+            self._reserved = upto
+        return rv
 
     def _kind(self, kind: str) -> _Kind:
         try:
@@ -287,7 +311,7 @@ class Store:
         key = (namespace, meta.name)
         if key in k.objects:
             raise AlreadyExists(f"{obj.kind} {_fmt(*key)} already exists", key=(obj.kind, *key))
-        rv = self._rv + 1
+        rv = self._next_rv()
         stored = _copy_with(
             obj,
             {
@@ -323,7 +347,7 @@ class Store:
                 f"is stale (current {old.metadata.resource_version})",
                 key=(obj.kind, *key),
             )
-        rv = self._rv + 1
+        rv = self._next_rv()
         generation = old.metadata.generation
         if getattr(old, "spec", None) != getattr(obj, "spec", None):
             generation += 1
@@ -370,9 +394,9 @@ class Store:
             raise Conflict(
                 f"{kind} {_fmt(*key)}: resourceVersion {resource_version} is stale", key=(kind, *key)
             )
+        rv = self._next_rv()
         del k.objects[key]
         k.unindex(key, old.metadata.labels)
-        rv = self._rv + 1
         tomb = old.model_copy(
             update={"metadata": old.metadata.model_copy(update={"resource_version": str(rv)})}
         )
@@ -388,8 +412,10 @@ class Store:
         self._rv = max(self._rv, obj.resource_version)
 
     def restore_version(self, rv: int) -> None:
-        """After a journal load: continue numbering after the highest version ever issued."""
+        """After a journal load: continue numbering after the highest version ever issued
+        (or reserved). The watch log starts empty, so a watch from an older version is Gone."""
         self._rv = max(self._rv, rv)
+        self._reserved = self._rv
         self._log = [None] * self._cap
 
     def _commit(self, type_: EventType, obj: Resource, rv: int, k: _Kind) -> None:
@@ -413,6 +439,18 @@ class Store:
         """The oldest resourceVersion a watch may start from."""
         return max(0, self._rv - self._cap + 1)
 
+    def can_resume(self, since: int) -> bool:
+        """Whether a watch from `since` continues exactly: it is the current version, or the
+        log still holds every version after it (not after a restart: the log starts empty)."""
+        if since > self._rv:
+            return False
+        if since == self._rv:
+            return True
+        if since < self.oldest_watchable - 1:
+            return False
+        ev = self._log[(since + 1) % self._cap]
+        return ev is not None and ev.rv == since + 1
+
     async def watch(
         self,
         kind: str | Iterable[str] | None = None,
@@ -434,6 +472,10 @@ class Store:
         else:
             kinds = frozenset(kind)
         cursor = self._rv if since is None else since
+        if cursor > self._rv:
+            # never issued by this store: after a restart (numbering continues above every
+            # version handed out before) or made up; waiting would silently skip changes
+            raise Gone(f"resourceVersion {cursor} is newer than the current {self._rv}; re-list")
         if cursor < self.oldest_watchable - 1:
             raise Gone(f"resourceVersion {cursor} is too old; oldest is {self.oldest_watchable}")
         while True:

@@ -72,9 +72,13 @@ async def watch(request: web.Request) -> web.StreamResponse:
     since = _since(request)
     namespace = request.query.get("namespace")
     visible = allowed_namespaces(request)
-    if since is not None and since < ctx.store.oldest_watchable - 1:
+    if since is not None and not ctx.store.can_resume(since):
+        current = ctx.store.resource_version
         raise ApiError(
-            410, f"resourceVersion {since} is too old; re-list and watch from the list's resourceVersion"
+            410,
+            f"resourceVersion {since} can no longer be watched from (current {current}: too old, "
+            "from before a restart, or never issued); re-list and watch from the list's resourceVersion",
+            details=[{"field": "resourceVersion", "reason": f"not resumable; current is {current}"}],
         )
     if since is not None and since > ctx.store.resource_version:
         current = ctx.store.resource_version
