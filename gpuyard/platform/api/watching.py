@@ -72,14 +72,6 @@ async def watch(request: web.Request) -> web.StreamResponse:
     since = _since(request)
     namespace = request.query.get("namespace")
     visible = allowed_namespaces(request)
-    if since is not None and not ctx.store.can_resume(since):
-        current = ctx.store.resource_version
-        raise ApiError(
-            410,
-            f"resourceVersion {since} can no longer be watched from (current {current}: too old, "
-            "from before a restart, or never issued); re-list and watch from the list's resourceVersion",
-            details=[{"field": "resourceVersion", "reason": f"not resumable; current is {current}"}],
-        )
     if since is not None and since > ctx.store.resource_version:
         current = ctx.store.resource_version
         raise ApiError(
@@ -89,6 +81,14 @@ async def watch(request: web.Request) -> web.StreamResponse:
             details=[
                 {"field": "resourceVersion", "reason": f"at most the current resourceVersion {current}"}
             ],
+        )
+    if since is not None and not ctx.store.can_resume(since):
+        current = ctx.store.resource_version
+        raise ApiError(
+            410,
+            f"resourceVersion {since} can no longer be watched from (current {current}: too old, "
+            "from before a restart, or never issued); re-list and watch from the list's resourceVersion",
+            details=[{"field": "resourceVersion", "reason": f"not resumable; current is {current}"}],
         )
 
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
