@@ -70,11 +70,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(500, "internal error; see the server log")
 
 
-def stored(request: web.Request, kind: str, namespace: str, name: str, *, what: str) -> Resource:
-    """The stored object, or a 404 naming `what` (e.g. "queue team-a")."""
+def stored(
+    request: web.Request, kind: str, namespace: str, name: str, *, what: str, field: str | None = None
+) -> Resource:
+    """The stored object, or a 404 naming `what` (e.g. "queue team-a") and, if given, the path `field`."""
     obj = request.app[CTX].store.get(kind, namespace, name)
     if obj is None:
-        raise ApiError(404, f"{what} not found")
+        details = [{"field": field, "reason": f"no such {kind.lower()}"}] if field else []
+        raise ApiError(404, f"{what} not found", details=details)
     return obj
 
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
 from gpuyard.apis.core import Event, Node, Pod
 from gpuyard.apis.quantity import format_quantity
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, Reservation
-from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.jobs import pod_view
@@ -125,11 +125,8 @@ EVENTS_SCHEMA: dict[str, Any] = {
 }
 
 
-def _must_node(store: Store, name: str) -> Node:
-    node = store.get_of(Node, "", name)
-    if node is None:
-        raise ApiError(404, f"node {name} not found", details=[{"field": "name", "reason": "no such node"}])
-    return node
+def _must_node(request: web.Request, name: str) -> Node:
+    return cast(Node, stored(request, "Node", "", name, what=f"node {name}", field="name"))
 
 
 def _sum(total: dict[str, Decimal], add: Mapping[str, Decimal]) -> None:
@@ -203,7 +200,7 @@ async def node_pods(request: web.Request) -> web.Response:
     authorize(request, "read")
     store = request.app[CTX].store
     name = request.match_info["name"]
-    _must_node(store, name)
+    _must_node(request, name)
     allowed = allowed_namespaces(request)
     visible = None if allowed is None else set(allowed)
     return web.json_response(node_pods_view(store, name, visible=visible))
@@ -220,7 +217,7 @@ async def node_events(request: web.Request) -> web.Response:
     authorize(request, "read")
     store = request.app[CTX].store
     name = request.match_info["name"]
-    node = _must_node(store, name)
+    node = _must_node(request, name)
     events = [
         e
         for e in store.list_of(Event)
@@ -245,7 +242,7 @@ async def node_topology(request: web.Request) -> web.Response:
     authorize(request, "read")
     store = request.app[CTX].store
     name = request.match_info["name"]
-    _must_node(store, name)
+    _must_node(request, name)
     topology = store.get("NodeTopology", "", name) if "NodeTopology" in store.kinds() else None
     if topology is None:
         raise ApiError(
