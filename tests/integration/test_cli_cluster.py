@@ -13,9 +13,7 @@ from typing import Any
 import click
 import pytest
 import pytest_asyncio
-import structlog
 import yaml
-from aiohttp.test_utils import TestServer
 from click.testing import CliRunner
 
 from gpuyard.apis.devicematching import LABEL_BLOCK, LABEL_SPINE
@@ -25,6 +23,7 @@ from gpuyard.cli.cluster import register
 from gpuyard.controllers.statuses import record_event
 from gpuyard.state.context import Context
 from tests.builders import make_node
+from tests.integration.serving import clean_cli_env, serving
 from tests.unit.api.test_dashboard import build_app, make_ctx
 from tests.unit.controllers.fakes import load_job
 
@@ -52,17 +51,12 @@ class Live:
 
 @pytest_asyncio.fixture
 async def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Live]:
-    monkeypatch.setenv("GPUYARD_CONFIG", str(tmp_path / "absent.yaml"))
-    monkeypatch.delenv("GPUYARD_TOKEN", raising=False)
-    monkeypatch.delenv("GPUYARD_SERVER", raising=False)
+    clean_cli_env(monkeypatch, tmp_path)
     ctx = make_ctx()
-    server = TestServer(build_app(ctx), host="127.0.0.1")
-    await server.start_server()
     try:
-        with structlog.testing.capture_logs():
-            yield Live(ctx, str(server.make_url("")).rstrip("/"))
+        async with serving(build_app(ctx)) as url:
+            yield Live(ctx, url)
     finally:
-        await server.close()
         ctx.store.close()
 
 

@@ -14,8 +14,6 @@ from typing import Any
 import click
 import pytest
 import pytest_asyncio
-import structlog
-from aiohttp.test_utils import TestServer
 from click.testing import CliRunner
 
 from gpuyard.apis.core import Event, Taint
@@ -24,6 +22,7 @@ from gpuyard.apis.scheduling import ANNOTATION_DEVICES, LABEL_JOB_NAME
 from gpuyard.cli.nodes import register
 from gpuyard.state.context import Context
 from tests.builders import make_node, make_pod
+from tests.integration.serving import clean_cli_env, serving
 from tests.unit.api.test_dashboard import build_app, make_ctx
 
 
@@ -77,9 +76,7 @@ class Live:
 
 @pytest_asyncio.fixture
 async def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Live]:
-    monkeypatch.setenv("GPUYARD_CONFIG", str(tmp_path / "absent.yaml"))
-    monkeypatch.delenv("GPUYARD_TOKEN", raising=False)
-    monkeypatch.delenv("GPUYARD_SERVER", raising=False)
+    clean_cli_env(monkeypatch, tmp_path)
     ctx = make_ctx()
     store = ctx.store
     # dgx-0 (a DGX-1 topology): team-a/big holds GPUs 0-7 in two pods, a finished pod holds nothing
@@ -94,13 +91,10 @@ async def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator
     store.create(make_node("cordoned-0", gpus=0, taints=[taint]))
     store.mutate("Node", "", "cordoned-0", lambda n: setattr(n.spec, "unschedulable", True))
     store.mutate("Node", "", "dgx-0", lambda n: n.metadata.annotations.update({"example.com/rack": "r1"}))
-    server = TestServer(build_app(ctx), host="127.0.0.1")
-    await server.start_server()
     try:
-        with structlog.testing.capture_logs():
-            yield Live(ctx, str(server.make_url("")).rstrip("/"))
+        async with serving(build_app(ctx)) as url:
+            yield Live(ctx, url)
     finally:
-        await server.close()
         ctx.store.close()
 
 

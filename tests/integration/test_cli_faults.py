@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import structlog
-from aiohttp.test_utils import TestServer
 from click.testing import CliRunner
 
 from gpuyard.cli import main
@@ -20,6 +18,7 @@ from gpuyard.platform.api.app import make_app
 from gpuyard.platform.backends import BackendPlan, build_backend
 from gpuyard.state.context import Context
 from tests.builders import make_pod
+from tests.integration.serving import clean_cli_env, serving
 
 SCENARIO = {
     "kubelet": {"startDelay": 0},
@@ -38,20 +37,13 @@ class Live:
 
 
 async def _serve(ctx: Context) -> AsyncIterator[Live]:
-    server = TestServer(make_app(ctx), host="127.0.0.1")
-    await server.start_server()
-    try:
-        with structlog.testing.capture_logs():
-            yield Live(ctx, str(server.make_url("")).rstrip("/"))
-    finally:
-        await server.close()
+    async with serving(make_app(ctx)) as url:
+        yield Live(ctx, url)
 
 
 @pytest_asyncio.fixture
 async def live(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> AsyncIterator[Live]:
-    monkeypatch.setenv("GPUYARD_CONFIG", str(tmp_path / "absent.yaml"))
-    monkeypatch.delenv("GPUYARD_TOKEN", raising=False)
-    monkeypatch.delenv("GPUYARD_SERVER", raising=False)
+    clean_cli_env(monkeypatch, tmp_path)
     ctx = Context.for_tests()
     fake = build_backend(ctx, BackendPlan(kind="fake", scenario=parse_scenario(SCENARIO, source="t")))
     task = asyncio.create_task(fake.run())
@@ -123,8 +115,7 @@ class _NoFaults:
 
 
 async def test_a_backend_without_faults(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    monkeypatch.setenv("GPUYARD_CONFIG", str(tmp_path / "absent.yaml"))
-    monkeypatch.delenv("GPUYARD_TOKEN", raising=False)
+    clean_cli_env(monkeypatch, tmp_path)
     ctx = Context.for_tests()
     ctx.backend = _NoFaults()  # type: ignore[assignment]
     async for live in _serve(ctx):

@@ -10,9 +10,7 @@ from typing import Any
 
 import click
 import pytest_asyncio
-import structlog
 import yaml
-from aiohttp.test_utils import TestServer
 from click.testing import CliRunner
 
 from gpuyard.cli.jobs import register
@@ -20,6 +18,7 @@ from gpuyard.controllers.reconciling import JobReconciler
 from gpuyard.state.context import Context
 from gpuyard.state.workqueues import ControllerRunner
 from tests.builders import make_node
+from tests.integration.serving import serving
 from tests.integration.test_operator_api import make
 from tests.unit.controllers.fakes import JOBS, ScriptedBackend, TinyScheduler
 
@@ -55,14 +54,10 @@ async def live() -> AsyncIterator[Live]:
             ControllerRunner(TinyScheduler(ctx.store), store=ctx.store, clock=ctx.clock).run()
         ),
     ]
-    server = TestServer(make(ctx), host="127.0.0.1")
-    await server.start_server()
     try:
-        # the server logs to stdout in this process; keep it out of the CLI output CliRunner captures
-        with structlog.testing.capture_logs():
-            yield Live(ctx, str(server.make_url("")).rstrip("/"))
+        async with serving(make(ctx)) as url:
+            yield Live(ctx, url)
     finally:
-        await server.close()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
