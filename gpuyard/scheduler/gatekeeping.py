@@ -264,15 +264,19 @@ class Admission:
         """A PodGroup found holding reservations (placed by us earlier, or after a re-list)."""
         t = self._tracked(pg)
         key = (pg.metadata.namespace, pg.metadata.name)  # = t.job.key
-        charge = self.quotas.charge(key)
-        if charge is not None and not charge.admitted:
-            self.quotas.track(
-                key, quota=t.quota, usage=t.job.request, preemptible=t.preemptible, admitted=True
-            )
+        if self._admit(key, t):
             self.rqs.charge(key, t.namespace, t.rq_usage)
         if not self.queue.is_running(key):
             self.queue.add_running(t.job, start=now)
             t.started = now
+
+    def _admit(self, key: Key, t: TrackedJob) -> bool:
+        """Charge the job to its quota as admitted; True if it was not admitted before."""
+        charge = self.quotas.charge(key)
+        if charge is None or charge.admitted:
+            return False
+        self.quotas.track(key, quota=t.quota, usage=t.job.request, preemptible=t.preemptible, admitted=True)
+        return True
 
     def check(self, key: Key) -> str | None:
         """None if quota and ResourceQuotas let the waiting job start now, else the first cause."""
@@ -299,11 +303,7 @@ class Admission:
         t = self.jobs.get(key)
         if t is None:
             return
-        charge = self.quotas.charge(key)
-        if charge is not None and not charge.admitted:
-            self.quotas.track(
-                key, quota=t.quota, usage=t.job.request, preemptible=t.preemptible, admitted=True
-            )
+        self._admit(key, t)
         self.rqs.charge(key, t.namespace, t.rq_usage)
         if not self.queue.is_running(key):
             if key in self.queue or self.queue.is_held(key):
