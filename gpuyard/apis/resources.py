@@ -1,0 +1,150 @@
+"""Where each kind lives on a Kubernetes API server: group, version, plural, scope, subresources.
+
+One table, read by everything that speaks the Kubernetes REST protocol: the Kubernetes backend
+(its informers and its writer build URLs from it), the CRD generator (`configs/deploy/crds/`), the
+deploy manifests' ClusterRole, and the test API server. A job kind has one entry per API group
+that defines it (KubeDL's `training.kubedl.io` and Kubeflow's `kubeflow.org`); which of those
+groups gpuyard reconciles is a setting, so it can run beside KubeDL or the training-operator.
+
+Kinds of the core group (`Pod`, `Node`, ...) are built into every API server; the others are
+custom resources gpuyard ships CRDs for (`crd=True`), except `ElasticQuota`, whose CRD is shipped
+for clusters that lack Koordinator's or the scheduler-plugins' own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuyard.apis.jobkinds import KIND_INFO
+
+__all__ = ["API_RESOURCES", "ApiResource", "resource_for", "resources_of_kind"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiResource:
+    """One REST resource: `/{prefix}/{group_version}[/namespaces/{ns}]/{plural}[/{name}[/{sub}]]`."""
+
+    kind: str
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    namespaced: bool = True
+    short_names: tuple[str, ...] = ()
+    status_subresource: bool = True
+    crd: bool = False  # gpuyard ships a CustomResourceDefinition for it
+    categories: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+    def path(self, *, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        """The REST path of the collection, or of one object (and one of its subresources)."""
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        parts = [root]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name:
+            parts.append(name)
+            if sub:
+                parts.append(sub)
+        return "/".join(parts)
+
+
+def _job_resources() -> list[ApiResource]:
+    out = []
+    for kind, info in KIND_INFO.items():
+        for api_version in info.flavors:
+            group, version = api_version.split("/")
+            out.append(
+                ApiResource(
+                    kind=kind,
+                    group=group,
+                    version=version,
+                    plural=kind.lower() + "s",
+                    crd=True,
+                    categories=("all", "gpuyard", "trainingjobs"),
+                )
+            )
+    return out
+
+
+API_RESOURCES: tuple[ApiResource, ...] = (
+    ApiResource("Pod", "", "v1", "pods", short_names=("po",)),
+    ApiResource("Node", "", "v1", "nodes", namespaced=False, short_names=("no",)),
+    ApiResource("Service", "", "v1", "services", short_names=("svc",)),
+    ApiResource("Event", "", "v1", "events", short_names=("ev",), status_subresource=False),
+    ApiResource("ResourceQuota", "", "v1", "resourcequotas", short_names=("quota",)),
+    *_job_resources(),
+    ApiResource(
+        "PodGroup",
+        "scheduling.gpuyard.io",
+        "v1alpha1",
+        "podgroups",
+        short_names=("pg",),
+        crd=True,
+        categories=("gpuyard",),
+    ),
+    ApiResource(
+        "Reservation",
+        "scheduling.gpuyard.io",
+        "v1alpha1",
+        "reservations",
+        short_names=("rsv",),
+        crd=True,
+        categories=("gpuyard",),
+    ),
+    ApiResource(
+        "ResourceClass",
+        "gpuyard.io",
+        "v1alpha1",
+        "resourceclasses",
+        namespaced=False,
+        short_names=("rc",),
+        crd=True,
+        categories=("gpuyard",),
+    ),
+    ApiResource(
+        "NodeTopology",
+        "gpuyard.io",
+        "v1alpha1",
+        "nodetopologies",
+        namespaced=False,
+        short_names=("ntp",),
+        crd=True,
+        categories=("gpuyard",),
+    ),
+    ApiResource(
+        "Queue", "gpuyard.io", "v1alpha1", "queues", namespaced=False, crd=True, categories=("gpuyard",)
+    ),
+    ApiResource(
+        "ElasticQuota",
+        "scheduling.sigs.k8s.io",
+        "v1alpha1",
+        "elasticquotas",
+        short_names=("eq", "eqs"),
+        crd=True,
+    ),
+)
+
+
+def resources_of_kind(kind: str) -> list[ApiResource]:
+    """Every resource serving `kind` (a job kind has one per API group that defines it)."""
+    return [r for r in API_RESOURCES if r.kind == kind]
+
+
+def resource_for(kind: str, api_version: str | None = None) -> ApiResource:
+    """The resource of `kind` (in `api_version`'s group when given); KeyError when none serves it."""
+    for r in API_RESOURCES:
+        if r.kind == kind and (api_version is None or r.api_version == api_version):
+            return r
+    raise KeyError(f"no API resource serves kind {kind!r}" + (f" in {api_version}" if api_version else ""))
