@@ -84,6 +84,17 @@ API_RESOURCES: tuple[ApiResource, ...] = (
     ApiResource("Service", "", "v1", "services", short_names=("svc",)),
     ApiResource("Event", "", "v1", "events", short_names=("ev",), status_subresource=False),
     ApiResource("ResourceQuota", "", "v1", "resourcequotas", short_names=("quota",)),
+    ApiResource("Lease", "coordination.k8s.io", "v1", "leases", status_subresource=False),
+    ApiResource("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", short_names=("pdb",)),
+    ApiResource(
+        "PriorityClass",
+        "scheduling.k8s.io",
+        "v1",
+        "priorityclasses",
+        namespaced=False,
+        short_names=("pc",),
+        status_subresource=False,
+    ),
     *_job_resources(),
     ApiResource(
         "PodGroup",

@@ -49,7 +49,9 @@ def _is_loopback(host: str) -> bool:
 async def _serve(settings: Settings, *, banner: str | None = None, jobs: list[Path] | None = None) -> None:
     from gpuyard.platform.runtime import Platform
 
-    scenario = load_scenario(resolve_path(settings.backend.cluster))
+    scenario = None
+    if settings.backend.kind == "fake":
+        scenario = load_scenario(resolve_path(settings.backend.cluster))
     platform = Platform(settings, scenario=scenario)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -159,6 +161,12 @@ def main() -> None:
 @click.option(
     "--insecure", is_flag=True, default=None, help="Allow a non-loopback address without API tokens."
 )
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    help="Kubeconfig file (kubernetes backend; default $KUBECONFIG, then in-cluster).",
+)
+@click.option("--context", "kube_context", help="Kubeconfig context (kubernetes backend).")
 def serve(
     config: str | None,
     backend: str | None,
@@ -168,13 +176,27 @@ def serve(
     data_dir: str | None,
     clock: str | None,
     insecure: bool | None,
+    kubeconfig: str | None,
+    kube_context: str | None,
 ) -> None:
-    """Run the platform: HTTP API, controllers, scheduler and the cluster backend."""
+    """Run the platform: HTTP API, controllers, scheduler and the cluster backend.
+
+    `--backend kubernetes --kubeconfig FILE` runs over a Kubernetes API server (docs/kubernetes.md).
+    """
     settings = _load(
         config,
         server={"host": host, "port": port, "insecure": insecure},
         backend={"kind": backend, "cluster": cluster, "data_dir": data_dir, "clock": clock},
     )
+    if kubeconfig is not None or kube_context is not None:
+        kube = settings.backend.kubernetes.model_copy(
+            update={
+                k: v for k, v in {"kubeconfig": kubeconfig, "context": kube_context}.items() if v is not None
+            }
+        )
+        settings = settings.model_copy(
+            update={"backend": settings.backend.model_copy(update={"kubernetes": kube})}
+        )
     _check_scenario(settings)
     _run_server(settings, banner="gpuyard serving on {url}")
 

@@ -44,6 +44,11 @@ class FakeCluster:
         )
         self.device_health = DeviceHealth(store=ctx.store, writer=self.writer, clock=ctx.clock)
 
+    leadership = None  # one process: it always leads
+
+    def healthy(self) -> bool:
+        return True  # the cluster is this process's memory
+
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def sync_nodes(self) -> int:

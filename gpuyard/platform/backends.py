@@ -3,7 +3,8 @@
 The runtime asks it twice. First :func:`plan_backend` checks the settings before anything is
 written (`backend.kind`: a :class:`~gpuyard.state.config.ConfigError` naming the field and the allowed
 values; for the fake cluster its scenario file: a `ScenarioError` naming file and field). Then, once
-the store and journal exist, :func:`build_backend` builds the backend and makes its writer the
+the store and journal exist, :func:`build_backend` builds the backend (`fake`: the in-memory
+`FakeCluster`; `kubernetes`: `KubeCluster` over the API server of `backend.kubernetes.*`) and makes its writer the
 context's one write path (`ctx.backend`, `ctx.writer`). Everything else (HTTP API, CLI,
 simulator, test harness, operator, scheduler) sees only the protocol in `gpuyard.state.backend`;
 an import-linter contract keeps it so.
@@ -15,18 +16,20 @@ from dataclasses import dataclass
 
 from gpuyard.devices.scenarios import Scenario, load_scenario
 from gpuyard.fakecluster import FakeCluster
+from gpuyard.kubecluster import KubeCluster
 from gpuyard.state.backend import ClusterBackend
 from gpuyard.state.config import ConfigError, Settings
 from gpuyard.state.context import Context
 
 __all__ = ["AVAILABLE", "BackendPlan", "build_backend", "plan_backend"]
 
-AVAILABLE = ("fake",)  # backend.kind values this build can run
+AVAILABLE = ("fake", "kubernetes")  # backend.kind values this build can run
 
 
 @dataclass(frozen=True, slots=True)
 class BackendPlan:
-    """A validated choice of backend: its kind and, for the fake cluster, the scenario it runs."""
+    """A validated choice of backend: its kind and, for the fake cluster, the scenario it runs
+    (the Kubernetes backend has none: its nodes are the API server's)."""
 
     kind: str
     scenario: Scenario | None = None
@@ -39,6 +42,8 @@ def plan_backend(settings: Settings, *, scenario: Scenario | None = None) -> Bac
         raise ConfigError(
             f"backend.kind: {kind!r} is not available in this build; allowed: {', '.join(AVAILABLE)}"
         )
+    if kind == "kubernetes":
+        return BackendPlan(kind=kind)  # the API server holds the nodes: no scenario
     if scenario is None:
         scenario = load_scenario(settings.backend.cluster)  # ScenarioError names file and field
     return BackendPlan(kind=kind, scenario=scenario)
@@ -53,6 +58,8 @@ def build_backend(ctx: Context, plan: BackendPlan) -> ClusterBackend:
     if plan.kind == "fake":
         assert plan.scenario is not None, "plan_backend always gives the fake cluster a scenario"
         backend: ClusterBackend = FakeCluster(ctx, plan.scenario)
+    elif plan.kind == "kubernetes":
+        backend = KubeCluster(ctx)
     else:  # pragma: no cover - plan_backend admits only AVAILABLE kinds
         raise ConfigError(f"backend.kind: {plan.kind!r} is not available; allowed: {', '.join(AVAILABLE)}")
     ctx.backend = backend

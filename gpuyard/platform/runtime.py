@@ -8,6 +8,15 @@ that crashes is logged and restarted with backoff (tenacity: 0.2 s doubling to 3
 the start after a healthy minute); a fatal component's crash stops the platform; a component
 that returns is logged and left stopped. `stop()` (SIGINT/SIGTERM in `serve`) cancels
 everything, flushes the journal and returns within a few seconds with no task left running.
+
+Kubernetes mode (`backend.kind: kubernetes`): there is no journal (the API server is the store
+of record; the store is the backend's informer cache). Where the backend has a `leadership`
+(several replicas, one Lease), the backend, metrics and HTTP API run on every replica, and the
+leader-only components (operator and scheduler reconcilers) start once this replica leads; a
+replica that loses the lead stops (as kube-scheduler exits) and is restarted as a standby, so a
+reconciler never writes from a stale view. While this replica does not lead, the HTTP API's
+mutating routes answer 503 naming the leader; reads and the dashboard work. `/readyz` is ready
+once the backend has synced and while it is healthy (every watch open).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from gpuyard.devices.scenarios import Scenario
 from gpuyard.platform.api.app import make_app
+from gpuyard.platform.api.errors import error_response
 from gpuyard.platform.backends import build_backend, plan_backend
 from gpuyard.platform.cluster_metrics import register_cluster_metrics
 from gpuyard.platform.metrics import CoreMetrics
@@ -49,6 +59,7 @@ class Component:
     name: str
     run: Callable[[], Awaitable[Any]]
     restart: bool = True
+    leader_only: bool = False  # runs only while this replica leads (reconcilers)
 
 
 class _Backoff:
@@ -114,6 +125,21 @@ def _component_factories() -> list[Callable[[Context], list[Any]]]:
     return [operator_components, scheduler_components]
 
 
+def _leader_middleware(not_leader: Callable[[], str | None]) -> Any:
+    """503 (JSON error body) for mutating requests while this replica does not lead."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            why = not_leader()
+            if why is not None:
+                return error_response(503, why)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return middleware
+
+
 class Platform:
     """Everything gpuyard runs in one process, over one backend."""
 
@@ -137,7 +163,7 @@ class Platform:
         self.ctx = Context(store=store, clock=self.clock, settings=settings)
         # 2. the journal, only now
         self.journal: Journal | None = None
-        if settings.backend.data_dir:
+        if settings.backend.data_dir and plan.kind != "kubernetes":
             data_dir = Path(settings.backend.data_dir)
             data_dir.mkdir(parents=True, exist_ok=True)
             self.journal = Journal(data_dir / "journal.db")
@@ -160,6 +186,7 @@ class Platform:
         self._stop = asyncio.Event()
         self.site: web.TCPSite | None = None
         self.serving = asyncio.Event()  # set once the HTTP server listens
+        self.lost_leadership = False  # set when this replica led and lost the lead (it then stops)
 
     @property
     def store(self) -> Store:
@@ -182,26 +209,34 @@ class Platform:
         components.append(Component("metrics", self.metrics.run))
         for factory in _component_factories():
             for item in factory(self.ctx):
-                components.append(self._as_component(item))
+                components.append(self._as_component(item, leader_only=True))
         return components
 
-    def _as_component(self, item: Any) -> Component:
+    def _as_component(self, item: Any, *, leader_only: bool = False) -> Component:
         if isinstance(item, Component):
             return item
         if hasattr(item, "reconcile") and hasattr(item, "watches"):
             runner = ControllerRunner(item, store=self.ctx.store, clock=self.clock, metrics=self.metrics)
-            return Component(item.name, runner.run)
-        return Component(item.name, item.run)
+            return Component(item.name, runner.run, leader_only=leader_only)
+        return Component(item.name, item.run, leader_only=leader_only)
 
     def add_reconciler(self, reconciler: Reconciler) -> None:
         """Add a reconciler before `run()` (tests and embedders)."""
-        self.components.append(self._as_component(reconciler))
+        self.components.append(self._as_component(reconciler, leader_only=True))
 
     def ready(self) -> bool:
-        return self.backend.synced.is_set()
+        return self.backend.synced.is_set() and self.backend.healthy()
+
+    def not_leader(self) -> str | None:
+        """Why this replica must not take writes now (None: it leads, or there is one replica)."""
+        leadership = self.backend.leadership
+        if leadership is None or leadership.is_leader():
+            return None
+        return f"not the leader; the leader is {leadership.holder or 'not elected yet'}"
 
     async def _serve_http(self) -> None:
         app = make_app(self.ctx, ready=self.ready)
+        app.middlewares.append(_leader_middleware(self.not_leader))
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         try:
@@ -226,11 +261,30 @@ class Platform:
     def stop(self) -> None:
         self._stop.set()
 
+    async def _lead(self, components: list[Component]) -> None:
+        """Wait to lead, then run the leader-only components until the lead is lost; then stop
+        the platform (a process that lost the lease never writes from its old view again)."""
+        leadership = self.backend.leadership
+        assert leadership is not None, "only started where the backend elects a leader"
+        await leadership.wait_leading()
+        log.info("leader.started", components=[c.name for c in components])
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(supervise(c, clock=self.clock), name=c.name) for c in components]
+            await leadership.wait_lost()
+            for t in tasks:
+                t.cancel()
+        log.error("leader.lost_stopping")
+        self.lost_leadership = True
+        self.stop()
+
     async def run(self) -> None:
         """Run every component until `stop()`; then cancel them all and flush the journal."""
-        comps = list(self.components)
+        comps = [c for c in self.components if not c.leader_only or self.backend.leadership is None]
+        led = [c for c in self.components if c.leader_only and self.backend.leadership is not None]
         if self.serve_http:
             comps.append(Component("http", self._serve_http, restart=False))
+        if led:
+            comps.append(Component("leader", lambda: self._lead(led), restart=False))
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(supervise(c, clock=self.clock), name=c.name) for c in comps]

@@ -337,7 +337,7 @@ class SchedulerState:
                 snap.remove_node(name)
                 adm.node_changed(name, None, None)
                 continue
-            if snap.node_rv.get(name) == node.resource_version and ("", name) not in topo_changed:
+            if snap.node_obj.get(name) is node and ("", name) not in topo_changed:
                 continue
             topology = cache.get_of(NodeTopology, "", name)
             snap.refresh_node(node, topology)

@@ -41,6 +41,7 @@ class NodeRows:
         self.index: dict[str, int] = {}  # node name -> row
         self._free_rows: list[int] = []
         self.node_rv: dict[str, int] = {}  # node name -> the resourceVersion its row was loaded from
+        self.node_obj: dict[str, Node] = {}  # node name -> the (immutable, shared) object it was loaded from
         self.labels: list[Mapping[str, str]] = []
         self.taints: list[tuple[tuple[str, str | None, str], ...]] = []  # NoSchedule/NoExecute only
         self.devices: list[list[DeviceInfo]] = []
@@ -88,6 +89,7 @@ class NodeRows:
         if row is None:
             return None
         self.node_rv.pop(name, None)
+        self.node_obj.pop(name, None)
         self.names[row] = None
         self._arrays.alive[row] = False
         self._arrays.ready[row] = False
@@ -99,6 +101,7 @@ class NodeRows:
         a = self._arrays
         labels = node.metadata.labels
         self.node_rv[node.metadata.name] = node.resource_version
+        self.node_obj[node.metadata.name] = node
         self.labels[row] = labels
         self.taints[row] = tuple(
             (t.key, t.value, t.effect) for t in node.spec.taints if t.effect in ("NoSchedule", "NoExecute")

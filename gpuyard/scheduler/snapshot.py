@@ -248,6 +248,7 @@ class Snapshot:
     names: list[str | None] = _part("node_rows.names")
     index: dict[str, int] = _part("node_rows.index")
     node_rv: dict[str, int] = _part("node_rows.node_rv")
+    node_obj: dict[str, Node] = _part("node_rows.node_obj")
     taints: list[tuple[tuple[str, str | None, str], ...]] = _part("node_rows.taints")
     topologies: list[NodeTopology | None] = _part("node_rows.topologies")
     tables: list[SubsetTable | None] = _part("node_rows.tables")

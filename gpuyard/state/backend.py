@@ -11,6 +11,12 @@ A backend is where the cluster's objects really live; the store is its cache. It
   sets `synced` once the first sync is complete (`/readyz`), keeps them current, and runs the
   pods the store says should run. Pod phases, exit codes and reasons, and node status and
   device health, are written by the backend only (the fake or the real kubelet).
+* `healthy()` — whether the backend's view is current now (every watch of the store of record
+  open and synced): `/readyz` answers ready only after `synced` and while `healthy()`.
+* `leadership` — a :class:`Leadership` where several replicas share one store of record (the
+  Kubernetes backend: a Lease), or None (the fake cluster: this process always leads). The
+  runtime runs the reconcilers (operator, scheduler) only while this replica leads; every
+  replica keeps its store current and serves the read-only API.
 * `faults` — a :class:`FaultInjector` where the backend can inject faults (the fake cluster),
   or None (a real cluster): the HTTP fault routes and the test harness ask it, never a class.
 
@@ -26,7 +32,7 @@ from typing import Protocol, runtime_checkable
 from gpuyard.apis.core import Pod
 from gpuyard.state.writing import Writer
 
-__all__ = ["BackendError", "ClusterBackend", "FaultError", "FaultInjector"]
+__all__ = ["BackendError", "ClusterBackend", "FaultError", "FaultInjector", "Leadership"]
 
 
 class BackendError(Exception):
@@ -71,6 +77,26 @@ class FaultInjector(Protocol):
 
 
 @runtime_checkable
+class Leadership(Protocol):
+    """Which replica of several leads (reconciles and writes); see the module docstring."""
+
+    def is_leader(self) -> bool: ...
+
+    @property
+    def holder(self) -> str | None:
+        """The identity of the leader as last seen (None while no one holds the lease)."""
+        ...
+
+    async def wait_leading(self) -> None:
+        """Return once this replica leads."""
+        ...
+
+    async def wait_lost(self) -> None:
+        """Return once this replica, which led, has lost the lead."""
+        ...
+
+
+@runtime_checkable
 class ClusterBackend(Protocol):
     name: str
     synced: asyncio.Event
@@ -83,6 +109,15 @@ class ClusterBackend(Protocol):
     @property
     def faults(self) -> FaultInjector | None:
         """None where the backend cannot inject faults."""
+        ...
+
+    @property
+    def leadership(self) -> Leadership | None:
+        """None where this process always leads (one replica)."""
+        ...
+
+    def healthy(self) -> bool:
+        """Whether the store is being kept current now (False while a watch is broken)."""
         ...
 
     async def run(self) -> None:

@@ -17,6 +17,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 __all__ = [
     "BackendConfig",
     "ConfigError",
+    "KubernetesConfig",
+    "LeaderElectionConfig",
     "OperatorConfig",
     "SchedulerConfig",
     "ServerConfig",
@@ -56,6 +58,53 @@ class ServerConfig(Section):
     tokens: list[TokenConfig] = Field(default_factory=list)
 
 
+class LeaderElectionConfig(Section):
+    """client-go leaderelection's defaults: a standby takes over within one lease duration."""
+
+    enabled: bool = True
+    lease_name: str = Field(default="gpuyard", min_length=1)
+    lease_duration: float = Field(default=15.0, gt=0, description="Seconds a lease is valid unrenewed.")
+    renew_deadline: float = Field(
+        default=10.0, gt=0, description="Seconds the leader keeps trying to renew before it gives up."
+    )
+    retry_period: float = Field(default=2.0, gt=0, description="Seconds between tries to acquire or renew.")
+    identity: str | None = Field(default=None, description="Holder identity; default POD_NAME or host_pid.")
+
+
+JobGroup = Literal["training.kubedl.io", "kubeflow.org"]
+JOB_GROUPS: tuple[JobGroup, ...] = ("training.kubedl.io", "kubeflow.org")
+
+
+class KubernetesConfig(Section):
+    """`backend.kubernetes.*`: how the Kubernetes backend reaches and watches the API server."""
+
+    kubeconfig: str | None = Field(
+        default=None,
+        description="Kubeconfig file; default $KUBECONFIG, then in-cluster, then ~/.kube/config.",
+    )
+    context: str | None = Field(default=None, description="Kubeconfig context; default its current one.")
+    namespace: str = Field(default="gpuyard-system", min_length=1, description="Namespace of the lease.")
+    job_groups: list[JobGroup] = Field(
+        default_factory=lambda: list(JOB_GROUPS),
+        min_length=1,
+        description="API groups whose job kinds gpuyard reconciles (watches).",
+    )
+    leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
+    node_lost_grace: float = Field(
+        default=300.0,
+        ge=0,
+        description="Seconds a node may be gone or NotReady before its pods fail NodeLost.",
+    )
+    watch_timeout: float = Field(
+        default=300.0, gt=0, description="Seconds the server may hold one WATCH request (timeoutSeconds)."
+    )
+    inactivity_timeout: float = Field(
+        default=60.0, gt=0, description="Seconds without any event or bookmark before a watch is restarted."
+    )
+    request_timeout: float = Field(default=30.0, gt=0, description="Seconds for one non-watch request.")
+    backoff_max: float = Field(default=30.0, gt=0, description="Longest wait between retries of a watch.")
+
+
 class BackendConfig(Section):
     kind: Literal["fake", "kubernetes"] = "fake"
     cluster: str = Field(default="configs/clusters/demo.yaml", description="Fake cluster scenario file.")
@@ -64,6 +113,7 @@ class BackendConfig(Section):
         default=".gpuyard", description="Journal directory; null keeps everything in memory."
     )
     journal_interval: float = Field(default=0.05, gt=0)
+    kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
 
 
 class OperatorConfig(Section):

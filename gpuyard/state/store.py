@@ -13,6 +13,13 @@ so a restarted process reloads them with the same resourceVersions.
 Objects handed out by the store are shared and must not be mutated: `obj.clone()`, change the
 copy, then `store.update(copy)`. `update` checks the copy's resourceVersion and raises
 :class:`Conflict` when someone else wrote in between (optimistic concurrency, as Kubernetes).
+
+A backend whose store of record is elsewhere (the Kubernetes API server) uses the store as its
+informer cache instead: `observe(obj)` mirrors an object as the server holds it (its
+resourceVersion kept; an older or equal version is ignored), `forget(kind, ns, name)` drops one
+the server no longer holds. Watchers get the same ADDED/MODIFIED/DELETED events; the watch log's
+sequence (`resource_version`, `WatchEvent.rv`) is then this cache's own, distinct from the
+objects' versions. Nothing is journaled in that mode.
 """
 
 from __future__ import annotations
@@ -403,6 +410,51 @@ class Store:
         self._commit("DELETED", tomb, rv, k)
         return tomb
 
+    # --- mirroring (a backend whose store of record is elsewhere: the Kubernetes API server) --
+
+    def observe(self, obj: Resource, *, force: bool = False) -> bool:
+        """Mirror an object as the store of record holds it: its resourceVersion, uid and
+        generation are kept as given. Watchers get ADDED or MODIFIED; the event's own sequence
+        number (`WatchEvent.rv`, `resource_version`) is this cache's, not the object's.
+
+        Idempotent: an object no newer than the one held (numeric resourceVersions compared, as
+        etcd's are) is ignored, so a watch event that repeats a write already mirrored is a
+        no-op; `force` mirrors it anyway (a backend that derives what it caches from several
+        objects, e.g. a node's capacity less other pods'). Returns whether anything changed.
+        """
+        k = self._kind(obj.kind)
+        key = (obj.metadata.namespace if k.cls.NAMESPACED else "", obj.metadata.name)
+        old = k.objects.get(key)
+        if old is obj or (
+            old is not None
+            and not force
+            and not _newer(obj.metadata.resource_version, old.metadata.resource_version)
+        ):
+            return False
+        rv = self._next_rv()
+        if old is not None:
+            k.unindex(key, old.metadata.labels)
+        k.objects[key] = obj
+        k.index(key, obj.metadata.labels)
+        self._commit("ADDED" if old is None else "MODIFIED", obj, rv, k)
+        return True
+
+    def forget(self, kind: str, namespace: str, name: str) -> bool:
+        """The store of record no longer holds the object: drop it (watchers get DELETED).
+        Returns whether it was held."""
+        k = self._kind(kind)
+        key = (namespace if k.cls.NAMESPACED else "", name)
+        old = k.objects.pop(key, None)
+        if old is None:
+            return False
+        k.unindex(key, old.metadata.labels)
+        self._commit("DELETED", old, self._next_rv(), k)
+        return True
+
+    def keys_of(self, kind: str) -> builtins.list[tuple[str, str]]:
+        """The (namespace, name) of every object of a kind (a re-list compares them)."""
+        return builtins.list(self._kind(kind).objects)
+
     def load(self, obj: Resource) -> None:
         """Put back an object read from the journal, keeping its resourceVersion; no event."""
         k = self._kind(obj.kind)
@@ -510,3 +562,11 @@ class Store:
 
 def _fmt(namespace: str, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
+
+
+def _newer(given: str, held: str) -> bool:
+    """Whether resourceVersion `given` is newer than `held` (numeric ones compared; any other
+    pair is taken as newer when it differs: the store of record's versions are opaque)."""
+    if given.isdigit() and held.isdigit():
+        return int(given) > int(held)
+    return given != held

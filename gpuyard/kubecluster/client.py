@@ -1,0 +1,290 @@
+"""A thin REST layer over `kubernetes_asyncio`'s `ApiClient` for any `ApiResource`.
+
+The Kubernetes backend's informers and writer speak to the API server only through
+:class:`KubeClient`: LIST, WATCH (a stream of raw events), GET, POST, PUT, merge PATCH (of the
+object or a subresource), DELETE and `pods/binding`. URLs come from
+`gpuyard.apis.resources.ApiResource`; bodies are plain JSON dicts (the callers convert to and from
+the `apis/` models). Kubernetes errors become gpuyard's: 404 :class:`NotFound`, 409
+:class:`AlreadyExists` (on create) or :class:`Conflict`, 410 :class:`Gone`, anything else (5xx,
+timeouts, a refused connection, 4xx such as 403/422) :class:`ApiError`, a
+:class:`~gpuyard.state.backend.BackendError` with the HTTP status.
+
+`connect()` loads the kubeconfig the way kubectl does: the given file (or `$KUBECONFIG`), else
+the in-cluster service account, else `~/.kube/config`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import config as kube_config
+from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpuyard.apis.resources import ApiResource, resource_for
+from gpuyard.state.backend import BackendError
+from gpuyard.state.store import AlreadyExists, Conflict, Gone, NotFound
+
+__all__ = ["ApiError", "Json", "KubeClient", "WatchSilent", "load_configuration"]
+
+Json = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(BackendError):
+    """The API server refused or failed a request (`status` 0: no answer at all)."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class WatchSilent(ApiError):
+    """A watch stream sent nothing (no event, no bookmark) for longer than the inactivity timeout."""
+
+
+async def load_configuration(*, kubeconfig: str | None, context: str | None) -> Configuration:
+    """The client configuration: `kubeconfig` (else `$KUBECONFIG`), else in-cluster, else
+    `~/.kube/config`. Raises :class:`ApiError` naming what was tried when none can be loaded."""
+    conf = Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG") or None
+    if path is not None:
+        first = path.split(os.pathsep)[0]
+        try:
+            await kube_config.load_kube_config(
+                config_file=first, context=context, client_configuration=conf, persist_config=False
+            )
+        except (OSError, kube_config.ConfigException) as exc:
+            raise ApiError(f"backend.kubernetes.kubeconfig: cannot load {first}: {exc}") from None
+        return conf
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            kube_config.load_incluster_config(client_configuration=conf)
+            return conf
+        except kube_config.ConfigException as exc:
+            raise ApiError(f"in-cluster config: {exc}") from None
+    try:
+        await kube_config.load_kube_config(context=context, client_configuration=conf, persist_config=False)
+    except (OSError, kube_config.ConfigException) as exc:
+        raise ApiError(
+            "no kubeconfig: set backend.kubernetes.kubeconfig (--kubeconfig) or $KUBECONFIG, "
+            f"or run in a pod with a service account ({exc})"
+        ) from None
+    return conf
+
+
+def _error(status: int, body: bytes | str, *, what: str, creating: bool = False) -> Exception:
+    """The gpuyard error for a Kubernetes error answer (a `Status` body when it has one)."""
+    reason, message = "", ""
+    try:
+        data = json.loads(body) if body else {}
+        if isinstance(data, dict):
+            reason, message = str(data.get("reason") or ""), str(data.get("message") or "")
+    except ValueError:
+        message = body.decode(errors="replace") if isinstance(body, bytes) else body
+    text = f"{what}: {status} {reason}: {message}".rstrip(": ")
+    if status == 404:
+        return NotFound(text)
+    if status == 409:
+        return AlreadyExists(text) if creating or reason == "AlreadyExists" else Conflict(text)
+    if status == 410:
+        return Gone(text)
+    return ApiError(text, status=status, reason=reason)
+
+
+class KubeClient:
+    """REST calls on `ApiResource`s; see the module docstring."""
+
+    def __init__(self, api: ApiClient, *, request_timeout: float = 30.0) -> None:
+        self.api = api
+        self.request_timeout = request_timeout
+
+    @classmethod
+    async def connect(
+        cls, *, kubeconfig: str | None = None, context: str | None = None, request_timeout: float = 30.0
+    ) -> KubeClient:
+        conf = await load_configuration(kubeconfig=kubeconfig, context=context)
+        return cls(ApiClient(configuration=conf), request_timeout=request_timeout)
+
+    @property
+    def host(self) -> str:
+        return str(self.api.configuration.host)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    # --- raw requests --------------------------------------------------------------------------
+
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Json | None = None,
+        content_type: str = "application/json",
+        timeout: aiohttp.ClientTimeout | float | None = None,
+    ) -> Any:
+        """Send a request; the open response (an aiohttp `ClientResponse`)."""
+        try:
+            return await self.api.call_api(
+                path,
+                method,
+                query_params=list((query or {}).items()),
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout if timeout is not None else self.request_timeout,
+            )
+        except ApiException as exc:  # raised by the auth refresh, not by an answer
+            raise ApiError(f"{method} {path}: {exc.reason}", status=exc.status or 0) from None
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise ApiError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Json | None = None,
+        content_type: str = "application/json",
+        creating: bool = False,
+    ) -> Json:
+        """One request answered with JSON; a non-2xx answer raises the mapped error."""
+        resp = await self._open(method, path, query=query, body=body, content_type=content_type)
+        try:
+            data = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ApiError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
+        finally:
+            resp.release()
+        if not 200 <= resp.status <= 299:
+            raise _error(resp.status, data, what=f"{method} {path}", creating=creating)
+        try:
+            out = json.loads(data) if data else {}
+        except ValueError:
+            raise ApiError(f"{method} {path}: the answer is not JSON", status=resp.status) from None
+        return out if isinstance(out, dict) else {}
+
+    # --- verbs ---------------------------------------------------------------------------------
+
+    async def list(
+        self, res: ApiResource, *, namespace: str | None = None, selector: str | None = None
+    ) -> tuple[list[Json], str]:
+        """Every object of `res` (in `namespace`) and the list's resourceVersion."""
+        query = {"labelSelector": selector} if selector else None
+        data = await self.request("GET", res.path(namespace=namespace), query=query)
+        items = data.get("items") or []
+        rv = str((data.get("metadata") or {}).get("resourceVersion") or "")
+        api_version, kind = res.api_version, res.kind
+        for item in items:  # list items come without apiVersion and kind
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return items, rv
+
+    async def watch(
+        self,
+        res: ApiResource,
+        *,
+        resource_version: str,
+        timeout_seconds: float,
+        inactivity: float,
+        opened: Callable[[], None] | None = None,
+    ) -> AsyncIterator[Json]:
+        """The raw events (`{"type", "object"}`) of one WATCH request from `resource_version`,
+        bookmarks included, until the server ends the stream; `opened()` is called once the
+        server has accepted the request.
+
+        Raises :class:`Gone` on a 410 (answer or ERROR event), :class:`WatchSilent` when nothing
+        arrives for `inactivity` seconds, :class:`ApiError` on any other failure.
+        """
+        query = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(max(1, int(timeout_seconds))),
+        }
+        if resource_version:
+            query["resourceVersion"] = resource_version
+        path = res.path()
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.request_timeout)
+        resp = await self._open("GET", path, query=query, timeout=timeout)
+        try:
+            if not 200 <= resp.status <= 299:
+                raise _error(resp.status, await resp.read(), what=f"WATCH {path}")
+            if opened is not None:
+                opened()
+            while True:
+                try:
+                    line = await asyncio.wait_for(resp.content.readline(), inactivity)
+                except TimeoutError:
+                    raise WatchSilent(f"WATCH {path}: nothing for {inactivity:g}s") from None
+                except aiohttp.ClientError as exc:
+                    raise ApiError(f"WATCH {path}: {type(exc).__name__}: {exc}") from None
+                if not line:
+                    return  # the server ended the stream (timeoutSeconds): watch again
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    raise ApiError(f"WATCH {path}: a line that is not JSON") from None
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise _error(int(status.get("code") or 500), json.dumps(status), what=f"WATCH {path}")
+                yield event
+        finally:
+            resp.release()
+
+    async def get(self, res: ApiResource, namespace: str, name: str) -> Json:
+        return await self.request("GET", res.path(namespace=namespace, name=name))
+
+    async def create(self, res: ApiResource, body: Json) -> Json:
+        ns = (body.get("metadata") or {}).get("namespace") or None
+        return await self.request("POST", res.path(namespace=ns), body=body, creating=True)
+
+    async def replace(self, res: ApiResource, body: Json) -> Json:
+        meta = body.get("metadata") or {}
+        path = res.path(namespace=meta.get("namespace") or None, name=meta["name"])
+        return await self.request("PUT", path, body=body)
+
+    async def patch(
+        self, res: ApiResource, namespace: str, name: str, patch: Json, *, sub: str | None = None
+    ) -> Json:
+        """A JSON merge patch of the object, or of its subresource `sub` (`status`)."""
+        path = res.path(namespace=namespace or None, name=name, sub=sub)
+        return await self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    async def delete(
+        self, res: ApiResource, namespace: str, name: str, *, resource_version: str | None = None
+    ) -> Json:
+        body: Json | None = None
+        if resource_version:
+            body = {
+                "apiVersion": "v1",
+                "kind": "DeleteOptions",
+                "preconditions": {"resourceVersion": resource_version},
+            }
+        return await self.request("DELETE", res.path(namespace=namespace or None, name=name), body=body)
+
+    async def bind(self, namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+        """Bind a pod to `node` through the `pods/binding` subresource (as kube-scheduler does)."""
+        pods = resource_for("Pod")
+        meta: Json = {"name": name, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self.request("POST", pods.path(namespace=namespace, name=name, sub="binding"), body=body)

@@ -1,0 +1,176 @@
+"""`KubeCluster`: the `ClusterBackend` over a real (or test) Kubernetes API server.
+
+`run()` connects (kubeconfig, `$KUBECONFIG`, or the in-cluster service account), starts one
+informer per watched resource (Nodes, Pods, Services, ResourceQuotas, and gpuyard's custom
+resources: the job kinds of the configured `job_groups`, PodGroups, Reservations,
+ResourceClasses, NodeTopologies, Queues, ElasticQuotas), the leader elector and the lost-node
+watcher, and sets `synced` once every informer has listed. `healthy()` is False while any watch
+is broken. The store is the informers' cache: objects keep the API server's resourceVersions,
+and nothing is journaled (the API server is the store of record).
+
+The writer (:class:`~gpuyard.kubecluster.writing.KubeWriter`) exists from construction, but its
+client is connected in `run()`: a write before that fails with `BackendError`. `leadership` is
+the Lease elector (or None when `leader_election.enabled` is false: a single replica leads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from gpuyard.apis.meta import Resource
+from gpuyard.apis.resources import API_RESOURCES, ApiResource
+from gpuyard.kubecluster.client import ApiError, KubeClient
+from gpuyard.kubecluster.informing import Informer, Mirror
+from gpuyard.kubecluster.leading import LeaderElector
+from gpuyard.kubecluster.nodes import NodeModel
+from gpuyard.kubecluster.writing import KubeWriter
+from gpuyard.state.backend import BackendError, FaultInjector, Leadership
+from gpuyard.state.config import KubernetesConfig
+from gpuyard.state.context import Context
+
+__all__ = ["KubeCluster", "watched_resources"]
+
+log = structlog.get_logger(__name__)
+
+# Kinds the store knows that are not watched: Events are written, never read back.
+UNWATCHED = frozenset({"Event"})
+
+
+def watched_resources(kinds: list[str], *, job_groups: list[str]) -> list[ApiResource]:
+    """The resources to watch: every kind the store knows (less `UNWATCHED`), job kinds only in
+    the configured groups."""
+    known = set(kinds) - UNWATCHED
+    out = []
+    for res in API_RESOURCES:
+        if res.kind not in known:
+            continue
+        if res.categories and "trainingjobs" in res.categories and res.group not in job_groups:
+            continue
+        out.append(res)
+    return out
+
+
+class KubeCluster:
+    """The Kubernetes backend; see the module docstring."""
+
+    name = "kubernetes"
+    faults: FaultInjector | None = None  # a real cluster's faults are real
+
+    def __init__(self, ctx: Context, *, client: KubeClient | None = None) -> None:
+        self.ctx = ctx
+        self.store = ctx.store
+        self.clock = ctx.clock
+        self.config: KubernetesConfig = ctx.settings.backend.kubernetes
+        self.synced = asyncio.Event()
+        self._client = client
+        self.elector: LeaderElector | None = None
+        if self.config.leader_election.enabled:
+            self.elector = LeaderElector(
+                client=client,
+                clock=self.clock,
+                namespace=self.config.namespace,
+                config=self.config.leader_election,
+            )
+        self.nodes = NodeModel(
+            store=ctx.store,
+            clock=ctx.clock,
+            node_lost_grace=self.config.node_lost_grace,
+            is_leader=self._is_leader,
+        )
+        self.writer = KubeWriter(
+            client=client,
+            store=ctx.store,
+            may_write=self._why_not_write,
+        )
+        self.nodes.writer = self.writer
+        self.informers: list[Informer] = []
+
+    # --- ClusterBackend ------------------------------------------------------------------------
+
+    @property
+    def leadership(self) -> Leadership | None:
+        return self.elector
+
+    def healthy(self) -> bool:
+        return bool(self.informers) and all(i.healthy for i in self.informers)
+
+    def _is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader()
+
+    def _why_not_write(self) -> str | None:
+        if self.elector is None or self.elector.is_leader():
+            return None
+        return f"not the leader; the leader is {self.elector.holder or 'not elected yet'}"
+
+    # --- running -------------------------------------------------------------------------------
+
+    def _mirror_for(self, res: ApiResource) -> Mirror | None:
+        if res.kind == "Node":
+            return self.nodes
+        if res.kind == "Pod":
+            return self.nodes.pod_mirror()
+        if res.kind == "NodeTopology":
+            return self.nodes.topology_mirror()
+        return None
+
+    def _build(self, client: KubeClient) -> None:
+        cfg = self.config
+        self.writer.client = client
+        if self.elector is not None:
+            self.elector.client = client
+        self.informers = []
+        for res in watched_resources(self.store.kinds(), job_groups=list(cfg.job_groups)):
+            cls: type[Resource] = self.store.kind_class(res.kind)
+            self.informers.append(
+                Informer(
+                    client=client,
+                    resource=res,
+                    cls=cls,
+                    store=self.store,
+                    clock=self.clock,
+                    mirror=self._mirror_for(res),
+                    watch_timeout=cfg.watch_timeout,
+                    inactivity_timeout=cfg.inactivity_timeout,
+                    backoff_max=cfg.backoff_max,
+                )
+            )
+
+    async def _connect(self) -> KubeClient:
+        if self._client is not None:
+            return self._client
+        cfg = self.config
+        try:
+            return await KubeClient.connect(
+                kubeconfig=cfg.kubeconfig, context=cfg.context, request_timeout=cfg.request_timeout
+            )
+        except ApiError as exc:
+            raise BackendError(str(exc)) from None
+
+    async def _wait_synced(self) -> None:
+        await asyncio.gather(*(i.synced.wait() for i in self.informers))
+        self.synced.set()
+        log.info(
+            "kube.synced",
+            resources=len(self.informers),
+            nodes=self.store.count("Node"),
+            pods=self.store.count("Pod"),
+        )
+
+    async def run(self) -> None:
+        client = await self._connect()
+        owned = self._client is None
+        self._build(client)
+        log.info("kube.connected", host=client.host, watching=[i.name for i in self.informers])
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for informer in self.informers:
+                    tg.create_task(informer.run(), name=f"informer:{informer.name}")
+                tg.create_task(self._wait_synced(), name="kube:synced")
+                tg.create_task(self.nodes.run(), name="kube:node-lost")
+                if self.elector is not None:
+                    tg.create_task(self.elector.run(), name="kube:leader-election")
+        finally:
+            if owned:
+                await client.close()

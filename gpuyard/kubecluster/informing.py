@@ -1,0 +1,249 @@
+"""Informers: keep the store (the cache) current with one resource of the API server.
+
+One :class:`Informer` per watched `ApiResource`, by Kubernetes' rules (client-go's reflector,
+kopf's `watching.py`):
+
+1. LIST; every object is mirrored into the store with the server's resourceVersion, and every
+   object of this resource the store holds but the list lacks is forgotten (a re-list after a
+   410 thus turns into the deletes that were missed). `synced` is set after the first LIST.
+2. WATCH from the list's resourceVersion with `allowWatchBookmarks`; each event is mirrored
+   (ADDED/MODIFIED -> observe, DELETED -> forget), a BOOKMARK only moves the resourceVersion on.
+   When the server ends the stream (its `timeoutSeconds`), WATCH again from the last version.
+3. 410 Gone (answer or ERROR event): LIST again at once. A stream that sends nothing for
+   `inactivity_timeout` seconds is restarted from the last version. Any other failure (5xx, a
+   refused connection) is retried with exponential backoff and full jitter, capped at
+   `backoff_max`; while it lasts, `healthy` is False (so `/readyz` is not ready).
+4. A resource the server does not serve (404 on LIST: a CRD not installed) is logged once, with
+   the CRD's name and `gpuyard install`, and retried with backoff; never a crash loop.
+
+Objects go to a :class:`Mirror` (the store itself by default; the node model wraps it for Nodes,
+Pods and NodeTopologies). An object that does not validate against its model is logged once
+per resourceVersion and skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Protocol
+
+import structlog
+from pydantic import ValidationError
+
+from gpuyard.apis.meta import Resource
+from gpuyard.apis.resources import ApiResource
+from gpuyard.kubecluster.client import ApiError, Json, KubeClient, WatchSilent
+from gpuyard.state.clock import Clock
+from gpuyard.state.store import Gone, NotFound, Store
+
+__all__ = ["Backoff", "Informer", "Mirror", "StoreMirror"]
+
+log = structlog.get_logger(__name__)
+
+
+class Mirror(Protocol):
+    """Where an informer puts what it observes."""
+
+    def put(self, obj: Resource) -> None: ...
+
+    def drop(self, kind: str, namespace: str, name: str) -> None: ...
+
+
+class StoreMirror:
+    """Mirror straight into the store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def put(self, obj: Resource) -> None:
+        self.store.observe(obj)
+
+    def drop(self, kind: str, namespace: str, name: str) -> None:
+        self.store.forget(kind, namespace, name)
+
+
+class Backoff:
+    """Exponential backoff with full jitter: attempt n waits uniform(0, min(cap, base * 2**n))."""
+
+    def __init__(self, *, base: float = 0.2, cap: float = 30.0, rng: random.Random | None = None) -> None:
+        self.base = base
+        self.cap = cap
+        self.failures = 0
+        self.rng = rng or random.Random()
+
+    def reset(self) -> None:
+        self.failures = 0
+
+    def next(self) -> float:
+        ceiling = min(self.cap, self.base * 2.0**self.failures)
+        self.failures += 1
+        return self.rng.uniform(ceiling / 2, ceiling)
+
+
+class Informer:
+    """LIST + WATCH of one resource into a mirror; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        resource: ApiResource,
+        cls: type[Resource],
+        store: Store,
+        clock: Clock,
+        mirror: Mirror | None = None,
+        watch_timeout: float = 300.0,
+        inactivity_timeout: float = 60.0,
+        backoff_max: float = 30.0,
+        on_relist: Callable[[], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.cls = cls
+        self.store = store
+        self.clock = clock
+        self.mirror: Mirror = mirror or StoreMirror(store)
+        self.watch_timeout = watch_timeout
+        self.inactivity_timeout = inactivity_timeout
+        self.backoff = Backoff(cap=backoff_max)
+        self.on_relist = on_relist
+        self.synced = asyncio.Event()
+        self.healthy = False
+        self.error: str | None = None
+        self.resource_version = ""
+        self.lists = 0  # LISTs made (the first, then one per 410)
+        self.watches = 0  # WATCH requests opened
+        self._missing_logged = False
+        self._invalid: set[tuple[str, str, str]] = set()
+
+    @property
+    def name(self) -> str:
+        r = self.resource
+        return f"{r.plural}.{r.group}" if r.group else r.plural
+
+    # --- mirroring -----------------------------------------------------------------------------
+
+    def _model(self, raw: Json) -> Resource | None:
+        raw.setdefault("apiVersion", self.resource.api_version)
+        raw.setdefault("kind", self.resource.kind)
+        try:
+            return self.cls.model_validate(raw)
+        except ValidationError as exc:
+            meta = raw.get("metadata") or {}
+            key = (
+                str(meta.get("namespace", "")),
+                str(meta.get("name", "")),
+                str(meta.get("resourceVersion")),
+            )
+            if key not in self._invalid:
+                self._invalid.add(key)
+                log.warning(
+                    "informer.invalid_object",
+                    resource=self.name,
+                    object=f"{key[0]}/{key[1]}" if key[0] else key[1],
+                    error=str(exc).splitlines()[0],
+                    problems=exc.error_count(),
+                )
+            return None
+
+    def _mine(self, obj: Resource) -> bool:
+        """Objects of the store's kind served by this resource (a job kind has one per group)."""
+        return obj.api_version == self.resource.api_version
+
+    async def relist(self) -> None:
+        items, rv = await self.client.list(self.resource)
+        seen: set[tuple[str, str]] = set()
+        for raw in items:
+            obj = self._model(raw)
+            if obj is None:
+                continue
+            seen.add((obj.metadata.namespace, obj.metadata.name))
+            self.mirror.put(obj)
+        kind = self.resource.kind
+        for ns, name in self.store.keys_of(kind):
+            held = self.store.get(kind, ns, name)
+            if (ns, name) not in seen and held is not None and self._mine(held):
+                self.mirror.drop(kind, ns, name)
+        self.resource_version = rv
+        self.lists += 1
+        if self.on_relist is not None:
+            self.on_relist()
+
+    def apply(self, event: Json) -> None:
+        kind = event.get("type")
+        raw = event.get("object") or {}
+        rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+        if kind == "BOOKMARK":
+            self.resource_version = rv or self.resource_version
+            return
+        obj = self._model(raw)
+        if rv:
+            self.resource_version = rv
+        if obj is None:
+            return
+        if kind == "DELETED":
+            self.mirror.drop(obj.kind, obj.metadata.namespace, obj.metadata.name)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.mirror.put(obj)
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def _opened(self) -> None:
+        self.healthy, self.error = True, None
+
+    def _broken(self, error: str) -> None:
+        self.healthy = False
+        self.error = error
+
+    async def run(self) -> None:
+        listed = False
+        while True:
+            try:
+                if not listed:
+                    await self.relist()
+                    listed = True
+                    self.synced.set()
+                    self.healthy, self.error = True, None
+                    self._missing_logged = False
+                    self.backoff.reset()
+                self.watches += 1
+                async for event in self.client.watch(
+                    self.resource,
+                    resource_version=self.resource_version,
+                    timeout_seconds=self.watch_timeout,
+                    inactivity=self.inactivity_timeout,
+                    opened=self._opened,
+                ):
+                    self.healthy, self.error = True, None
+                    self.backoff.reset()
+                    self.apply(event)
+                # the server closed the stream (timeoutSeconds): watch again from where we are
+            except Gone as exc:
+                log.info(
+                    "informer.gone",
+                    resource=self.name,
+                    resource_version=self.resource_version,
+                    error=str(exc),
+                )
+                listed = False  # re-list at once
+            except WatchSilent as exc:
+                log.warning("informer.silent", resource=self.name, error=str(exc))
+                self._broken(str(exc))  # healthy again at the next event or list
+            except NotFound as exc:
+                self._broken(str(exc))
+                if not self._missing_logged:
+                    self._missing_logged = True
+                    what = f"CRD {self.resource.crd_name}" if self.resource.group else f"resource {self.name}"
+                    log.error(
+                        "informer.resource_missing",
+                        resource=self.name,
+                        error=f"the API server does not serve {self.name}: is the {what} installed? "
+                        "run `gpuyard install` (or apply configs/deploy/crds/); retrying",
+                    )
+                await self.clock.sleep(self.backoff.next())
+            except ApiError as exc:
+                self._broken(str(exc))
+                delay = self.backoff.next()
+                log.warning("informer.error", resource=self.name, error=str(exc), retry_in=round(delay, 2))
+                await self.clock.sleep(delay)

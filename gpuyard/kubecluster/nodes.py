@@ -1,0 +1,288 @@
+"""The node model of the Kubernetes backend: nodes as the scheduler must see them, and lost nodes.
+
+Nodes come from the API server (the Node informer mirrors them through :class:`NodeModel`), and
+three things are added on the way into the store:
+
+* **Foreign pods take capacity.** The scheduler's snapshot counts free capacity as allocatable
+  minus gpuyard's Reservations; pods it did not place (DaemonSets, other schedulers' pods) hold
+  no Reservation. So the node mirrored into the store carries what is left for gpuyard: its
+  `status.allocatable` less the requests of every active (not finished) pod bound to it whose
+  `schedulerName` is not gpuyard, and the GPUs such pods hold are listed as unavailable in the
+  `gpuyard.io/unhealthy-gpus` annotation (the highest indices no gpuyard pod uses: which device a
+  foreign pod got is the device plugin's secret). What was taken off is shown in annotation
+  `gpuyard.io/foreign-usage`. The Node on the API server is never changed by this; the cached
+  copy keeps the server's resourceVersion.
+* **Topology.** A node's `NodeTopology` object is used when the server has one; else one is
+  derived (kept in the cache only) from the preset named by the node label
+  `gpuyard.io/topology-preset` (`devices/presets.py`); else there is none and the scheduler uses
+  a flat topology from the node's GPU capacity and `nvidia.com/gpu.product` label, exactly as for
+  a fake cluster's node without a topology.
+* **Lost nodes.** A node that disappears from the API server or turns NotReady is remembered
+  with the time it was lost; after `node_lost_grace` seconds its active pods are failed with
+  reason `NodeLost` (a status PATCH, as the node controller would), by the leader only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from decimal import Decimal
+
+import structlog
+
+from gpuyard.apis.core import GPU_RESOURCE, Node, Pod
+from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unhealthy, unhealthy_indices
+from gpuyard.apis.devices import NodeTopology
+from gpuyard.apis.meta import Resource
+from gpuyard.apis.scheduling import ANNOTATION_DEVICES
+from gpuyard.devices.presets import PRESETS, get_preset
+from gpuyard.devices.scenarios import LABEL_TOPOLOGY_PRESET
+from gpuyard.kubecluster.writing import SCHEDULER_NAME
+from gpuyard.state.clock import Clock
+from gpuyard.state.store import NotFound, Store
+from gpuyard.state.writing import Writer
+
+__all__ = [
+    "ANNOTATION_DERIVED",
+    "ANNOTATION_FOREIGN_USAGE",
+    "NodeModel",
+    "foreign_usage",
+]
+
+log = structlog.get_logger(__name__)
+
+ANNOTATION_FOREIGN_USAGE = "gpuyard.io/foreign-usage"
+ANNOTATION_DERIVED = "gpuyard.io/derived-from"
+ACTIVE = ("Pending", "Running", "Unknown")
+NODE_LOST = "NodeLost"
+
+
+def _is_foreign(pod: Pod) -> bool:
+    return (pod.spec.scheduler_name or "default-scheduler") != SCHEDULER_NAME
+
+
+def foreign_usage(pods: list[Pod]) -> dict[str, Decimal]:
+    """The summed requests of the active foreign pods given."""
+    total: dict[str, Decimal] = {}
+    for pod in pods:
+        if pod.status.phase not in ACTIVE or not _is_foreign(pod):
+            continue
+        for name, q in pod.spec.requests().items():
+            total[name] = total.get(name, Decimal(0)) + q
+    return total
+
+
+def _gpu_indices_of(pods: list[Pod]) -> set[int]:
+    used: set[int] = set()
+    for pod in pods:
+        try:
+            devices = json.loads(pod.metadata.annotations.get(ANNOTATION_DEVICES, "{}"))
+        except ValueError:
+            continue
+        if isinstance(devices, dict):
+            used.update(g for g in devices.get("gpus", []) if isinstance(g, int))
+    return used
+
+
+class NodeModel:
+    """Mirror for the Node, Pod and NodeTopology informers; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        clock: Clock,
+        node_lost_grace: float,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.grace = node_lost_grace
+        self.is_leader = is_leader
+        self.raw: dict[str, Node] = {}  # node name -> as the API server holds it
+        self.pods_on: dict[str, dict[tuple[str, str], Pod]] = {}  # node -> its pods
+        self.lost_since: dict[str, float] = {}  # node -> when it went away or NotReady
+        self.writer: Writer | None = None
+        self.pods_failed = 0
+
+    # --- Nodes ---------------------------------------------------------------------------------
+
+    def put(self, obj: Resource) -> None:
+        """The Mirror of the Node informer."""
+        if not isinstance(obj, Node):
+            raise TypeError(f"NodeModel mirrors Nodes, not {obj.kind}")
+        name = obj.metadata.name
+        self.raw[name] = obj
+        if obj.ready:
+            self.lost_since.pop(name, None)
+        else:
+            self.lost_since.setdefault(name, self.clock.now())
+        self._publish(name)
+        self._derive_topology(obj)
+
+    def drop(self, kind: str, namespace: str, name: str) -> None:
+        self.raw.pop(name, None)
+        self.store.forget("Node", "", name)
+        if self.pods_on.get(name):
+            self.lost_since.setdefault(name, self.clock.now())
+        topo = self.store.get_of(NodeTopology, "", name)
+        if topo is not None and topo.metadata.annotations.get(ANNOTATION_DERIVED):
+            self.store.forget("NodeTopology", "", name)
+
+    def _publish(self, name: str) -> None:
+        """Mirror the node with the capacity foreign pods take off (see the module docstring)."""
+        node = self.raw.get(name)
+        if node is None:
+            return
+        pods = list(self.pods_on.get(name, {}).values())
+        usage = foreign_usage(pods)
+        if not usage:
+            if self.store.get_of(Node, "", name) is not node:
+                self.store.observe(node, force=True)
+            return
+        adjusted = node.clone()
+        alloc = adjusted.status.allocatable
+        for res, q in usage.items():
+            if res in alloc and res != GPU_RESOURCE:
+                alloc[res] = max(Decimal(0), alloc[res] - q)
+        gpus = int(usage.get(GPU_RESOURCE, Decimal(0)))
+        if gpus > 0:
+            count = int(alloc.get(GPU_RESOURCE, Decimal(0)))
+            ours = _gpu_indices_of([p for p in pods if not _is_foreign(p) and p.status.phase in ACTIVE])
+            broken = set(unhealthy_indices(node))
+            free = [i for i in range(count - 1, -1, -1) if i not in ours and i not in broken]
+            taken = set(free[:gpus])
+            adjusted.metadata.annotations[ANNOTATION_UNHEALTHY_GPUS] = format_unhealthy(broken | taken)
+        adjusted.metadata.annotations[ANNOTATION_FOREIGN_USAGE] = ",".join(
+            f"{k}={v}" for k, v in sorted(usage.items())
+        )
+        self.store.observe(adjusted, force=True)
+
+    def _derive_topology(self, node: Node) -> None:
+        name = node.metadata.name
+        preset = node.metadata.labels.get(LABEL_TOPOLOGY_PRESET)
+        held = self.store.get_of(NodeTopology, "", name)
+        if held is not None and not held.metadata.annotations.get(ANNOTATION_DERIVED):
+            return  # the server's own NodeTopology wins
+        if preset not in PRESETS:
+            if preset:
+                log.warning(
+                    "kube.unknown_topology_preset", node=name, preset=preset, allowed=", ".join(PRESETS)
+                )
+            if held is not None:
+                self.store.forget("NodeTopology", "", name)
+            return
+        if held is not None and held.metadata.annotations.get(ANNOTATION_DERIVED) == f"preset:{preset}":
+            return
+        topo = get_preset(preset, node_name=name)
+        topo.metadata.annotations[ANNOTATION_DERIVED] = f"preset:{preset}"
+        topo.metadata.resource_version = "1"
+        if held is not None:
+            self.store.forget("NodeTopology", "", name)
+        self.store.observe(topo)
+
+    # --- NodeTopologies --------------------------------------------------------------------------
+
+    def topology_mirror(self) -> TopologyMirror:
+        return TopologyMirror(self)
+
+    # --- Pods ------------------------------------------------------------------------------------
+
+    def pod_mirror(self) -> PodMirror:
+        return PodMirror(self)
+
+    def pod_changed(self, pod: Pod | None, *, old: Pod | None) -> None:
+        """Keep the per-node pod index; re-publish the nodes whose foreign usage changed."""
+        touched: set[str] = set()
+        for p, add in ((old, False), (pod, True)):
+            if p is None or not p.spec.node_name:
+                continue
+            key = (p.metadata.namespace, p.metadata.name)
+            on = self.pods_on.setdefault(p.spec.node_name, {})
+            if add:
+                on[key] = p
+            else:
+                on.pop(key, None)
+            if _is_foreign(p):
+                touched.add(p.spec.node_name)
+        for name in touched:
+            self._publish(name)
+
+    # --- lost nodes ------------------------------------------------------------------------------
+
+    async def fail_lost(self) -> int:
+        """Fail the active pods of nodes lost longer than the grace period; return how many."""
+        if self.writer is None or not self.is_leader():
+            return 0
+        now = self.clock.now()
+        failed = 0
+        for name, since in list(self.lost_since.items()):
+            if now - since < self.grace:
+                continue
+            pods = [p for p in self.pods_on.get(name, {}).values() if p.status.phase in ACTIVE]
+            for pod in pods:
+                try:
+                    await self.writer.patch_status(
+                        "Pod",
+                        pod.metadata.namespace,
+                        pod.metadata.name,
+                        {"phase": "Failed", "reason": NODE_LOST, "message": f"node {name} was lost"},
+                    )
+                    failed += 1
+                except NotFound:
+                    continue
+            if name not in self.raw and not any(
+                p.status.phase in ACTIVE for p in self.pods_on.get(name, {}).values()
+            ):
+                self.lost_since.pop(name, None)
+        if failed:
+            self.pods_failed += failed
+            log.info("kube.node_lost_pods_failed", pods=failed)
+        return failed
+
+    async def run(self, *, interval: float = 1.0) -> None:
+        while True:
+            await self.clock.sleep(min(interval, max(self.grace / 4, 0.05)))
+            await self.fail_lost()
+
+
+class PodMirror:
+    """Mirror for the Pod informer: the store, plus the node model's per-node pod index."""
+
+    def __init__(self, model: NodeModel) -> None:
+        self.model = model
+
+    def put(self, obj: Resource) -> None:
+        if not isinstance(obj, Pod):
+            raise TypeError(f"PodMirror mirrors Pods, not {obj.kind}")
+        old = self.model.store.get_of(Pod, obj.metadata.namespace, obj.metadata.name)
+        if self.model.store.observe(obj):
+            self.model.pod_changed(obj, old=old)
+
+    def drop(self, kind: str, namespace: str, name: str) -> None:
+        old = self.model.store.get_of(Pod, namespace, name)
+        if self.model.store.forget(kind, namespace, name):
+            self.model.pod_changed(None, old=old)
+
+
+class TopologyMirror:
+    """Mirror for the NodeTopology informer: a node's preset topology comes back when the
+    server's own NodeTopology goes away."""
+
+    def __init__(self, model: NodeModel) -> None:
+        self.model = model
+
+    def put(self, obj: Resource) -> None:
+        held = self.model.store.get(obj.kind, "", obj.metadata.name)
+        if held is not None and held.metadata.annotations.get(ANNOTATION_DERIVED):
+            self.model.store.forget(obj.kind, "", obj.metadata.name)
+        self.model.store.observe(obj)
+
+    def drop(self, kind: str, namespace: str, name: str) -> None:
+        held = self.model.store.get(kind, "", name)
+        if held is not None and held.metadata.annotations.get(ANNOTATION_DERIVED):
+            return
+        self.model.store.forget(kind, "", name)
+        node = self.model.raw.get(name)
+        if node is not None:
+            self.model._derive_topology(node)

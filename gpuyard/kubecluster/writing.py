@@ -1,0 +1,220 @@
+"""The Kubernetes backend's write path: :class:`KubeWriter` implements `state.writing.Writer`
+over the API server.
+
+* `create(obj)` -> POST. A Pod arrives from the operator already carrying the node the scheduler
+  chose: it is created *without* `spec.nodeName`, with `schedulerName: gpuyard` (so no other
+  scheduler touches it), then bound through `pods/binding`, as kube-scheduler binds; if the
+  binding fails the pod is deleted again and the create fails with `BackendError` (the caller
+  un-assumes the placement). A status given at create is written with a status PATCH after it
+  (the API server drops it from a create), except for pods, whose status is the kubelet's.
+* `update(obj)` -> PUT with the object's resourceVersion: 409 -> `Conflict` (the caller's
+  `retry_on_conflict` re-reads the cache and decides again). Status is a subresource: a PUT of
+  the object never changes it, as in the store's own writer.
+* `patch_status(kind, ns, name, changes)` -> a JSON merge PATCH of `/status` (of the object for
+  kinds without a status subresource) that turns the cached status into the changed one; with
+  `resource_version` it carries `metadata.resourceVersion`, which the API server treats as a
+  precondition (409).
+* `delete(kind, ns, name)` -> DELETE (404 -> `NotFound`, as the protocol says: already gone).
+
+Every write answers only after the API server's 2xx, and the object the server returns is
+mirrored into the store at once (read-your-writes; the watch event that repeats it later carries
+the same resourceVersion and changes nothing). While another replica leads, every write is
+refused with `BackendError` (a fenced standby never binds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar, cast
+
+from pydantic import BaseModel
+
+from gpuyard.apis.core import Pod
+from gpuyard.apis.meta import Resource
+from gpuyard.apis.resources import ApiResource, resource_for
+from gpuyard.kubecluster.client import ApiError, Json, KubeClient
+from gpuyard.state.backend import BackendError
+from gpuyard.state.store import AlreadyExists, NotFound, Store
+
+__all__ = ["SCHEDULER_NAME", "KubeWriter", "merge_diff", "to_json"]
+
+R = TypeVar("R", bound=Resource)
+
+SCHEDULER_NAME = "gpuyard"
+
+
+class _WithStatus(Protocol):
+    status: BaseModel
+
+
+def to_json(obj: BaseModel) -> Json:
+    """A model as the API server takes it (camelCase, no nulls, JSON types)."""
+    return obj.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def merge_diff(old: Any, new: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`: changed keys, nested maps
+    diffed, keys that went away as null."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    out: dict[str, Any] = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        if k not in old:
+            out[k] = v
+        elif old[k] != v:
+            out[k] = merge_diff(old[k], v)
+    return out
+
+
+class KubeWriter:
+    """`Writer` over the API server; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient | None,
+        store: Store,
+        may_write: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        """`may_write()` returns why this replica must not write now (None: it may); `client`
+        may be set later (before that, every write fails with `BackendError`)."""
+        self.client = client
+        self.store = store
+        self.may_write = may_write
+        self.pods_bound = 0
+
+    def _resource(self, kind: str, api_version: str | None = None) -> ApiResource:
+        try:
+            return resource_for(kind, api_version or None)
+        except KeyError:
+            return resource_for(kind)
+
+    def _api(self) -> KubeClient:
+        if self.client is None:
+            raise BackendError("the Kubernetes backend is not connected yet")
+        return self.client
+
+    def _check(self, what: str) -> None:
+        why = self.may_write()
+        if why is not None:
+            raise BackendError(f"{what}: {why}")
+
+    def _mirror(self, cls: type[R], raw: Json) -> R:
+        obj = cls.model_validate(raw)
+        self.store.observe(obj)
+        return obj
+
+    async def create(self, obj: R) -> R:
+        self._check(f"create {obj.kind} {obj.metadata.name}")
+        res = self._resource(obj.kind, obj.api_version)
+        cls = type(obj)
+        body = to_json(obj)
+        body["apiVersion"], body["kind"] = res.api_version, res.kind
+        meta = body.setdefault("metadata", {})
+        for server_owned in ("resourceVersion", "uid", "creationTimestamp", "generation"):
+            meta.pop(server_owned, None)
+        if not res.namespaced:
+            meta.pop("namespace", None)
+        elif not meta.get("namespace"):
+            meta["namespace"] = "default"
+        status = body.pop("status", None)
+        if isinstance(obj, Pod):
+            return cast(R, await self._create_pod(obj, body))
+        raw = await self._api().create(res, body)
+        if status and res.status_subresource:
+            raw = await self._api().patch(
+                res,
+                raw["metadata"].get("namespace", ""),
+                raw["metadata"]["name"],
+                {"status": status},
+                sub="status",
+            )
+        return self._mirror(cls, raw)
+
+    async def _create_pod(self, pod: Pod, body: Json) -> Pod:
+        where = f"pod {pod.metadata.namespace or 'default'}/{pod.metadata.name}"
+        node = pod.spec.node_name
+        if not node:
+            raise BackendError(
+                f"{where}: spec.nodeName is required (the scheduler places pods before they are created)"
+            )
+        spec = body.setdefault("spec", {})
+        spec.pop("nodeName", None)
+        spec["schedulerName"] = SCHEDULER_NAME
+        res = self._resource("Pod")
+        try:
+            raw = await self._api().create(res, body)
+        except AlreadyExists as exc:
+            raise BackendError(str(exc)) from None
+        meta = raw.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", pod.metadata.name)
+        try:
+            await self._api().bind(ns, name, node, uid=meta.get("uid"))
+        except (ApiError, NotFound, AlreadyExists) as exc:
+            try:
+                await self._api().delete(res, ns, name)
+            except (ApiError, NotFound):
+                pass
+            raise BackendError(f"{where}: binding to node {node} failed: {exc}") from None
+        self.pods_bound += 1
+        raw.setdefault("spec", {})["nodeName"] = node  # the binding's own event follows
+        return self._mirror(Pod, raw)
+
+    async def update(self, obj: R) -> R:
+        self._check(f"update {obj.kind} {obj.metadata.name}")
+        res = self._resource(obj.kind, obj.api_version)
+        body = to_json(obj)
+        if not res.namespaced:
+            body.get("metadata", {}).pop("namespace", None)
+        if res.status_subresource:
+            body.pop("status", None)
+        raw = await self._api().replace(res, body)
+        return self._mirror(type(obj), raw)
+
+    async def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        changes: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
+    ) -> Resource:
+        self._check(f"patch {kind} {name} status")
+        current = self.store.must_get(kind, namespace, name)
+        cls = type(current)
+        if "status" not in cls.model_fields:
+            raise ValueError(f"{kind} has no status")
+        status = cast(_WithStatus, current).status  # the model has a `status` field (checked above)
+        unknown = set(changes) - set(type(status).model_fields)
+        if unknown:
+            raise ValueError(f"{kind}.status has no field {', '.join(sorted(unknown))}")
+        fields = type(status).model_fields
+        aliases = {k: fields[k].alias or k for k in changes}
+        old = to_json(status)
+        new = to_json(status.model_copy(update=dict(changes)))
+        patch = {aliases[k]: merge_diff(old.get(aliases[k]), new.get(aliases[k])) for k in changes}
+        body: Json = {"status": patch}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        res = self._resource(kind, current.api_version)
+        raw = await self._api().patch(
+            res, namespace, name, body, sub="status" if res.status_subresource else None
+        )
+        return self._mirror(cls, raw)
+
+    async def delete(
+        self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
+    ) -> None:
+        self._check(f"delete {kind} {name}")
+        held = self.store.get(kind, namespace, name)
+        res = self._resource(kind, held.api_version if held is not None else None)
+        try:
+            raw = await self._api().delete(res, namespace, name, resource_version=resource_version)
+        except NotFound:
+            self.store.forget(kind, namespace, name)
+            raise
+        if raw.get("kind") == res.kind and (raw.get("metadata") or {}).get("deletionTimestamp"):
+            self._mirror(self.store.kind_class(kind), raw)  # terminating: the kubelet finishes it
+        else:
+            self.store.forget(kind, namespace, name)
