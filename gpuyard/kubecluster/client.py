@@ -223,7 +223,8 @@ class KubeClient:
                 opened()
             while True:
                 try:
-                    line = await asyncio.wait_for(resp.content.readline(), inactivity)
+                    async with asyncio.timeout(inactivity):
+                        line = await resp.content.readline()
                 except TimeoutError:
                     raise WatchSilent(f"WATCH {path}: nothing for {inactivity:g}s") from None
                 except aiohttp.ClientError as exc:

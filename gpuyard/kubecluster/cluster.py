@@ -3,8 +3,8 @@
 `run()` connects (kubeconfig, `$KUBECONFIG`, or the in-cluster service account), starts one
 informer per watched resource (Nodes, Pods, Services, ResourceQuotas, and gpuyard's custom
 resources: the job kinds of the configured `job_groups`, PodGroups, Reservations,
-ResourceClasses, NodeTopologies, Queues, ElasticQuotas), the leader elector and the lost-node
-watcher, and sets `synced` once every informer has listed. `healthy()` is False while any watch
+ResourceClasses, NodeTopologies, Queues, ElasticQuotas), the leader elector, the lost-node
+watcher and the sweep of pods a dead leader created but never bound (`orphans.py`), and sets `synced` once every informer has listed. `healthy()` is False while any watch
 is broken. The store is the informers' cache: objects keep the API server's resourceVersions,
 and nothing is journaled (the API server is the store of record).
 
@@ -25,6 +25,7 @@ from gpuyard.kubecluster.client import ApiError, KubeClient
 from gpuyard.kubecluster.informing import Informer, Mirror
 from gpuyard.kubecluster.leading import LeaderElector
 from gpuyard.kubecluster.nodes import NodeModel
+from gpuyard.kubecluster.orphans import OrphanSweeper
 from gpuyard.kubecluster.writing import KubeWriter
 from gpuyard.state.backend import BackendError, FaultInjector, Leadership
 from gpuyard.state.config import KubernetesConfig
@@ -85,6 +86,9 @@ class KubeCluster:
             may_write=self._why_not_write,
         )
         self.nodes.writer = self.writer
+        self.orphans = OrphanSweeper(
+            store=ctx.store, writer=self.writer, clock=ctx.clock, is_leader=self._is_leader
+        )
         self.informers: list[Informer] = []
 
     # --- ClusterBackend ------------------------------------------------------------------------
@@ -169,6 +173,7 @@ class KubeCluster:
                     tg.create_task(informer.run(), name=f"informer:{informer.name}")
                 tg.create_task(self._wait_synced(), name="kube:synced")
                 tg.create_task(self.nodes.run(), name="kube:node-lost")
+                tg.create_task(self.orphans.run(), name="kube:orphan-pods")
                 if self.elector is not None:
                     tg.create_task(self.elector.run(), name="kube:leader-election")
         finally:

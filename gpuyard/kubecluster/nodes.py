@@ -8,8 +8,8 @@ three things are added on the way into the store:
   no Reservation. So the node mirrored into the store carries what is left for gpuyard: its
   `status.allocatable` less the requests of every active (not finished) pod bound to it whose
   `schedulerName` is not gpuyard, and the GPUs such pods hold are listed as unavailable in the
-  `gpuyard.io/unhealthy-gpus` annotation (the highest indices no gpuyard pod uses: which device a
-  foreign pod got is the device plugin's secret). What was taken off is shown in annotation
+  `gpuyard.io/unhealthy-gpus` annotation (the highest indices no gpuyard pod or Reservation
+  uses: which device a foreign pod got is the device plugin's secret). What was taken off is shown in annotation
   `gpuyard.io/foreign-usage`. The Node on the API server is never changed by this; the cached
   copy keeps the server's resourceVersion.
 * **Topology.** A node's `NodeTopology` object is used when the server has one; else one is
@@ -34,7 +34,7 @@ from gpuyard.apis.core import GPU_RESOURCE, Node, Pod
 from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unhealthy, unhealthy_indices
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import Resource
-from gpuyard.apis.scheduling import ANNOTATION_DEVICES
+from gpuyard.apis.scheduling import ANNOTATION_DEVICES, Reservation
 from gpuyard.devices.presets import PRESETS, get_preset
 from gpuyard.devices.scenarios import LABEL_TOPOLOGY_PRESET
 from gpuyard.kubecluster.writing import SCHEDULER_NAME
@@ -149,6 +149,9 @@ class NodeModel:
         if gpus > 0:
             count = int(alloc.get(GPU_RESOURCE, Decimal(0)))
             ours = _gpu_indices_of([p for p in pods if not _is_foreign(p) and p.status.phase in ACTIVE])
+            ours.update(
+                g for r in self.store.list_of(Reservation) if r.spec.node == name for g in r.spec.gpus
+            )
             broken = set(unhealthy_indices(node))
             free = [i for i in range(count - 1, -1, -1) if i not in ours and i not in broken]
             taken = set(free[:gpus])

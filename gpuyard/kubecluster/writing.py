@@ -1,7 +1,8 @@
 """The Kubernetes backend's write path: :class:`KubeWriter` implements `state.writing.Writer`
 over the API server.
 
-* `create(obj)` -> POST. A Pod arrives from the operator already carrying the node the scheduler
+* `create(obj)` -> POST (409: `AlreadyExists`, and the object holding the name is read and
+  mirrored, so a caller that re-reads the store finds it). A Pod arrives from the operator already carrying the node the scheduler
   chose: it is created *without* `spec.nodeName`, with `schedulerName: gpuyard` (so no other
   scheduler touches it), then bound through `pods/binding`, as kube-scheduler binds; if the
   binding fails the pod is deleted again and the create fails with `BackendError` (the caller
@@ -34,13 +35,14 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import ApiResource, resource_for
 from gpuyard.kubecluster.client import ApiError, Json, KubeClient
 from gpuyard.state.backend import BackendError
-from gpuyard.state.store import AlreadyExists, NotFound, Store
+from gpuyard.state.store import AlreadyExists, Conflict, NotFound, Store
 
-__all__ = ["SCHEDULER_NAME", "KubeWriter", "merge_diff", "to_json"]
+__all__ = ["ANNOTATION_ASSIGNED_NODE", "SCHEDULER_NAME", "KubeWriter", "merge_diff", "to_json"]
 
 R = TypeVar("R", bound=Resource)
 
 SCHEDULER_NAME = "gpuyard"
+ANNOTATION_ASSIGNED_NODE = "gpuyard.io/assigned-node"  # the node a pod is created for (bound next)
 
 
 class _WithStatus(Protocol):
@@ -82,6 +84,7 @@ class KubeWriter:
         self.store = store
         self.may_write = may_write
         self.pods_bound = 0
+        self.in_flight: set[tuple[str, str]] = set()  # pods between create and bind
 
     def _resource(self, kind: str, api_version: str | None = None) -> ApiResource:
         try:
@@ -120,7 +123,11 @@ class KubeWriter:
         status = body.pop("status", None)
         if isinstance(obj, Pod):
             return cast(R, await self._create_pod(obj, body))
-        raw = await self._api().create(res, body)
+        try:
+            raw = await self._api().create(res, body)
+        except AlreadyExists:
+            await self._mirror_existing(cls, res, meta.get("namespace", ""), meta.get("name", ""))
+            raise
         if status and res.status_subresource:
             raw = await self._api().patch(
                 res,
@@ -130,6 +137,16 @@ class KubeWriter:
                 sub="status",
             )
         return self._mirror(cls, raw)
+
+    async def _mirror_existing(self, cls: type[R], res: ApiResource, namespace: str, name: str) -> None:
+        """A create refused because the name is taken: mirror what holds it (the cache may not
+        watch the kind, e.g. Events), so the caller's re-read finds it."""
+        if not name:
+            return
+        try:
+            self._mirror(cls, await self._api().get(res, namespace, name))
+        except (ApiError, NotFound):
+            pass
 
     async def _create_pod(self, pod: Pod, body: Json) -> Pod:
         where = f"pod {pod.metadata.namespace or 'default'}/{pod.metadata.name}"
@@ -141,24 +158,36 @@ class KubeWriter:
         spec = body.setdefault("spec", {})
         spec.pop("nodeName", None)
         spec["schedulerName"] = SCHEDULER_NAME
+        body["metadata"].setdefault("annotations", {})[ANNOTATION_ASSIGNED_NODE] = node
         res = self._resource("Pod")
+        key = (body["metadata"]["namespace"], pod.metadata.name)
+        self.in_flight.add(key)
         try:
-            raw = await self._api().create(res, body)
-        except AlreadyExists as exc:
-            raise BackendError(str(exc)) from None
-        meta = raw.get("metadata") or {}
-        ns, name = meta.get("namespace", ""), meta.get("name", pod.metadata.name)
-        try:
-            await self._api().bind(ns, name, node, uid=meta.get("uid"))
-        except (ApiError, NotFound, AlreadyExists) as exc:
             try:
-                await self._api().delete(res, ns, name)
-            except (ApiError, NotFound):
-                pass
-            raise BackendError(f"{where}: binding to node {node} failed: {exc}") from None
+                raw = await self._api().create(res, body)
+            except AlreadyExists as exc:
+                raise BackendError(str(exc)) from None
+            meta = raw.get("metadata") or {}
+            ns, name = meta.get("namespace", ""), meta.get("name", pod.metadata.name)
+            try:
+                await self._api().bind(ns, name, node, uid=meta.get("uid"))
+            except (ApiError, NotFound, AlreadyExists, Conflict) as exc:
+                try:
+                    await self._api().delete(res, ns, name)
+                except (ApiError, NotFound):
+                    pass  # left unbound: the leader's orphan sweep deletes it
+                raise BackendError(f"{where}: binding to node {node} failed: {exc}") from None
+        finally:
+            self.in_flight.discard(key)
         self.pods_bound += 1
         raw.setdefault("spec", {})["nodeName"] = node  # the binding's own event follows
         return self._mirror(Pod, raw)
+
+    async def bind(self, pod: Pod, node: str) -> None:
+        """Bind an existing unbound pod (one a previous leader created) to `node`."""
+        self._check(f"bind pod {pod.metadata.name}")
+        await self._api().bind(pod.metadata.namespace, pod.metadata.name, node, uid=pod.metadata.uid)
+        self.pods_bound += 1
 
     async def update(self, obj: R) -> R:
         self._check(f"update {obj.kind} {obj.metadata.name}")

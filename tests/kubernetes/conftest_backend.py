@@ -71,6 +71,7 @@ class MiniApiServer:
         self.compacted = 0
         self.bookmark_interval = bookmark_interval
         self.requests: list[tuple[str, str]] = []
+        self.bindings: list[tuple[str, str, str]] = []  # (namespace, pod uid, node) of every binding made
         self.faults: list[tuple[int, int, str | None, str | None]] = []  # count, status, method, path end
         self.silent = False
         self._changed = asyncio.Condition()
@@ -224,6 +225,7 @@ class MiniApiServer:
                     409, "Conflict", f"pod {key[2]} is already assigned to node {current['spec']['nodeName']}"
                 )
             current["spec"]["nodeName"] = body["target"]["name"]
+            self.bindings.append((ns, current["metadata"]["uid"], body["target"]["name"]))
             self._bump(rid, "MODIFIED", current)
             return web.json_response({"kind": "Status", "status": "Success", "code": 201}, status=201)
         if request.method == "POST" and name is None:
@@ -238,7 +240,7 @@ class MiniApiServer:
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             meta["generation"] = 1
-            if res.status_subresource:
+            if res.status_subresource and res.kind != "Node":  # a kubelet registers its Node with status
                 body.pop("status", None)
             if res.kind == "Pod":
                 body["status"] = {"phase": "Pending"}
