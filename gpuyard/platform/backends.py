@@ -13,6 +13,7 @@ an import-linter contract keeps it so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpuyard.devices.scenarios import Scenario, load_scenario
 from gpuyard.fakecluster import FakeCluster
@@ -43,6 +44,9 @@ def plan_backend(settings: Settings, *, scenario: Scenario | None = None) -> Bac
             f"backend.kind: {kind!r} is not available in this build; allowed: {', '.join(AVAILABLE)}"
         )
     if kind == "kubernetes":
+        kubeconfig = settings.backend.kubernetes.kubeconfig
+        if kubeconfig is not None and not Path(kubeconfig).is_file():
+            raise ConfigError(f"backend.kubernetes.kubeconfig: {kubeconfig} is not a file")
         return BackendPlan(kind=kind)  # the API server holds the nodes: no scenario
     if scenario is None:
         scenario = load_scenario(settings.backend.cluster)  # ScenarioError names file and field

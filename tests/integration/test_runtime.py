@@ -148,18 +148,28 @@ async def test_a_fatal_component_stops_and_backoff_restarts_from_the_start_after
     assert delays == [0.2, 0.4, 0.8, 0.1, 0.2], "doubling, then from the start after 120 s healthy"
 
 
-def test_the_factory_names_backend_kind_and_the_allowed_values():
+def test_the_factory_names_the_field_of_a_bad_backend_setting():
     with pytest.raises(ConfigError) as err:
-        plan_backend(settings(kind="kubernetes"))
-    assert str(err.value) == "backend.kind: 'kubernetes' is not available in this build; allowed: fake"
+        plan_backend(settings(kind="kubernetes", kubernetes={"kubeconfig": "missing-kc.yaml"}))
+    assert str(err.value) == "backend.kubernetes.kubeconfig: missing-kc.yaml is not a file"
     with pytest.raises(ScenarioError, match=r"missing\.yaml: cannot read"):
         plan_backend(settings(cluster="missing.yaml"))
 
 
-def test_an_unavailable_backend_is_refused_before_anything_is_written(tmp_path):
-    with pytest.raises(ConfigError, match=r"backend\.kind"):
-        Platform(settings(tmp_path / "data", kind="kubernetes"))
+def test_a_bad_backend_setting_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ConfigError, match=r"backend\.kubernetes\.kubeconfig"):
+        Platform(settings(tmp_path / "data", kind="kubernetes", kubernetes={"kubeconfig": "missing-kc.yaml"}))
     assert not (tmp_path / "data").exists()
+
+
+def test_kubernetes_mode_keeps_no_journal(tmp_path):
+    kubeconfig = tmp_path / "kc.yaml"
+    kubeconfig.write_text("apiVersion: v1\n")
+    platform = Platform(
+        settings(tmp_path / "data", kind="kubernetes", kubernetes={"kubeconfig": str(kubeconfig)})
+    )
+    assert platform.journal is None and platform.backend.name == "kubernetes"
+    assert not (tmp_path / "data").exists()  # the API server is the store of record
 
 
 async def test_the_factory_makes_the_backend_the_contexts_writer():
@@ -200,13 +210,14 @@ def test_bad_scenario_exits_2(tmp_path):
     assert not data.exists()
 
 
-def test_an_unavailable_backend_exits_2_naming_backend_kind(tmp_path):
+def test_a_bad_kubeconfig_exits_2_naming_the_setting(tmp_path):
     data = tmp_path / "data"
-    result = run_cli("serve", "--backend", "kubernetes", "--data-dir", str(data))
-    assert result.returncode == 2
-    assert result.stderr.strip() == (
-        "error: backend.kind: 'kubernetes' is not available in this build; allowed: fake"
+    missing = tmp_path / "kc.yaml"
+    result = run_cli(
+        "serve", "--backend", "kubernetes", "--kubeconfig", str(missing), "--data-dir", str(data)
     )
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: backend.kubernetes.kubeconfig: {missing} is not a file"
     assert not data.exists()
 
 
