@@ -153,3 +153,22 @@ def test_kubernetes_plan_checks_the_kubeconfig(tmp_path: Path) -> None:
     (tmp_path / "kc.yaml").write_text("apiVersion: v1\n")
     ok = Settings(backend={"kind": "kubernetes", "kubernetes": {"kubeconfig": str(tmp_path / "kc.yaml")}})
     assert plan_backend(ok).kind == "kubernetes" and plan_backend(ok).scenario is None
+
+
+def test_only_the_configured_job_groups_are_watched() -> None:
+    from gpuyard.kubecluster.cluster import watched_resources
+
+    kinds = new_store().kinds()
+    both = {
+        (r.kind, r.group) for r in watched_resources(kinds, job_groups=["training.kubedl.io", "kubeflow.org"])
+    }
+    assert {
+        ("TFJob", "training.kubedl.io"),
+        ("TFJob", "kubeflow.org"),
+        ("Node", ""),
+        ("PodGroup", "scheduling.gpuyard.io"),
+    } <= both
+    kubeflow = {(r.kind, r.group) for r in watched_resources(kinds, job_groups=["kubeflow.org"])}
+    assert ("TFJob", "kubeflow.org") in kubeflow
+    assert not any(group == "training.kubedl.io" for _, group in kubeflow)
+    assert ("Event", "") not in both  # written, never read back

@@ -303,3 +303,39 @@ async def test_one_leader_and_the_standby_takes_over(apiserver: MiniApiServer, t
                 )
     finally:
         await client.close()
+
+
+async def test_readyz_follows_the_watches(apiserver: MiniApiServer, tmp_path: Path) -> None:
+    s = settings(tmp_path / "kubeconfig.yaml", election=False, backoff_max=0.1)
+    async with platform(s, serve_http=True) as p, aiohttp.ClientSession() as http:
+        await asyncio.wait_for(p.serving.wait(), 5)
+
+        async def readyz() -> int:
+            async with http.get(f"{p.url}/readyz") as resp:
+                return resp.status
+
+        assert await readyz() == 200
+        apiserver.fail(10_000, status=500)
+        apiserver.drop_watches()
+        await eventually(lambda: not p.ready(), what="a broken watch")
+        assert await readyz() == 503
+        apiserver.faults.clear()
+        await eventually(p.ready, what="watches back")
+        assert await readyz() == 200
+
+
+async def test_a_leader_that_loses_the_lease_stops(apiserver: MiniApiServer, tmp_path: Path) -> None:
+    client = await connect(apiserver, tmp_path)
+    leases = resource_for("Lease")
+    try:
+        async with platform(settings(tmp_path / "kubeconfig.yaml", identity="replica-a")) as a:
+            leadership = a.backend.leadership
+            assert leadership is not None
+            await eventually(leadership.is_leader, what="a leads")
+            lease = await client.get(leases, "gpuyard-system", "gpuyard")
+            lease["spec"]["holderIdentity"] = "intruder"
+            await client.replace(leases, lease)  # someone else holds it now
+            await eventually(lambda: a.lost_leadership, what="a notices")
+            assert not leadership.is_leader()
+    finally:
+        await client.close()
