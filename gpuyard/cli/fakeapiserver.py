@@ -29,12 +29,15 @@ async def _run(
     token: str | None,
     bookmark_interval: float,
     audit: bool,
+    gpuyard_crds: bool,
 ) -> None:
     from gpuyard.testing.apiserver import FakeApiServer
 
     server = FakeApiServer(
         host=host, port=port, token=token, bookmark_interval=bookmark_interval, audit=audit
     )
+    if gpuyard_crds:
+        server.install_gpuyard_crds()
     try:
         await server.start()
     except OSError as exc:
@@ -72,8 +75,19 @@ async def _run(
     help="Seconds between BOOKMARK events on quiet watches (allowWatchBookmarks=true).",
 )
 @click.option("--audit", is_flag=True, help="Record every resource request (GET /_gpuyard/audit).")
+@click.option(
+    "--gpuyard-crds",
+    is_flag=True,
+    help="Start with minimal CRDs (open schemas) for gpuyard's custom resources already registered.",
+)
 def fake_apiserver(
-    port: int, host: str, kubeconfig_out: str | None, token: str | None, bookmark_interval: float, audit: bool
+    port: int,
+    host: str,
+    kubeconfig_out: str | None,
+    token: str | None,
+    bookmark_interval: float,
+    audit: bool,
+    gpuyard_crds: bool,
 ) -> None:
     """Run an in-memory Kubernetes API server for development and tests (no TLS, no RBAC)."""
     try:
@@ -88,6 +102,7 @@ def fake_apiserver(
             token=token,
             bookmark_interval=bookmark_interval,
             audit=audit,
+            gpuyard_crds=gpuyard_crds,
         )
     )
 

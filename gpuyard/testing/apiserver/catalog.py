@@ -211,7 +211,7 @@ class Catalog:
                 namespaced=scope == "Namespaced",
                 short_names=tuple(names.get("shortNames") or ()),
                 categories=tuple(names.get("categories") or ()),
-                subresources=frozenset(k for k in ("status", "scale") if k in subs),
+                subresources=frozenset({"status"} if "status" in subs else ()),
                 crd=name,
                 printer_columns=tuple(v.get("additionalPrinterColumns") or ()),
             )

@@ -155,6 +155,22 @@ class FakeApiServer:
 
     # --- conveniences for tests -------------------------------------------------------------------
 
+    def install_crds(self, crds: list[dict[str, Any]]) -> None:
+        """Create (or replace) these CustomResourceDefinitions, as `kubectl apply` would."""
+        res = self.catalog.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        for crd in crds:
+            name = (crd.get("metadata") or {}).get("name", "")
+            if self.storage.get(res.key, "", name) is None:
+                self.objects.create(res, None, crd)
+            else:
+                self.objects.replace(res, None, name, crd)
+
+    def install_gpuyard_crds(self) -> None:
+        """Serve gpuyard's custom resources with the minimal CRDs of `crds.py` (open schemas)."""
+        from gpuyard.testing.apiserver.crds import minimal_crds
+
+        self.install_crds(minimal_crds())
+
     def compact(self) -> int:
         """Forget the event history (see `Faults.compact`); the version compacted at."""
         return self.faults.compact()
