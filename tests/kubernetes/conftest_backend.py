@@ -28,7 +28,7 @@ from aiohttp import web
 
 from gpuyard.apis.resources import API_RESOURCES, ApiResource
 
-__all__ = ["MiniApiServer", "apiserver"]
+__all__ = ["FakeApiServerView", "MiniApiServer", "apiserver", "served"]
 
 Json = dict[str, Any]
 
@@ -359,3 +359,87 @@ async def apiserver(tmp_path: Path) -> AsyncIterator[MiniApiServer]:
         yield server
     finally:
         await server.stop()
+
+
+_METHODS = {
+    "create": "POST",
+    "get": "GET",
+    "list": "GET",
+    "watch": "WATCH",
+    "update": "PUT",
+    "patch": "PATCH",
+}
+
+
+class FakeApiServerView:
+    """The `fake_apiserver` fixture's server seen through the few questions the platform tests ask
+    (the same as :class:`MiniApiServer`'s): objects by plural, requests made, bindings, faults."""
+
+    def __init__(self, running: Any) -> None:
+        self.running = running
+        self.server = running.server
+        self.kubeconfig: Path = running.kubeconfig
+
+    def _resources(self, plural: str) -> list[Any]:
+        """Every served resource of that plural (a job kind has one per API group)."""
+        return [res for (_, _, p), res in self.server.catalog.resources.items() if p == plural]
+
+    def list(self, plural: str) -> list[Json]:
+        items: list[Json] = []
+        for res in self._resources(plural):
+            items += self.server.objects.list(res, None)["items"]
+        return items
+
+    def get(self, plural: str, namespace: str, name: str) -> Json | None:
+        for res in self._resources(plural):
+            try:
+                obj: Json = self.server.objects.get(res, namespace or None, name)
+            except Exception:  # the server's own 404
+                continue
+            return obj
+        return None
+
+    @property
+    def requests(self) -> list[tuple[str, str]]:
+        out = []
+        for r in self.server.audit:
+            path = "/".join(x for x in (r.group, r.resource, r.namespace, r.name, r.subresource) if x)
+            out.append((_METHODS.get(r.verb, r.verb.upper()), "/" + path))
+        return out
+
+    def bindings(self) -> list[tuple[str, str]]:
+        """(namespace, pod) of every binding the server accepted."""
+        return [
+            (r.namespace, r.name)
+            for r in self.server.audit
+            if r.verb == "create" and r.subresource == "binding" and 200 <= r.code < 300
+        ]
+
+    def deletions(self, plural: str, namespace: str, name: str) -> int:
+        return sum(
+            1
+            for r in self.server.audit
+            if r.verb == "delete"
+            and r.resource == plural
+            and r.namespace == namespace
+            and r.name == name
+            and 200 <= r.code < 300
+        )
+
+    def fail(
+        self, count: int = 1, *, status: int = 500, verb: str | None = None, path_prefix: str = ""
+    ) -> None:
+        self.server.faults.fail_next(count, code=status, path_prefix=path_prefix, verb=verb)
+
+    def clear_faults(self) -> None:
+        self.server.faults.clear()
+
+    def drop_watches(self) -> None:
+        self.server.faults.drop_watches()
+
+
+@pytest_asyncio.fixture
+async def served(fake_apiserver: Any) -> FakeApiServerView:
+    """The `fake_apiserver` fixture with gpuyard's CRDs installed."""
+    fake_apiserver.server.install_gpuyard_crds()
+    return FakeApiServerView(fake_apiserver)
