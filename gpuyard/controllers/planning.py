@@ -36,8 +36,9 @@ from gpuyard.apis.core import Pod, Service
 from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobspecs import PodRestart
 from gpuyard.apis.scheduling import PodGroup, Reservation
+from gpuyard.controllers.delegating import PodScheduling
 from gpuyard.controllers.judging import Replica, judge, uncounted
-from gpuyard.controllers.materializing import build_pod, build_service
+from gpuyard.controllers.materializing import GPUYARD_PLACES, build_pod, build_service
 from gpuyard.controllers.observing import Observed
 from gpuyard.controllers.ordering import can_start, dependencies_of
 from gpuyard.controllers.podgroups import (
@@ -88,8 +89,9 @@ def plan(
     observed: Observed,
     now: datetime,
     cluster_domain: str = "",
+    scheduling: PodScheduling = GPUYARD_PLACES,
 ) -> Plan:
-    """Decide one pass for `job` (see the module docstring)."""
+    """Decide one pass for `job` (see the module docstring); `scheduling`: who places its pods."""
     obs = observed
     report = Report(job, now)
     out = Plan(report)
@@ -145,7 +147,16 @@ def plan(
     _gang(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain, release=release, moves=moves)
     out.held = {name: res.metadata.uid for name, res in held.items()}
     _services(out, job=job, plugin=plugin, obs=obs, held=held)
-    _creates(out, job=job, plugin=plugin, obs=obs, live=live, held=held, cluster_domain=cluster_domain)
+    _creates(
+        out,
+        job=job,
+        plugin=plugin,
+        obs=obs,
+        live=live,
+        held=held,
+        cluster_domain=cluster_domain,
+        scheduling=scheduling,
+    )
     out.launch = progress(
         report,
         replicas=obs.replicas,
@@ -320,6 +331,7 @@ def _creates(
     live: dict[str, Pod],
     held: dict[str, Reservation],
     cluster_domain: str,
+    scheduling: PodScheduling,
 ) -> None:
     """The pods to create now: the gang is Placed (its minimum before any pod starts), start order."""
     pg = obs.pod_group
@@ -351,6 +363,7 @@ def _creates(
                     host_port=_reserved_port(job, res),
                     cluster_domain=cluster_domain,
                     peers=held,
+                    scheduling=scheduling,
                 )
             )
 

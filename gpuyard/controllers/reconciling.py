@@ -17,6 +17,7 @@ from gpuyard.apis.jobkinds import KIND_INFO, find_job
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.controllers.applying import Applier
+from gpuyard.controllers.delegating import PodScheduling
 from gpuyard.controllers.metrics import job_metrics
 from gpuyard.controllers.observing import observe
 from gpuyard.controllers.planning import plan
@@ -43,6 +44,7 @@ class JobReconciler:
         self.store = ctx.store
         self.clock = ctx.clock
         self.settings = ctx.settings.operator
+        self.scheduling = PodScheduling.from_settings(ctx.settings.scheduler)
         self.concurrency = concurrency or self.settings.concurrency
         self.watches: Sequence[Watch] = (
             *(Watch(kind) for kind in KIND_INFO),
@@ -67,5 +69,6 @@ class JobReconciler:
             observed=observe(self.store, job),
             now=self.clock.utcnow(),
             cluster_domain=self.settings.cluster_domain,
+            scheduling=self.scheduling,
         )
         return await self.applier.apply(job, decided)

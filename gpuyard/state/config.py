@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = [
@@ -86,6 +86,33 @@ class SchedulerConfig(Section):
         ge=0,
         description="Seconds a quota owed its min waits before borrowed jobs are preempted (Koordinator: 120).",
     )
+    # --- pods' scheduler and delegate mode (docs/kubernetes.md) ---
+    name: str = Field(
+        default="gpuyard",
+        min_length=1,
+        description="schedulerName of the pods gpuyard places (kube-scheduler leaves them alone).",
+    )
+    mode: Literal["gpuyard", "delegate"] = Field(
+        default="gpuyard",
+        description="gpuyard: gpuyard places and binds pods; delegate: a gang scheduler places them.",
+    )
+    gang_scheduler: Literal["volcano", "coscheduling", "koordinator"] | None = Field(
+        default=None, description="The gang scheduler pods are handed to in delegate mode."
+    )
+    delegate_scheduler_name: str | None = Field(
+        default=None,
+        description="schedulerName of delegated pods (default: volcano, scheduler-plugins-scheduler, "
+        "koord-scheduler).",
+    )
+
+    @model_validator(mode="after")
+    def _delegate_needs_gang_scheduler(self) -> SchedulerConfig:
+        if self.mode == "delegate" and self.gang_scheduler is None:
+            raise ValueError(
+                "scheduler.gang_scheduler is required when scheduler.mode is delegate; "
+                "allowed: volcano, coscheduling, koordinator"
+            )
+        return self
 
 
 class LoggingConfig(Section):
