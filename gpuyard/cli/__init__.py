@@ -272,6 +272,7 @@ def _mount() -> None:
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
     from gpuyard.cli.faults import register as register_faults
+    from gpuyard.cli.install import install
     from gpuyard.cli.jobs import register as register_jobs
     from gpuyard.cli.nodes import register as register_nodes
     from gpuyard.cli.quotas import register as register_quotas
@@ -281,6 +282,7 @@ def _mount() -> None:
 
     main.add_command(devices)
     main.add_command(validate_command)
+    main.add_command(install)
     simulate.add_command(openb)
     simulate.add_command(replay)
     register_jobs(main)
