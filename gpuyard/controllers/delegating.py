@@ -19,6 +19,10 @@ object that scheduler reads:
   `gang.scheduling.koordinator.sh/{name,min-available,total-number,mode,waiting-time}`;
   schedulerName `koord-scheduler`.
 
+The pods of a delegated job are created together, without the job's start order (PS before
+workers, ...): the gang scheduler places a group only once its minimum of pods exists, so
+holding some back would deadlock it (KubeDL likewise).
+
 Pure functions of the job and its gang (the gpuyard PodGroup spec the operator builds anyway).
 """
 

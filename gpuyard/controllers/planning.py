@@ -351,7 +351,8 @@ def _creates(
         if pod is not None:
             phases.setdefault(rep.role, {})[rep.index] = pod.status.phase
     for rep in wanted:
-        if can_start(rep.role, deps=deps, replicas=replicas, phases=phases):
+        # a gang scheduler places a group only once its minimum of pods exists: no start order then
+        if scheduling.delegated or can_start(rep.role, deps=deps, replicas=replicas, phases=phases):
             res = held[rep.name]
             out.create_pods.append(
                 build_pod(
