@@ -271,6 +271,7 @@ def simulate() -> None:
 def _mount() -> None:
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
+    from gpuyard.cli.fakenodes import fake_nodes
     from gpuyard.cli.faults import register as register_faults
     from gpuyard.cli.install import install
     from gpuyard.cli.jobs import register as register_jobs
@@ -283,6 +284,7 @@ def _mount() -> None:
     main.add_command(devices)
     main.add_command(validate_command)
     main.add_command(install)
+    main.add_command(fake_nodes)
     simulate.add_command(openb)
     simulate.add_command(replay)
     register_jobs(main)
