@@ -138,3 +138,75 @@ def test_structural_rewrites_each_json_schema_construct() -> None:
     assert props["template"] == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     assert props["pair"] == {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
     assert "x-kubernetes-preserve-unknown-fields" not in out  # _Sample forbids nothing, keeps nothing
+
+
+# --- the CRDs accept what users apply -------------------------------------------------------------
+
+
+def _json_schema(node: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAPI v3 structural schema as JSON Schema (what the API server checks, near enough)."""
+    out: dict[str, Any] = {}
+    if node.get("x-kubernetes-int-or-string"):
+        out["type"] = ["integer", "string"]
+    elif "type" in node:
+        out["type"] = [node["type"], "null"] if node.get("nullable") else node["type"]
+    for key in ("enum", "pattern", "minLength", "maxLength", "minItems", "maxItems", "required"):
+        if key in node:
+            out[key] = node[key] + [None] if key == "enum" and node.get("nullable") else node[key]
+    for bound in ("minimum", "maximum"):
+        if bound in node:
+            exclusive = node.get("exclusive" + bound.capitalize())
+            out[("exclusive" + bound.capitalize()) if exclusive else bound] = node[bound]
+    if "properties" in node:
+        out["properties"] = {k: _json_schema(v) for k, v in node["properties"].items()}
+        if not node.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False  # the API server prunes them: a user's typo is lost
+    if isinstance(node.get("additionalProperties"), dict):
+        out["additionalProperties"] = _json_schema(node["additionalProperties"])
+    if "items" in node:
+        out["items"] = _json_schema(node["items"])
+    return out
+
+
+def _user_files() -> list[Path]:
+    return sorted(
+        p
+        for folder in ("jobs", "demo", "quotas", "resourceclasses")
+        for p in (ROOT / "configs" / folder).glob("*.yaml")
+    )
+
+
+@pytest.mark.parametrize("path", _user_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_shipped_objects_are_accepted_by_their_crd(path: Path) -> None:
+    import jsonschema
+    import yaml
+
+    by_kind = {(c["spec"]["group"], c["spec"]["names"]["kind"]): c for c in BY_NAME.values()}
+    checked = 0
+    for doc in yaml.safe_load_all(path.read_text()):
+        if not doc:
+            continue
+        if "/" not in doc["apiVersion"]:  # a built-in kind (ResourceQuota): the real schema
+            kubernetes_validate.validate(doc, VERSIONS[0], strict=True)
+            checked += 1
+            continue
+        group = doc["apiVersion"].split("/")[0]
+        crd = by_kind[(group, doc["kind"])]
+        assert crd["spec"]["versions"][0]["name"] == doc["apiVersion"].split("/")[1]
+        jsonschema.validate(doc, _json_schema(schema_of(crd)))
+        checked += 1
+    assert checked, f"{path}: no object in it"
+
+
+def test_the_crd_schema_rejects_what_the_models_reject() -> None:
+    import jsonschema
+
+    schema = _json_schema(schema_of(BY_NAME["tfjobs.kubeflow.org"]))
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "x"}, "spec": {}}
+    jsonschema.validate(job, schema)
+    bad = {**job, "spec": {"runPolicy": {"backoffLimit": -1}}}
+    with pytest.raises(jsonschema.ValidationError, match="minimum"):
+        jsonschema.validate(bad, schema)
+    wrong = {**job, "spec": {"runPolicy": {"cleanPodPolicy": "Sometimes"}}}
+    with pytest.raises(jsonschema.ValidationError, match="Sometimes"):
+        jsonschema.validate(wrong, schema)
