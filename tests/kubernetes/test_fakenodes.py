@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +230,18 @@ def test_cli_rejects_a_bad_scenario(tmp_path: Path) -> None:
     bad.write_text("nodeGroups: []\n")
     result = CliRunner().invoke(main, ["fake-nodes", "--cluster", str(bad)])
     assert result.exit_code == 2 and "nodeGroups" in result.output
+
+
+async def test_a_running_pod_seen_again_runs_only_what_is_left(cluster) -> None:  # type: ignore[no-untyped-def]
+    """After a restart of fake-nodes (a new watch), a pod's clock counts from its startTime."""
+    _, core = cluster
+    started = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    body = pod_body("resumed", "dgx1-0", **{"fake.gpuyard.io/duration": "1h"})
+    body["status"] = {"phase": "Running", "startTime": started.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    await core.create_namespaced_pod("ml", body=body)
+
+    async def done() -> bool:
+        status = (await core.read_namespaced_pod("resumed", "ml")).status
+        return status is not None and status.phase == "Succeeded"
+
+    assert await until(done, timeout=5.0)  # not another hour

@@ -135,8 +135,10 @@ class FakeNodes:
             for name in sorted(self.names):
                 try:
                     await self._renew(name)
-                except ApiException as exc:
-                    log.warning("fakenodes.heartbeat_failed", node=name, status=exc.status)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the API server is away: try again at the next beat
+                    log.warning("fakenodes.heartbeat_failed", node=name, error=str(exc)[:200])
             await asyncio.sleep(self.heartbeat)
 
     # --- kubelets --------------------------------------------------------------------------------
@@ -149,8 +151,10 @@ class FakeNodes:
                 async for event in stream.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=300):
                     raw = self.api.sanitize_for_serialization(event["object"])
                     self._seen(event["type"], Pod.model_validate(raw))
-            except ApiException as exc:
-                log.warning("fakenodes.watch_failed", status=exc.status)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a broken stream, a refused connection: watch again shortly
+                log.warning("fakenodes.watch_failed", error=str(exc)[:200])
                 await asyncio.sleep(1.0)
             finally:
                 stream.stop()
@@ -190,7 +194,9 @@ class FakeNodes:
                 await self._status(pod, running_status(pod, now=self.now()))
             if script.duration is None:
                 return  # runs until deleted or failed
-            await asyncio.sleep(script.duration)
+            started = pod.status.start_time  # a pod seen again (a new watch) runs only what is left
+            elapsed = (self.now() - started).total_seconds() if started is not None else 0.0
+            await asyncio.sleep(max(0.0, script.duration - elapsed))
             code = script.exit_code
             await self._status(
                 pod, terminated_status(pod, exit_code=code, reason=exit_reason(code), now=self.now())
