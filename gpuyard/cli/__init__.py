@@ -271,6 +271,7 @@ def simulate() -> None:
 def _mount() -> None:
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
+    from gpuyard.cli.fakeapiserver import register as register_fake_apiserver
     from gpuyard.cli.fakenodes import fake_nodes
     from gpuyard.cli.faults import register as register_faults
     from gpuyard.cli.install import install
@@ -292,6 +293,7 @@ def _mount() -> None:
     register_nodes(main)
     register_quotas(main)
     register_faults(main)
+    register_fake_apiserver(main)
 
 
 _mount()
