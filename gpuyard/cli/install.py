@@ -48,6 +48,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "Event": (*READ, "create", "update", "patch", "delete"),
     "ResourceQuota": READ,
     "PodDisruptionBudget": READ,
+    "PriorityClass": READ,  # a job's priorityClassName
     "TrainingJob": (*READ, "delete"),  # every job kind; delete: ttlSecondsAfterFinished
     "TrainingJob/status": ("patch", "update"),
     "PodGroup": (*READ, "create", "update", "patch", "delete"),
@@ -64,7 +65,11 @@ RULES: dict[str, tuple[str, ...]] = {
 every group in :data:`gpuyard.apis.resources.API_RESOURCES`."""
 
 LEASE_VERBS = ("get", "create", "update")  # leader election, in gpuyard's own namespace
-_EXTRA_GROUPS = {"PodDisruptionBudget": ("policy", "poddisruptionbudgets")}
+# built-in kinds gpuyard reads that apis/resources.py may not list
+_BUILT_IN = {
+    "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
+    "PriorityClass": ("scheduling.k8s.io", "priorityclasses"),
+}
 
 
 def default_image() -> str:
@@ -80,11 +85,10 @@ DEFAULT_IMAGE = default_image()
 
 def _targets(kind: str) -> list[tuple[str, str]]:
     """(group, plural) of every resource `kind` in RULES stands for."""
-    if kind in _EXTRA_GROUPS:
-        return [_EXTRA_GROUPS[kind]]
     if kind == "TrainingJob":
         return [(r.group, r.plural) for r in API_RESOURCES if r.kind in KIND_INFO]
-    return [(r.group, r.plural) for r in API_RESOURCES if r.kind == kind]
+    found = [(r.group, r.plural) for r in API_RESOURCES if r.kind == kind]
+    return found or ([_BUILT_IN[kind]] if kind in _BUILT_IN else [])
 
 
 def cluster_rules() -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""`gpuyard fake-nodes` against an API server (kmock's KubernetesEmulator): nodes, kubelets, faults."""
+"""`gpuyard fake-nodes` against an API server (the `fake_apiserver` fixture): nodes, kubelets, faults."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import kmock
 import kubernetes_validate
 import pytest
 import pytest_asyncio
@@ -19,7 +18,7 @@ from gpuyard.apis.core import Pod
 from gpuyard.cli import main
 from gpuyard.cli.fakenodes import admin_app
 from gpuyard.devices.scenarios import load_scenario
-from gpuyard.kubecluster.fakenodes import FakeNodes
+from gpuyard.kubecluster.fakenodes import FakeNodes, connect
 from gpuyard.kubecluster.fakenodes.objects import (
     node_lease,
     node_objects,
@@ -47,32 +46,19 @@ def pod_body(name: str, node: str, **annotations: str) -> dict[str, Any]:
     }
 
 
-class Emulator(kmock.KubernetesEmulator):
-    """kmock's emulator, taking `?watch=True` (what kubernetes_asyncio sends, and the API server
-    accepts) for a watch as it takes `?watch=true`."""
-
-    async def __call__(self, raw_request: Any) -> Any:
-        if raw_request.query.get("watch") == "True":
-            raw_request = raw_request.clone(rel_url=raw_request.rel_url.update_query(watch="true"))
-        return await super().__call__(raw_request)
-
-
 @pytest_asyncio.fixture
-async def cluster() -> AsyncIterator[tuple[FakeNodes, client.CoreV1Api]]:
-    emulator = Emulator()
-    for resource in ("v1/pods", "v1/nodes", "coordination.k8s.io/v1/leases"):
-        emulator.resources[resource] = {}  # listed (empty) before the first object exists
-    async with emulator, kmock.Server(emulator):
-        configuration = client.Configuration(host=str(emulator.url).rstrip("/"))
-        async with client.ApiClient(configuration) as api:
-            nodes = FakeNodes(api, scenario=SCENARIO, heartbeat=0.2)
-            task = asyncio.create_task(nodes.run())
-            await asyncio.wait_for(nodes.registered.wait(), 10)
-            try:
-                yield nodes, client.CoreV1Api(api)
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+async def cluster(fake_apiserver: Any) -> AsyncIterator[tuple[FakeNodes, client.CoreV1Api]]:
+    """fake-nodes on gpuyard's test API server, connected through its kubeconfig."""
+    api = await connect(str(fake_apiserver.kubeconfig))
+    async with api:
+        nodes = FakeNodes(api, scenario=SCENARIO, heartbeat=0.2)
+        task = asyncio.create_task(nodes.run())
+        await asyncio.wait_for(nodes.registered.wait(), 10)
+        try:
+            yield nodes, client.CoreV1Api(api)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 async def until(check: Callable[[], Any], *, timeout: float = 10.0) -> Any:
@@ -104,7 +90,7 @@ async def test_nodes_are_registered_with_devices_and_heartbeats(cluster) -> None
     assert await until(renewed)
 
 
-async def test_a_bound_pod_runs_to_succeeded_after_its_duration(cluster) -> None:  # type: ignore[no-untyped-def]
+async def test_a_bound_pod_runs_to_succeeded_after_its_duration(cluster, fake_apiserver) -> None:  # type: ignore[no-untyped-def]
     _, core = cluster
     await core.create_namespaced_pod(
         "ml",
@@ -124,6 +110,13 @@ async def test_a_bound_pod_runs_to_succeeded_after_its_duration(cluster) -> None
     (status,) = pod.status.container_statuses
     assert status.state.terminated.exit_code == 0 and status.state.terminated.reason == "Completed"
     assert await phase("elsewhere") in ("", "Pending")  # not bound to a fake node: not ours
+    # the kubelet writes pod status through the status subresource only, never the pod itself
+    pod_writes = {
+        (r.verb, r.subresource)
+        for r in fake_apiserver.server.audit
+        if r.resource == "pods" and r.verb not in ("get", "list", "watch")
+    }
+    assert pod_writes == {("create", ""), ("patch", "status")}  # create: this test's own
 
 
 async def test_exit_code_annotation_fails_the_pod(cluster) -> None:  # type: ignore[no-untyped-def]
@@ -233,12 +226,18 @@ def test_cli_rejects_a_bad_scenario(tmp_path: Path) -> None:
 
 
 async def test_a_running_pod_seen_again_runs_only_what_is_left(cluster) -> None:  # type: ignore[no-untyped-def]
-    """After a restart of fake-nodes (a new watch), a pod's clock counts from its startTime."""
-    _, core = cluster
+    """A pod found Running (fake-nodes restarted, a node back) counts its duration from startTime."""
+    nodes, core = cluster
+    await nodes.fail_node("dgx1-0")  # not played while its node is down
     started = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
-    body = pod_body("resumed", "dgx1-0", **{"fake.gpuyard.io/duration": "1h"})
-    body["status"] = {"phase": "Running", "startTime": started.strftime("%Y-%m-%dT%H:%M:%SZ")}
-    await core.create_namespaced_pod("ml", body=body)
+    await core.create_namespaced_pod(
+        "ml", body=pod_body("resumed", "dgx1-0", **{"fake.gpuyard.io/duration": "1h"})
+    )
+    status = {"phase": "Running", "startTime": started.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    await core.patch_namespaced_pod_status("resumed", "ml", body={"status": status})
+    key = ("ml", "resumed")
+    assert await until(lambda: _true(key in nodes.pods and nodes.pods[key].status.phase == "Running"))
+    await nodes.recover_node("dgx1-0")
 
     async def done() -> bool:
         status = (await core.read_namespaced_pod("resumed", "ml")).status
