@@ -210,3 +210,32 @@ def test_the_crd_schema_rejects_what_the_models_reject() -> None:
     wrong = {**job, "spec": {"runPolicy": {"cleanPodPolicy": "Sometimes"}}}
     with pytest.raises(jsonschema.ValidationError, match="Sometimes"):
         jsonschema.validate(wrong, schema)
+
+
+async def test_crds_install_on_an_api_server_and_serve_the_shipped_jobs(fake_apiserver: Any) -> None:
+    """The CRDs register (names, scope, status subresource) and serve every job file of configs/jobs."""
+    import yaml
+    from kubernetes_asyncio import client, config
+
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(fake_apiserver.kubeconfig), client_configuration=configuration
+    )
+    async with client.ApiClient(configuration) as api:
+        extensions = client.ApiextensionsV1Api(api)
+        for crd in crds():
+            await extensions.create_custom_resource_definition(body=crd)
+        custom = client.CustomObjectsApi(api)
+        created = 0
+        for path in sorted((ROOT / "configs" / "jobs").glob("*.yaml")):
+            (doc,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
+            group, version = doc["apiVersion"].split("/")
+            plural = doc["kind"].lower() + "s"
+            doc["metadata"]["namespace"] = "ml"
+            await custom.create_namespaced_custom_object(group, version, "ml", plural, body=doc)
+            stored = await custom.get_namespaced_custom_object_status(
+                group, version, "ml", plural, doc["metadata"]["name"]
+            )
+            assert stored["kind"] == doc["kind"]
+            created += 1
+        assert created == len(list((ROOT / "configs" / "jobs").glob("*.yaml")))
