@@ -170,7 +170,6 @@ def _deployment(*, namespace: str, image: str, insecure: bool) -> dict[str, Any]
                 "metadata": {"labels": dict(LABELS)},
                 "spec": {
                     "serviceAccountName": NAME,
-                    "priorityClassName": "system-cluster-critical",
                     "securityContext": {
                         "runAsNonRoot": True,
                         "runAsUser": 65532,

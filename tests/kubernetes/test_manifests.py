@@ -229,3 +229,15 @@ async def test_job_events_validate() -> None:
         assert set(involved) >= {"apiVersion", "kind", "name", "namespace", "uid"}
         assert body["source"]["component"] and body["firstTimestamp"] and body["lastTimestamp"]
         validate(body)
+
+
+def test_deployment_reads_api_tokens_the_settings_accept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Secret's `tokens.json` reaches `server.tokens` through the env var the Deployment sets."""
+    from gpuyard.state.config import load_settings
+
+    deployment = next(d for d in manifests() if d["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (env,) = [e for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})]
+    digest = "0" * 64
+    monkeypatch.setenv(env["name"], f'[{{"sha256": "{digest}", "user": "ops", "role": "admin"}}]')
+    assert [t.user for t in load_settings(None).server.tokens] == ["ops"]
