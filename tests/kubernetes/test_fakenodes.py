@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from kubernetes_asyncio import client
 
 from gpuyard.apis.core import Pod
+from gpuyard.apis.crds import crds
 from gpuyard.cli import main
 from gpuyard.cli.fakenodes import admin_app
 from gpuyard.devices.scenarios import load_scenario
@@ -51,6 +52,9 @@ async def cluster(fake_apiserver: Any) -> AsyncIterator[tuple[FakeNodes, client.
     """fake-nodes on gpuyard's test API server, connected through its kubeconfig."""
     api = await connect(str(fake_apiserver.kubeconfig))
     async with api:
+        extensions = client.ApiextensionsV1Api(api)
+        for crd in crds():
+            await extensions.create_custom_resource_definition(body=crd)
         nodes = FakeNodes(api, scenario=SCENARIO, heartbeat=0.2)
         task = asyncio.create_task(nodes.run())
         await asyncio.wait_for(nodes.registered.wait(), 10)
@@ -81,6 +85,13 @@ async def test_nodes_are_registered_with_devices_and_heartbeats(cluster) -> None
     assert dgx.metadata.labels["nvidia.com/gpu.product"] == "Tesla-V100-SXM2-32GB"
     assert dgx.metadata.labels["gpuyard.io/topology-preset"] == "dgx1-v100"
     assert [c.type for c in dgx.status.conditions] == ["Ready"] and dgx.status.conditions[0].status == "True"
+    custom = client.CustomObjectsApi(core.api_client)
+    topologies = (await custom.list_cluster_custom_object("gpuyard.io", "v1alpha1", "nodetopologies"))[
+        "items"
+    ]
+    assert {t["metadata"]["name"] for t in topologies} == {
+        t["metadata"]["name"] for t in topology_objects(SCENARIO)
+    }
     leases = client.CoordinationV1Api(core.api_client)
 
     async def renewed() -> bool:
@@ -215,6 +226,9 @@ async def test_fault_injection_over_the_admin_port(cluster, aiohttp_client) -> N
     assert pod.status.phase == "Failed" and pod.status.reason == "DeviceUnhealthy"
     node = await core.read_node("dgx1-0")
     assert node.metadata.annotations["gpuyard.io/unhealthy-gpus"] == "3,5"
+    custom = client.CustomObjectsApi(core.api_client)
+    topo = await custom.get_cluster_custom_object("gpuyard.io", "v1alpha1", "nodetopologies", "dgx1-0")
+    assert [g["index"] for g in topo["spec"]["gpus"] if g.get("health") == "Unhealthy"] == [3, 5]
     assert (await (await http.post("/nodes/dgx1-0/recover")).json()) == {"podsFailed": 0}
 
 

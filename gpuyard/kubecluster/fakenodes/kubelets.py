@@ -10,8 +10,9 @@ KWOK does this for plain nodes; these nodes carry GPUs and RDMA NICs. :class:`Fa
    (`gpuyard.devices.fakepods`, shared with the embedded fake cluster), writing the pod status
    through the `status` subresource: Pending -> Running -> Succeeded | Failed with the exit code;
 4. takes fault injection: :meth:`FakeNodes.fail_node` (NotReady, its pods fail with `NodeLost`),
-   :meth:`FakeNodes.recover_node`, :meth:`FakeNodes.fail_gpu` (the node's
-   `gpuyard.io/unhealthy-gpus` annotation, the pods holding that GPU fail with `DeviceUnhealthy`).
+   :meth:`FakeNodes.recover_node`, :meth:`FakeNodes.fail_gpu` (the GPU's health in the node's
+   NodeTopology and its `gpuyard.io/unhealthy-gpus` annotation; the pods holding that GPU fail
+   with `DeviceUnhealthy`).
 
 It speaks the API server through `kubernetes_asyncio` and nothing else; the CLI
 (`gpuyard/cli/fakenodes.py`) adds the admin HTTP port for faults.
@@ -250,8 +251,25 @@ class FakeNodes:
         self.unhealthy[node].add(index)
         annotations = {ANNOTATION_UNHEALTHY_GPUS: format_unhealthy(self.unhealthy[node])}
         await self.core.patch_node(node, body={"metadata": {"annotations": annotations}})
+        await self._topology_health(node)
         victims = [p for p in self._active_on(node) if index in pod_gpus(p)]
         return await self._fail(victims, reason="DeviceUnhealthy", message=f"GPU {index} of {node} failed")
+
+    async def _topology_health(self, node: str) -> None:
+        """The node's NodeTopology says which GPUs are unhealthy (where the CRD and object exist)."""
+        try:
+            topo = await self.custom.get_cluster_custom_object(
+                "gpuyard.io", "v1alpha1", "nodetopologies", node
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        for gpu in topo.get("spec", {}).get("gpus", []):
+            gpu["health"] = "Unhealthy" if gpu.get("index") in self.unhealthy[node] else "Healthy"
+        await self.custom.replace_cluster_custom_object(
+            "gpuyard.io", "v1alpha1", "nodetopologies", node, topo
+        )
 
     # --- the whole ---------------------------------------------------------------------------------
 
