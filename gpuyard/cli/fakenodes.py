@@ -8,6 +8,7 @@ HTTP endpoint on 127.0.0.1 takes fault injection:
     POST /nodes/{node}/fail            NotReady; its pods fail (NodeLost)
     POST /nodes/{node}/recover         Ready again
     POST /nodes/{node}/gpus/{i}/fail   GPU i unhealthy; the pods holding it fail (DeviceUnhealthy)
+    POST /nodes/{node}/gpus/{i}/recover
 
 each answering `{"podsFailed": n}` (404 with a JSON error naming the known nodes otherwise).
 """
@@ -39,8 +40,11 @@ async def _fault(request: web.Request) -> web.Response:
     node, action = request.match_info["node"], request.match_info["action"]
     gpu = request.match_info.get("gpu")
     try:
-        if gpu is not None:
+        if gpu is not None and action == "fail":
             failed = await nodes.fail_gpu(node, int(gpu))
+        elif gpu is not None:
+            await nodes.recover_gpu(node, int(gpu))
+            failed = 0
         elif action == "fail":
             failed = await nodes.fail_node(node)
         else:
@@ -56,7 +60,7 @@ def admin_app(nodes: Any) -> web.Application:
     app = web.Application()
     app[NODES] = nodes
     app.router.add_post("/nodes/{node}/{action:fail|recover}", _fault)
-    app.router.add_post(r"/nodes/{node}/gpus/{gpu:\d+}/{action:fail}", _fault)
+    app.router.add_post(r"/nodes/{node}/gpus/{gpu:\d+}/{action:fail|recover}", _fault)
     return app
 
 

@@ -230,6 +230,9 @@ async def test_fault_injection_over_the_admin_port(cluster, aiohttp_client) -> N
     topo = await custom.get_cluster_custom_object("gpuyard.io", "v1alpha1", "nodetopologies", "dgx1-0")
     assert [g["index"] for g in topo["spec"]["gpus"] if g.get("health") == "Unhealthy"] == [3, 5]
     assert (await (await http.post("/nodes/dgx1-0/recover")).json()) == {"podsFailed": 0}
+    assert (await http.post("/nodes/dgx1-0/gpus/5/recover")).status == 200
+    node = await core.read_node("dgx1-0")
+    assert node.metadata.annotations["gpuyard.io/unhealthy-gpus"] == "3"
 
 
 def test_cli_rejects_a_bad_scenario(tmp_path: Path) -> None:

@@ -255,6 +255,14 @@ class FakeNodes:
         victims = [p for p in self._active_on(node) if index in pod_gpus(p)]
         return await self._fail(victims, reason="DeviceUnhealthy", message=f"GPU {index} of {node} failed")
 
+    async def recover_gpu(self, node: str, index: int) -> None:
+        """GPU `index` of `node` is healthy again."""
+        self._known(node)
+        self.unhealthy[node].discard(index)
+        annotations = {ANNOTATION_UNHEALTHY_GPUS: format_unhealthy(self.unhealthy[node]) or None}
+        await self.core.patch_node(node, body={"metadata": {"annotations": annotations}})
+        await self._topology_health(node)
+
     async def _topology_health(self, node: str) -> None:
         """The node's NodeTopology says which GPUs are unhealthy (where the CRD and object exist)."""
         try:
