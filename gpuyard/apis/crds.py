@@ -198,7 +198,7 @@ def crd_for(resource: ApiResource, model: type[Resource]) -> dict[str, Any]:
     top: dict[str, Any] = {"type": "object", "properties": properties}
     if "spec" in schema.get("required", ()):
         top["required"] = ["spec"]
-    if model.__doc__ and model.__doc__.strip() and not model.__doc__.startswith("Base"):
+    if model.__doc__ and model.__doc__.strip():  # the kind's own docstring (not inherited)
         top["description"] = _describe(model.__doc__)
     version: dict[str, Any] = {
         "name": resource.version,
