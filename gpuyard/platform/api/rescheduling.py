@@ -1,0 +1,7 @@
+"""placeholder"""
+
+from aiohttp import web
+
+
+def setup(app: web.Application) -> None:
+    pass
