@@ -43,6 +43,8 @@ PLACEMENT_ANNOTATIONS = (
     "gpuyard.io/topology-required",
     "gpuyard.io/topology-preferred",
     "gpuyard.io/flexible-shape",
+    "gpuyard.io/migratable",  # the rescheduler: "false" never moves
+    "gpuyard.io/checkpoint-interval",  # the rescheduler: the cost of moving
 )
 
 
