@@ -41,13 +41,13 @@ def job(name: str, gpus: int = 1, **annotations: str) -> str:
 
 @asynccontextmanager
 async def scattered(
-    *, cheap: dict[str, str] | None = None, **rescheduler: Any
+    *, cheap: dict[str, str] | None = None, serve_http: bool = False, **rescheduler: Any
 ) -> AsyncIterator[tuple[Cluster, dict[str, str]]]:
     """Eight 8-GPU nodes with one 1-GPU job each (`keep-<node index>`) and the 8-GPU job `big`
     waiting. `keep-3` has the annotations `cheap` (default: a 10-minute checkpoint interval,
     so moving it costs least)."""
     settings = {"scheduler": {"rescheduler": {"min_wait": 0, "interval": 30, **rescheduler}}}
-    async with Cluster.start(nodes=[("dgx-a100", 8)], settings=settings) as c:
+    async with Cluster.start(nodes=[("dgx-a100", 8)], settings=settings, serve_http=serve_http) as c:
         fill = [await c.submit(job(f"fill-{i:02d}")) for i in range(64)]
         for j in fill:
             await c.run_until(j, "Running", timeout=300)
