@@ -117,6 +117,10 @@ async def test_plan_moves_the_cheapest_job_and_the_big_job_starts() -> None:
         for i in range(8):
             assert c.phase(("default", f"keep-{i}")) == "Running"
         assert not [n for n in reservations(c) if n.endswith(".next")]
+        held: dict[str, list[int]] = {}
+        for r in c.store.list_of(Reservation):  # nothing is held twice
+            assert not set(held.get(r.spec.node, [])) & set(r.spec.gpus), (r.metadata.name, held)
+            held.setdefault(r.spec.node, []).extend(r.spec.gpus)
         assert "Migrated" in events(c, "keep-3") and "for default/big" in events(c, "keep-3")["Migrated"]
         assert "Migrating" in events(c, "big")
         value = c.platform.ctx.registry.get_sample_value("gpuyard_migrations_total")
@@ -134,6 +138,8 @@ async def test_migratable_false_is_never_moved() -> None:
 async def test_limits_stop_the_plan() -> None:
     async with scattered(max_migrations_per_cycle=0) as (c, _):
         assert (await ask(c, dry_run=True))["moves"] == []
+    async with scattered(max_migrations_per_job_per_hour=0) as (c, _):
+        assert (await ask(c, dry_run=True))["moves"] == []
     async with scattered(max_gpu_hours_lost_per_hour=0.0) as (c, _):
         assert (await ask(c, dry_run=False))["moves"] == []
         await c.advance(120)
@@ -145,6 +151,30 @@ async def test_periodic_rescheduler_lets_the_big_job_start() -> None:
         await c.run_until(("default", "big"), "Running", timeout=600)
         assert c.placement(("default", "big")).nodes == [placed["keep-3"]]
         await c.run_until(("default", "keep-3"), "Running", timeout=600)
+
+
+async def test_a_waiting_job_moved_to_another_queue_waits_there() -> None:
+    import aiohttp
+
+    async with Cluster.start(nodes=[("dgx-a100", 1)], serve_http=True) as c:
+        first = await c.submit(job("first", 8))
+        await c.run_until(first, "Running", timeout=300)
+        second = await c.submit(job("second", 8))
+        await c.advance(30)
+        loop = next(
+            getattr(comp.run, "__self__") for comp in c.platform.components if comp.name == "scheduler"
+        )  # noqa: B009
+        assert loop.queue.get(("default", "second")).queue == "default"
+        url = f"{c.url}/api/v1/namespaces/default/jobs/second"
+        patch = {"spec": {"runPolicy": {"schedulingPolicy": {"queue": "urgent", "priority": 5}}}}
+        async with aiohttp.ClientSession() as http:
+            async with http.patch(url, json=patch, headers={"Content-Type": "application/json"}) as resp:
+                assert resp.status == 200
+        await c.advance(30)
+        queued = loop.queue.get(("default", "second"))
+        assert (queued.queue, queued.priority) == ("urgent", 5)
+        await c.delete(first)
+        await c.run_until(second, "Running", timeout=300)
 
 
 async def test_suspend_releases_the_gpus_and_resume_runs_again() -> None:

@@ -24,7 +24,7 @@ MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
 @pytest_asyncio.fixture
-async def api(aiohttp_client) -> AsyncIterator[Any]:  # type: ignore[no-untyped-def]
+async def api(aiohttp_client: Any) -> AsyncIterator[Any]:
     ctx = Context.for_tests()
     for n in ("node-a", "node-b"):
         ctx.store.create(make_node(n))
