@@ -5,7 +5,8 @@ Reservations and PodGroup status) — periodically when `scheduler.rescheduler.e
 request (`POST /api/v1/scheduler:reschedule[?dryRun=true]`, `gpuyard reschedule [--dry-run]`,
 answered through :meth:`Rescheduler.request`). A run:
 
-1. reads the snapshot and the PodGroups into plain data: each node's free GPUs, CPU and memory;
+1. reads the snapshot and the PodGroups into plain data (`rescheduling_inputs.py`): each node's
+   free GPUs, CPU and memory;
    the jobs waiting `Unschedulable` for at least `min_wait` seconds whose pods need several whole
    GPUs each (oldest first); the *movers*: placed jobs with every pod on one node, whole GPUs,
    no NICs or host ports, not being evicted or moved, not annotated `gpuyard.io/migratable:
@@ -36,32 +37,25 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
-import numpy as np
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from gpuyard.apis.core import GPU_RESOURCE, PodSpec
-from gpuyard.apis.durations import parse_duration
 from gpuyard.apis.meta import ObjectMeta
-from gpuyard.apis.quantity import to_int, to_milli
 from gpuyard.apis.scheduling import LABEL_MIGRATING_POD, PodGroup, Reservation
 from gpuyard.scheduler.assuming import event_about
 from gpuyard.scheduler.decisions import PlaceGang
-from gpuyard.scheduler.gang_requests import GPU_MILLI, MIB
-from gpuyard.scheduler.recording import is_complete
-from gpuyard.scheduler.rescheduling_plans import (
-    DefragPlan,
-    Mover,
-    MoverPod,
-    NodeRoom,
-    Waiting,
-    migration_cost,
-    plan_defrag,
+from gpuyard.scheduler.rescheduling_inputs import (
+    ANNOTATION_CHECKPOINT_INTERVAL,
+    ANNOTATION_MIGRATABLE,
+    NEXT_SUFFIX,
+    movable_jobs,
+    node_rooms,
+    waiting_jobs,
 )
+from gpuyard.scheduler.rescheduling_plans import DefragPlan, NodeRoom, plan_defrag
 from gpuyard.state.config import ReschedulerConfig
 from gpuyard.state.store import Store
 
@@ -80,10 +74,6 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 Key = tuple[str, str]
-ANNOTATION_MIGRATABLE = "gpuyard.io/migratable"
-ANNOTATION_CHECKPOINT_INTERVAL = "gpuyard.io/checkpoint-interval"
-NEXT_SUFFIX = ".next"
-"""A migrating pod's new Reservation is `<pod>.next` until the old one is gone."""
 _HOLD_GROUP = ("", "gpuyard.rescheduler.hold")  # snapshot-only entries: never a PodGroup
 HOUR = 3600.0
 
@@ -201,12 +191,17 @@ class Rescheduler:
     def plan(self, state: SchedulerState) -> list[DefragPlan]:
         """The plans of one run, within the per-run, per-job and GPU-hour limits."""
         cfg = self.config
-        nodes = _rooms(state)
-        movers_all = self._movers(state)
+        nodes = node_rooms(state)
+        limit = cfg.max_migrations_per_job_per_hour
+        movers_all = movable_jobs(
+            state,
+            moved_too_often=lambda key: len(self.history.get(key, ())) >= limit,
+            moved_at=self.moved_at,
+        )
         budget_jobs = cfg.max_migrations_per_cycle
         budget_hours = cfg.max_gpu_hours_lost_per_hour - sum(h for _, h in self.lost)
         plans: list[DefragPlan] = []
-        for waiting, priority in self._waiting(state):
+        for waiting, priority in waiting_jobs(state, min_wait=cfg.min_wait, skip=self.inflight):
             if budget_jobs <= 0:
                 break
             movers = [m for m, prio in movers_all if prio <= priority]
@@ -242,79 +237,6 @@ class Rescheduler:
                 times.popleft()
             if not times:
                 del self.history[key]
-
-    def _waiting(self, state: SchedulerState) -> list[tuple[Waiting, int]]:
-        """Jobs waiting on room (not quota) long enough, pods of several whole GPUs, oldest first."""
-        out: list[tuple[float, str, Waiting, int]] = []
-        for pg in state.objects.list_of(PodGroup):
-            key = (pg.metadata.namespace, pg.metadata.name)
-            if pg.spec.suspend or key in self.inflight or state.snapshot.placed_pods(key):
-                continue
-            view = state.recorder.view(pg)
-            if view.reason != "Unschedulable":
-                continue
-            queued = view.queued_at or pg.status.queued_at or pg.metadata.creation_timestamp
-            waited = (state.utcnow - queued).total_seconds() if queued is not None else 0.0
-            if waited < self.config.min_wait:
-                continue
-            shape = _pod_shape(pg)
-            if shape is None or shape[0] < 2:
-                continue
-            gpus, cpu, mem = shape
-            pods = max(1, pg.spec.minimum())
-            out.append(
-                (
-                    -waited,
-                    pg.metadata.name,
-                    Waiting(key, gpus=gpus, pods=pods, cpu=cpu, mem=mem),
-                    pg.spec.priority,
-                )
-            )
-        out.sort(key=lambda t: (-t[3], t[0], t[1]))
-        return [(w, prio) for _, _, w, prio in out]
-
-    def _movers(self, state: SchedulerState) -> list[tuple[Mover, int]]:
-        """Placed jobs that may move, with their cost and priority."""
-        out = []
-        limit = self.config.max_migrations_per_job_per_hour
-        for pg in state.objects.list_of(PodGroup):
-            key = (pg.metadata.namespace, pg.metadata.name)
-            meta = pg.metadata
-            if meta.annotations.get(ANNOTATION_MIGRATABLE, meta.labels.get(ANNOTATION_MIGRATABLE)) == "false":
-                continue
-            if len(self.history.get(key, ())) >= limit or pg.spec.suspend:
-                continue
-            held = state.snapshot.placed_pods(key)
-            if not held or len(set(held.values())) != 1 or not is_complete(pg, held):
-                continue
-            if state.recorder.view(pg).evictions or any(p.endswith(NEXT_SUFFIX) for p in held):
-                continue
-            pods = []
-            for pod in held:
-                res = state.objects.get_of(Reservation, key[0], pod)
-                if not isinstance(res, Reservation) or not _movable(res):
-                    break
-                req = res.spec.requests
-                pods.append(
-                    MoverPod(
-                        pod,
-                        res.spec.node,
-                        tuple(res.spec.gpus),
-                        cpu=to_milli(req.get("cpu", Decimal(0))),
-                        mem=-(-to_int(req.get("memory", Decimal(0))) // MIB),
-                    )
-                )
-            else:
-                gpus = sum(len(p.gpus) for p in pods)
-                started = state.recorder.view(pg).placed_at or pg.status.placed_at
-                moved = self.moved_at.get(key)
-                if moved is not None and (started is None or moved > started):
-                    started = moved
-                runtime = (state.utcnow - started).total_seconds() if started is not None else 0.0
-                interval = _interval(pg)
-                cost = migration_cost(gpus=gpus, runtime_s=runtime, checkpoint_interval_s=interval)
-                out.append((Mover(key, tuple(pods), cost), pg.spec.priority))
-        return out
 
     # --- executing ---------------------------------------------------------------------------
 
@@ -496,64 +418,6 @@ def _counter(registry: CollectorRegistry) -> Counter:
             "gpuyard_migrations", "Jobs moved by the rescheduler to defragment GPUs", registry=registry
         )
     return found
-
-
-def _movable(res: Reservation) -> bool:
-    spec = res.spec
-    return bool(spec.gpus) and not spec.nics and not spec.host_ports and spec.gpu_milli in (0, GPU_MILLI)
-
-
-def _interval(pg: PodGroup) -> float | None:
-    raw = pg.metadata.annotations.get(ANNOTATION_CHECKPOINT_INTERVAL)
-    if not raw:
-        return None
-    try:
-        value = parse_duration(raw)
-    except ValueError:
-        return None
-    return value if value > 0 else None
-
-
-def _pod_shape(pg: PodGroup) -> tuple[int, int, int] | None:
-    """(GPUs, CPU milli, memory MiB) of every pod, when all pods ask for the same whole GPUs on
-    any node (no selectors, affinity or tolerations); None otherwise."""
-    shapes = set()
-    for role in pg.spec.roles:
-        if role.replicas == 0:
-            continue
-        spec: PodSpec = role.template
-        if spec.node_selector or spec.affinity is not None or spec.tolerations or spec.host_network:
-            return None
-        gpus = cpu = mem = 0
-        for c in spec.containers:
-            res = c.resources
-            merged = {**res.limits, **res.requests}
-            gpus += to_int(res.limits.get(GPU_RESOURCE, res.requests.get(GPU_RESOURCE, Decimal(0))))
-            cpu += to_milli(merged.get("cpu", Decimal(0)))
-            mem += -(-to_int(merged.get("memory", Decimal(0))) // MIB)
-            if any("/" in name and name != GPU_RESOURCE for name in res.limits):
-                return None  # class or other extended requests: left alone
-        shapes.add((gpus, cpu, mem))
-    return shapes.pop() if len(shapes) == 1 else None
-
-
-def _rooms(state: SchedulerState) -> dict[str, NodeRoom]:
-    snap = state.snapshot
-    ok = snap.alive & snap.ready & snap.schedulable & ~snap.tainted
-    out = {}
-    for row in np.flatnonzero(ok):
-        name = snap.names[row]
-        if name is None:
-            continue
-        free = np.flatnonzero(snap.gpu_healthy[row] & (snap.gpu_free_milli[row] >= GPU_MILLI))
-        out[name] = NodeRoom(
-            name,
-            tuple(int(i) for i in free),
-            int(snap.gpu_healthy_count[row]),
-            cpu_free=int(snap.cpu_free[row]),
-            mem_free=int(snap.mem_free[row]),
-        )
-    return out
 
 
 async def _wait(fut: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:
