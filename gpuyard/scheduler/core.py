@@ -278,8 +278,9 @@ class SchedulerState:
                 self._dirty["PodGroup"].add((decision.namespace, res.spec.pod_group))
 
     def next_due(self, now: float) -> tuple[bool, float | None]:
-        """Whether jobs are ready now (a backoff ended), and when the next backoff or reclaim
-        delay ends (the loop sleeps until then, or until a change)."""
+        """Whether jobs are ready now (a backoff ended, a rescheduler run is due), and when the
+        next backoff, reclaim delay or rescheduler run is due (the loop sleeps until then, or
+        until a change)."""
         due = self.queue.release_due(now)
         if len(self.queue) > self._left_ready or (self.rescheduler is not None and self.rescheduler.due(now)):
             return True, due
