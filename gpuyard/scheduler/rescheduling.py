@@ -147,7 +147,9 @@ class Rescheduler:
         """Run the requests, then the periodic run if due; give up holds that timed out."""
         now = state.now
         for beneficiary, flight in list(self.inflight.items()):
-            if now - flight.since >= self.config.hold_timeout:
+            if state.objects.get_of(PodGroup, *beneficiary) is None:  # gone: nobody to hold room for
+                self._release(state, beneficiary)
+            elif now - flight.since >= self.config.hold_timeout:
                 log.info("reschedule.hold_timeout", job=f"{beneficiary[0]}/{beneficiary[1]}")
                 self._release(state, beneficiary)
         requests, self.requests = self.requests, []
