@@ -32,8 +32,8 @@ import click
 from gpuyard.apis.decoding import DocumentLimitError
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
 from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
-from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
 from gpuyard.apis.priorityclasses import class_problems
+from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
 from gpuyard.apis.quotakinds import QUOTA_KINDS
 from gpuyard.apis.resourceclasses import (
     ResourceClass,
