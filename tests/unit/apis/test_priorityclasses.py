@@ -63,3 +63,19 @@ def test_class_rules() -> None:
     ]
     assert class_problems({"metadata": {"name": "x"}})[1][0][0] == "value"
     assert class_problems({"metadata": {"name": "x"}, "value": -5, "preemptionPolicy": "Never"})[1] == []
+
+
+def test_offline_validate_checks_priority_classes() -> None:
+    from gpuyard.cli.validate import validate_documents
+
+    good = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "hi"},
+        "value": 5,
+    }
+    bad = {**good, "metadata": {"name": "system-hi"}}
+    checked = validate_documents([("classes.yaml", [good, bad])])
+    assert checked.problems == [
+        "classes.yaml: documents[1]: metadata.name: the prefix 'system-' is reserved for the built-in classes"
+    ]
