@@ -161,9 +161,7 @@ async def test_a_waiting_job_moved_to_another_queue_waits_there() -> None:
         await c.run_until(first, "Running", timeout=300)
         second = await c.submit(job("second", 8))
         await c.advance(30)
-        loop = next(
-            getattr(comp.run, "__self__") for comp in c.platform.components if comp.name == "scheduler"
-        )  # noqa: B009
+        loop = next(comp.run.__self__ for comp in c.platform.components if comp.name == "scheduler")
         assert loop.queue.get(("default", "second")).queue == "default"
         url = f"{c.url}/api/v1/namespaces/default/jobs/second"
         patch = {"spec": {"runPolicy": {"schedulingPolicy": {"queue": "urgent", "priority": 5}}}}
