@@ -278,6 +278,7 @@ def _mount() -> None:
     from gpuyard.cli.jobs import register as register_jobs
     from gpuyard.cli.nodes import register as register_nodes
     from gpuyard.cli.quotas import register as register_quotas
+    from gpuyard.cli.updates import register as register_updates
     from gpuyard.cli.validate import validate_command
     from gpuyard.sim.openb_cli import openb
     from gpuyard.sim.replay_cli import replay
@@ -294,6 +295,7 @@ def _mount() -> None:
     register_quotas(main)
     register_faults(main)
     register_fake_apiserver(main)
+    register_updates(main)
 
 
 _mount()

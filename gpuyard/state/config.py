@@ -18,6 +18,7 @@ __all__ = [
     "BackendConfig",
     "ConfigError",
     "OperatorConfig",
+    "ReschedulerConfig",
     "SchedulerConfig",
     "ServerConfig",
     "Settings",
@@ -72,6 +73,30 @@ class OperatorConfig(Section):
     concurrency: int = Field(default=4, ge=1)
 
 
+class ReschedulerConfig(Section):
+    """The defragmenting rescheduler (`scheduler/rescheduling.py`): off unless enabled."""
+
+    enabled: bool = Field(
+        default=False, description="Run the rescheduler periodically in the scheduler loop."
+    )
+    interval: float = Field(default=60.0, gt=0, description="Seconds between two periodic runs.")
+    min_wait: float = Field(
+        default=60.0, ge=0, description="Seconds a job waits on fragmentation before others move for it."
+    )
+    max_migrations_per_cycle: int = Field(default=4, ge=0, description="Jobs moved per run at most.")
+    max_migrations_per_job_per_hour: int = Field(
+        default=1, ge=0, description="Moves of one job per hour at most."
+    )
+    max_gpu_hours_lost_per_hour: float = Field(
+        default=4.0, ge=0, description="GPU-hours of work thrown away by moves per hour at most."
+    )
+    hold_timeout: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds the freed room is held for the waiting job while moves finish.",
+    )
+
+
 class SchedulerConfig(Section):
     profile: str = "default"
     plugins: dict[str, float] = Field(default_factory=dict, description="Score plugin name -> weight.")
@@ -86,6 +111,7 @@ class SchedulerConfig(Section):
         ge=0,
         description="Seconds a quota owed its min waits before borrowed jobs are preempted (Koordinator: 120).",
     )
+    rescheduler: ReschedulerConfig = Field(default_factory=ReschedulerConfig)
     # --- pods' scheduler and delegate mode (docs/kubernetes.md) ---
     name: str = Field(
         default="gpuyard",
