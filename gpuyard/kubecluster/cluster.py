@@ -79,8 +79,10 @@ class KubeCluster:
             clock=ctx.clock,
             node_lost_grace=self.config.node_lost_grace,
             is_leader=self._is_leader,
+            scheduler_name=ctx.settings.scheduler.name,
         )
         self.writer = KubeWriter(
+            scheduler_name=ctx.settings.scheduler.name,
             client=client,
             store=ctx.store,
             may_write=self._why_not_write,

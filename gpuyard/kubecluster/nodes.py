@@ -57,15 +57,15 @@ ACTIVE = ("Pending", "Running", "Unknown")
 NODE_LOST = "NodeLost"
 
 
-def _is_foreign(pod: Pod) -> bool:
-    return (pod.spec.scheduler_name or "default-scheduler") != SCHEDULER_NAME
+def _is_foreign(pod: Pod, ours: str = SCHEDULER_NAME) -> bool:
+    return (pod.spec.scheduler_name or "default-scheduler") != ours
 
 
-def foreign_usage(pods: list[Pod]) -> dict[str, Decimal]:
-    """The summed requests of the active foreign pods given."""
+def foreign_usage(pods: list[Pod], *, ours: str = SCHEDULER_NAME) -> dict[str, Decimal]:
+    """The summed requests of the active pods given that scheduler `ours` did not place."""
     total: dict[str, Decimal] = {}
     for pod in pods:
-        if pod.status.phase not in ACTIVE or not _is_foreign(pod):
+        if pod.status.phase not in ACTIVE or not _is_foreign(pod, ours):
             continue
         for name, q in pod.spec.requests().items():
             total[name] = total.get(name, Decimal(0)) + q
@@ -94,7 +94,9 @@ class NodeModel:
         clock: Clock,
         node_lost_grace: float,
         is_leader: Callable[[], bool] = lambda: True,
+        scheduler_name: str = SCHEDULER_NAME,
     ) -> None:
+        self.scheduler_name = scheduler_name
         self.store = store
         self.clock = clock
         self.grace = node_lost_grace
@@ -135,7 +137,7 @@ class NodeModel:
         if node is None:
             return
         pods = list(self.pods_on.get(name, {}).values())
-        usage = foreign_usage(pods)
+        usage = foreign_usage(pods, ours=self.scheduler_name)
         if not usage:
             if self.store.get_of(Node, "", name) is not node:
                 self.store.observe(node, force=True)
@@ -148,7 +150,9 @@ class NodeModel:
         gpus = int(usage.get(GPU_RESOURCE, Decimal(0)))
         if gpus > 0:
             count = int(alloc.get(GPU_RESOURCE, Decimal(0)))
-            ours = _gpu_indices_of([p for p in pods if not _is_foreign(p) and p.status.phase in ACTIVE])
+            ours = _gpu_indices_of(
+                [p for p in pods if not _is_foreign(p, self.scheduler_name) and p.status.phase in ACTIVE]
+            )
             ours.update(
                 g for r in self.store.list_of(Reservation) if r.spec.node == name for g in r.spec.gpus
             )
@@ -206,7 +210,7 @@ class NodeModel:
                 on[key] = p
             else:
                 on.pop(key, None)
-            if _is_foreign(p):
+            if _is_foreign(p, self.scheduler_name):
                 touched.add(p.spec.node_name)
         for name in touched:
             self._publish(name)

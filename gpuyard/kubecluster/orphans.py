@@ -21,7 +21,7 @@ import structlog
 from gpuyard.apis.core import Pod
 from gpuyard.apis.scheduling import Reservation
 from gpuyard.kubecluster.client import ApiError
-from gpuyard.kubecluster.writing import ANNOTATION_ASSIGNED_NODE, SCHEDULER_NAME, KubeWriter
+from gpuyard.kubecluster.writing import ANNOTATION_ASSIGNED_NODE, KubeWriter
 from gpuyard.state.backend import BackendError
 from gpuyard.state.clock import Clock
 from gpuyard.state.store import AlreadyExists, Conflict, NotFound, Store
@@ -56,7 +56,7 @@ class OrphanSweeper:
         return [
             p
             for p in self.store.list_of(Pod)
-            if p.spec.scheduler_name == SCHEDULER_NAME
+            if p.spec.scheduler_name == self.writer.scheduler_name
             and not p.spec.node_name
             and p.status.phase == "Pending"
             and p.metadata.deletion_timestamp is None

@@ -3,8 +3,9 @@ over the API server.
 
 * `create(obj)` -> POST (409: `AlreadyExists`, and the object holding the name is read and
   mirrored, so a caller that re-reads the store finds it). A Pod arrives from the operator already carrying the node the scheduler
-  chose: it is created *without* `spec.nodeName`, with `schedulerName: gpuyard` (so no other
-  scheduler touches it), then bound through `pods/binding`, as kube-scheduler binds; if the
+  chose: it is created *without* `spec.nodeName`, with gpuyard's `schedulerName` (`scheduler.name`,
+  so no other scheduler touches it), then bound through `pods/binding`, as kube-scheduler binds
+  (a pod with another `schedulerName` and no node, delegate mode, is created as it is); if the
   binding fails the pod is deleted again and the create fails with `BackendError` (the caller
   un-assumes the placement). A status given at create is written with a status PATCH after it
   (the API server drops it from a create), except for pods, whose status is the kubelet's.
@@ -41,7 +42,7 @@ __all__ = ["ANNOTATION_ASSIGNED_NODE", "SCHEDULER_NAME", "KubeWriter", "merge_di
 
 R = TypeVar("R", bound=Resource)
 
-SCHEDULER_NAME = "gpuyard"
+SCHEDULER_NAME = "gpuyard"  # the default of `scheduler.name`
 ANNOTATION_ASSIGNED_NODE = "gpuyard.io/assigned-node"  # the node a pod is created for (bound next)
 
 
@@ -77,12 +78,14 @@ class KubeWriter:
         client: KubeClient | None,
         store: Store,
         may_write: Callable[[], str | None] = lambda: None,
+        scheduler_name: str = SCHEDULER_NAME,
     ) -> None:
         """`may_write()` returns why this replica must not write now (None: it may); `client`
         may be set later (before that, every write fails with `BackendError`)."""
         self.client = client
         self.store = store
         self.may_write = may_write
+        self.scheduler_name = scheduler_name
         self.pods_bound = 0
         self.in_flight: set[tuple[str, str]] = set()  # pods between create and bind
 
@@ -152,12 +155,14 @@ class KubeWriter:
         where = f"pod {pod.metadata.namespace or 'default'}/{pod.metadata.name}"
         node = pod.spec.node_name
         if not node:
-            raise BackendError(
-                f"{where}: spec.nodeName is required (the scheduler places pods before they are created)"
-            )
+            if (pod.spec.scheduler_name or self.scheduler_name) == self.scheduler_name:
+                raise BackendError(
+                    f"{where}: spec.nodeName is required (the scheduler places pods before they are created)"
+                )
+            return await self._create_unbound(pod, body)  # delegate mode: another scheduler binds it
         spec = body.setdefault("spec", {})
         spec.pop("nodeName", None)
-        spec["schedulerName"] = SCHEDULER_NAME
+        spec["schedulerName"] = self.scheduler_name
         body["metadata"].setdefault("annotations", {})[ANNOTATION_ASSIGNED_NODE] = node
         res = self._resource("Pod")
         key = (body["metadata"]["namespace"], pod.metadata.name)
@@ -181,6 +186,13 @@ class KubeWriter:
             self.in_flight.discard(key)
         self.pods_bound += 1
         raw.setdefault("spec", {})["nodeName"] = node  # the binding's own event follows
+        return self._mirror(Pod, raw)
+
+    async def _create_unbound(self, pod: Pod, body: Json) -> Pod:
+        try:
+            raw = await self._api().create(self._resource("Pod"), body)
+        except AlreadyExists as exc:
+            raise BackendError(str(exc)) from None
         return self._mirror(Pod, raw)
 
     async def bind(self, pod: Pod, node: str) -> None:
