@@ -90,10 +90,10 @@ async def test_kubectl_apply_get_watch_describe_delete(
         assert JOB_NAME in await _read_line(watcher)
         fake_apiserver.server.objects.patch(
             fake_apiserver.server.catalog.get("kubeflow.org", "v1", "tfjobs"),
-            "default",
             JOB_NAME,
-            {"status": {"conditions": [{"type": "Running", "status": "True"}]}},
-            "application/merge-patch+json",
+            namespace="default",
+            patch={"status": {"conditions": [{"type": "Running", "status": "True"}]}},
+            content_type="application/merge-patch+json",
             status=True,
         )
         changed = await _read_line(watcher)

@@ -180,7 +180,7 @@ class Catalog:
         versions = spec.get("versions") or []
 
         def bad(field_path: str, why: str) -> ApiError:
-            return ApiError.invalid("CustomResourceDefinition", name, field_path, why)
+            return ApiError.invalid("CustomResourceDefinition", name, field=field_path, why=why)
 
         if not group or "." not in group:
             raise bad("spec.group", "should be a domain with at least one dot")

@@ -73,12 +73,12 @@ class ObjectApi:
         self._schedule_gc = schedule_gc
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             ns_res = catalog.get("", "v1", "namespaces")
-            self.create(ns_res, None, {"metadata": {"name": ns}})
+            self.create(ns_res, {"metadata": {"name": ns}})
 
     # --- reads ------------------------------------------------------------------------------------
 
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        obj = self.storage.get(res.key, namespace or "" if res.namespaced else "", name)
+    def get(self, res: Resource, name: str, *, namespace: str | None = None) -> dict[str, Any]:
+        obj = self.storage.get(res.key, name, namespace=(namespace or "") if res.namespaced else "")
         if obj is None:
             raise ApiError.not_found(res.plural, name, group=res.group)
         return obj
@@ -86,8 +86,8 @@ class ObjectApi:
     def list(
         self,
         res: Resource,
-        namespace: str | None,
         *,
+        namespace: str | None = None,
         match: Matcher | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
@@ -147,7 +147,7 @@ class ObjectApi:
 
     # --- create -----------------------------------------------------------------------------------
 
-    def create(self, res: Resource, namespace: str | None, body: Any) -> dict[str, Any]:
+    def create(self, res: Resource, body: Any, *, namespace: str | None = None) -> dict[str, Any]:
         obj = self._check_body(res, body)
         meta = dict(_meta(obj))
         name = meta.get("name") or ""
@@ -155,11 +155,11 @@ class ObjectApi:
             name = meta["generateName"] + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(5))
         if not name:
             raise ApiError.invalid(
-                res.kind, "", "metadata.name", "Required value: name or generateName is required"
+                res.kind, "", field="metadata.name", why="Required value: name or generateName is required"
             )
         _check_name(res, name)
-        ns = self._namespace_for(res, namespace, meta, name)
-        if self.storage.get(res.key, ns, name) is not None:
+        ns = self._namespace_for(res, namespace=namespace, meta=meta, name=name)
+        if self.storage.get(res.key, name, namespace=ns) is not None:
             raise ApiError.already_exists(res.plural, name, group=res.group)
         for f in _SYSTEM_FIELDS:
             meta.pop(f, None)
@@ -178,7 +178,7 @@ class ObjectApi:
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         elif res.key == _CRDS:
             obj = self._establish_crd(obj)
-        return self.storage.commit(res.key, "ADDED", obj)
+        return self.storage.commit(res.key, obj, event_type="ADDED")
 
     def _check_body(self, res: Resource, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -197,7 +197,7 @@ class ObjectApi:
             raise ApiError.bad_request("metadata: must be an object")
         return copy.deepcopy(body)
 
-    def _namespace_for(self, res: Resource, namespace: str | None, meta: dict[str, Any], name: str) -> str:
+    def _namespace_for(self, res: Resource, *, namespace: str | None, meta: dict[str, Any], name: str) -> str:
         if not res.namespaced:
             return ""
         given = meta.get("namespace")
@@ -207,7 +207,7 @@ class ObjectApi:
             )
         ns = namespace or given or ""
         if not ns:
-            raise ApiError.invalid(res.kind, name, "metadata.namespace", "Required value")
+            raise ApiError.invalid(res.kind, name, field="metadata.namespace", why="Required value")
         return str(ns)
 
     def _establish_crd(self, crd: dict[str, Any]) -> dict[str, Any]:
@@ -230,10 +230,10 @@ class ObjectApi:
     # --- update -----------------------------------------------------------------------------------
 
     def replace(
-        self, res: Resource, namespace: str | None, name: str, body: Any, *, status: bool = False
+        self, res: Resource, name: str, *, body: Any, namespace: str | None = None, status: bool = False
     ) -> dict[str, Any]:
         """PUT of the object (`status=False`) or of its `status` subresource."""
-        current = self.get(res, namespace, name)
+        current = self.get(res, name, namespace=namespace)
         new = self._check_body(res, body)
         given = _meta(new)
         if given.get("name") and given["name"] != name:
@@ -243,27 +243,27 @@ class ObjectApi:
         given_rv = given.get("resourceVersion")
         if given_rv not in (None, "") and str(given_rv) != _meta(current).get("resourceVersion"):
             raise ApiError.conflict(res.plural, name, group=res.group)
-        return self._write(res, current, new, status=status)
+        return self._write(res, current=current, new=new, status=status)
 
     def patch(
         self,
         res: Resource,
-        namespace: str | None,
         name: str,
+        *,
         patch: Any,
         content_type: str,
-        *,
+        namespace: str | None = None,
         status: bool = False,
     ) -> dict[str, Any]:
-        current = self.get(res, namespace, name)
-        patched = apply_patch(current, patch, content_type)
+        current = self.get(res, name, namespace=namespace)
+        patched = apply_patch(current, patch, content_type=content_type)
         given_rv = _meta(patched).get("resourceVersion")
         if given_rv not in (None, "") and str(given_rv) != _meta(current).get("resourceVersion"):
             raise ApiError.conflict(res.plural, name, group=res.group)
-        return self._write(res, current, self._check_body(res, patched), status=status)
+        return self._write(res, current=current, new=self._check_body(res, patched), status=status)
 
     def _write(
-        self, res: Resource, current: dict[str, Any], new: dict[str, Any], *, status: bool
+        self, res: Resource, *, current: dict[str, Any], new: dict[str, Any], status: bool
     ) -> dict[str, Any]:
         cur_meta = _meta(current)
         if status:
@@ -306,19 +306,19 @@ class ObjectApi:
         if meta_now.get("deletionTimestamp") and not meta_now.get("finalizers"):
             self._remove(res, obj)
             return obj
-        return self.storage.commit(res.key, "MODIFIED", obj)
+        return self.storage.commit(res.key, obj, event_type="MODIFIED")
 
     # --- subresources -----------------------------------------------------------------------------
 
-    def bind(self, res: Resource, namespace: str | None, name: str, body: Any) -> dict[str, Any]:
+    def bind(self, res: Resource, name: str, *, body: Any, namespace: str | None = None) -> dict[str, Any]:
         """`pods/{name}/binding`: set `spec.nodeName`; 409 when the pod is already bound."""
         if (
             not isinstance(body, dict)
             or not isinstance(body.get("target"), dict)
             or not body["target"].get("name")
         ):
-            raise ApiError.invalid("Binding", name, "target.name", "Required value")
-        pod = self.get(res, namespace, name)
+            raise ApiError.invalid("Binding", name, field="target.name", why="Required value")
+        pod = self.get(res, name, namespace=namespace)
         node = body["target"]["name"]
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound:
@@ -334,16 +334,18 @@ class ObjectApi:
         )
         status["conditions"] = conditions
         obj = {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}, "status": status}
-        return self.storage.commit(res.key, "MODIFIED", obj)
+        return self.storage.commit(res.key, obj, event_type="MODIFIED")
 
-    def evict(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+    def evict(self, res: Resource, name: str, *, namespace: str | None = None) -> dict[str, Any]:
         """`pods/{name}/eviction`: delete the pod (PodDisruptionBudgets are not consulted)."""
-        return self.delete(res, namespace, name)
+        return self.delete(res, name, namespace=namespace)
 
     # --- delete -----------------------------------------------------------------------------------
 
-    def delete(self, res: Resource, namespace: str | None, name: str, options: Any = None) -> dict[str, Any]:
-        current = self.get(res, namespace, name)
+    def delete(
+        self, res: Resource, name: str, *, namespace: str | None = None, options: Any = None
+    ) -> dict[str, Any]:
+        current = self.get(res, name, namespace=namespace)
         opts = options if isinstance(options, dict) else {}
         pre = opts.get("preconditions") or {}
         meta = _meta(current)
@@ -378,7 +380,7 @@ class ObjectApi:
                 **current,
                 "metadata": {**meta, "deletionTimestamp": now_iso(), "deletionGracePeriodSeconds": 0},
             }
-            return self.storage.commit(res.key, "MODIFIED", marked)
+            return self.storage.commit(res.key, marked, event_type="MODIFIED")
         self._remove(res, current)
         return current
 
@@ -391,7 +393,7 @@ class ObjectApi:
             for r in {r.key for r in self.catalog.resources.values() if r.crd == meta.get("name")}:
                 self.storage.drop_resource(r)
             self.catalog.unregister_crd(meta.get("name") or "")
-        self.storage.commit(res.key, "DELETED", obj)
+        self.storage.commit(res.key, obj, event_type="DELETED")
         self._schedule_gc()
 
     def _orphan(self, uid: str | None) -> None:
@@ -402,7 +404,7 @@ class ObjectApi:
                 meta = {**_meta(obj), "ownerReferences": kept}
                 if not kept:
                     meta.pop("ownerReferences")
-                self.storage.commit(key, "MODIFIED", {**obj, "metadata": meta})
+                self.storage.commit(key, {**obj, "metadata": meta}, event_type="MODIFIED")
 
     def collect_garbage(self, *, gone: set[str | None] | None = None) -> int:
         """Delete the objects none of whose owners exist any more (and, with `gone`, the dependents of
@@ -424,9 +426,9 @@ class ObjectApi:
                 if _meta(obj).get("finalizers"):
                     if not _meta(obj).get("deletionTimestamp"):
                         meta = {**_meta(obj), "deletionTimestamp": now_iso(), "deletionGracePeriodSeconds": 0}
-                        self.storage.commit(key, "MODIFIED", {**obj, "metadata": meta})
+                        self.storage.commit(key, {**obj, "metadata": meta}, event_type="MODIFIED")
                     continue
-                self.storage.commit(key, "DELETED", obj)
+                self.storage.commit(key, obj, event_type="DELETED")
                 deleted += 1
 
 
@@ -435,8 +437,8 @@ def _check_name(res: Resource, name: str) -> None:
         raise ApiError.invalid(
             res.kind,
             name,
-            "metadata.name",
-            f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+            field="metadata.name",
+            why=f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
             "characters, '-' or '.', and must start and end with an alphanumeric character",
         )
 
@@ -447,8 +449,8 @@ def _check_pod_update(current: dict[str, Any], new: dict[str, Any]) -> None:
         raise ApiError.invalid(
             "Pod",
             _meta(current).get("name", ""),
-            "spec.nodeName",
-            "Forbidden: pod updates may not change the node",
+            field="spec.nodeName",
+            why="Forbidden: pod updates may not change the node",
         )
 
 

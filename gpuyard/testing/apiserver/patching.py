@@ -128,7 +128,7 @@ def json_patch(target: Any, ops: Any) -> Any:
     return doc
 
 
-def apply_patch(target: dict[str, Any], patch: Any, content_type: str) -> dict[str, Any]:
+def apply_patch(target: dict[str, Any], patch: Any, *, content_type: str) -> dict[str, Any]:
     """The object after the patch; 415 for a content type other than the three above."""
     media = content_type.split(";")[0].strip().lower()
     if media == MERGE:

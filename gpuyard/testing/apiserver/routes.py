@@ -350,7 +350,7 @@ class Handler:
             limit = q.get("limit")
             listed = objects.list(
                 res,
-                ns,
+                namespace=ns,
                 match=self._match(request),
                 limit=int(limit) if limit and limit.isdigit() else None,
                 continue_token=q.get("continue"),
@@ -368,16 +368,16 @@ class Handler:
                 )
             return _json(listed)
         if verb == "get":
-            return self._answer(request, res, objects.get(res, ns, name or ""))
+            return self._answer(request, res, objects.get(res, name or "", namespace=ns))
         body = await self._body(request)
         if verb == "create":
             if name is None:
-                return self._answer(request, res, objects.create(res, ns, body), 201)
+                return self._answer(request, res, objects.create(res, body, namespace=ns), 201)
             if target.sub == "binding":
-                objects.bind(res, ns, name, body)
+                objects.bind(res, name, body=body, namespace=ns)
                 return _json(status_body(code=201, message=""), 201)
             if target.sub == "eviction":
-                objects.evict(res, ns, name)
+                objects.evict(res, name, namespace=ns)
                 return _json(status_body(code=201, message=""), 201)
             raise ApiError(405, f"POST is not allowed on {request.path}", reason="MethodNotAllowed")
         if name is None:
@@ -390,27 +390,35 @@ class Handler:
             )
         status = target.sub == "status"
         if verb == "update":
-            return self._answer(request, res, objects.replace(res, ns, name, body, status=status))
+            return self._answer(
+                request, res, objects.replace(res, name, body=body, namespace=ns, status=status)
+            )
         if verb == "patch":
             return self._answer(
-                request, res, objects.patch(res, ns, name, body, request.content_type, status=status)
+                request,
+                res,
+                objects.patch(
+                    res, name, patch=body, content_type=request.content_type, namespace=ns, status=status
+                ),
             )
         options = body if isinstance(body, dict) else {}
         if "propagationPolicy" in q:
             options = {**options, "propagationPolicy": q["propagationPolicy"]}
-        return self._answer(request, res, objects.delete(res, ns, name, options))
+        return self._answer(request, res, objects.delete(res, name, namespace=ns, options=options))
 
     def _delete_collection(
         self, request: web.Request, res: Resource, ns: str | None, body: Any
     ) -> dict[str, Any]:
-        listed = self.server.objects.list(res, ns, match=self._match(request))
+        listed = self.server.objects.list(res, namespace=ns, match=self._match(request))
         options = body if isinstance(body, dict) else {}
         gone = []
         for obj in listed["items"]:
             meta = obj.get("metadata") or {}
             try:
                 gone.append(
-                    self.server.objects.delete(res, meta.get("namespace"), meta.get("name", ""), options)
+                    self.server.objects.delete(
+                        res, meta.get("name", ""), namespace=meta.get("namespace"), options=options
+                    )
                 )
             except ApiError as exc:
                 if exc.code != 404:

@@ -160,10 +160,10 @@ class FakeApiServer:
         res = self.catalog.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         for crd in crds:
             name = (crd.get("metadata") or {}).get("name", "")
-            if self.storage.get(res.key, "", name) is None:
-                self.objects.create(res, None, crd)
+            if self.storage.get(res.key, name) is None:
+                self.objects.create(res, crd)
             else:
-                self.objects.replace(res, None, name, crd)
+                self.objects.replace(res, name, body=crd)
 
     def install_gpuyard_crds(self) -> None:
         """Serve gpuyard's custom resources with the minimal CRDs of `crds.py` (open schemas)."""

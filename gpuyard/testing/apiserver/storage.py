@@ -90,7 +90,7 @@ class Storage:
 
     # --- reads ------------------------------------------------------------------------------------
 
-    def get(self, resource: ResourceKey, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, resource: ResourceKey, name: str, *, namespace: str = "") -> dict[str, Any] | None:
         return self._objects.get(resource, {}).get((namespace, name))
 
     def items(self, resource: ResourceKey, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -112,7 +112,7 @@ class Storage:
 
     # --- writes -----------------------------------------------------------------------------------
 
-    def commit(self, resource: ResourceKey, type_: str, obj: dict[str, Any]) -> dict[str, Any]:
+    def commit(self, resource: ResourceKey, obj: dict[str, Any], *, event_type: str) -> dict[str, Any]:
         """Store (or, for DELETED, remove) `obj` at the next resourceVersion and publish the event."""
         self.rv += 1
         meta = dict(obj.get("metadata") or {})
@@ -121,11 +121,11 @@ class Storage:
         key = (meta.get("namespace") or "", meta.get("name") or "")
         bucket = self._objects.setdefault(resource, {})
         old = bucket.get(key)
-        if type_ == "DELETED":
+        if event_type == "DELETED":
             bucket.pop(key, None)
         else:
             bucket[key] = stored
-        event = Event(self.rv, resource, type_, stored, old)
+        event = Event(self.rv, resource, event_type, stored, old)
         if len(self.history) >= self.history_limit:
             self.compacted = self.history.popleft().rv
         self.history.append(event)
@@ -135,7 +135,7 @@ class Storage:
 
     def drop_resource(self, resource: ResourceKey, namespace: str | None = None) -> list[dict[str, Any]]:
         """Delete every object of a resource (in one namespace), each with a DELETED event."""
-        gone = [self.commit(resource, "DELETED", obj) for obj in self.items(resource, namespace)]
+        gone = [self.commit(resource, obj, event_type="DELETED") for obj in self.items(resource, namespace)]
         if namespace is None:
             self._objects.pop(resource, None)
         return gone
