@@ -279,6 +279,7 @@ async def test_tables_for_kubectl(rest: Rest) -> None:
         ("GET", "/api/v1/pods?labelSelector=a%20in%20(b", None, 400, "labelSelector"),
         ("GET", "/api/v1/pods?watch=true&resourceVersion=abc", None, 400, "resourceVersion"),
         ("GET", "/api/v1/pods?continue=garbage", None, 400, "continue"),
+        ("GET", "/api/v1/pods?fieldSelector=spec.containers%3Dx", None, 400, "field label not supported"),
         (
             "POST",
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
@@ -313,3 +314,25 @@ async def test_unchanged_writes_make_no_new_version(rest: Rest, fake_apiserver: 
     code, same = await rest("PUT", "/api/v1/namespaces/default/pods/a", created)
     assert code == 200 and same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
     assert fake_apiserver.server.resource_version == before
+
+
+async def test_field_selectors_of_a_crd_are_its_selectable_fields(rest: Rest) -> None:
+    crd = crd_manifest(kind="Queue", plural="queues", short=())
+    crd["spec"]["versions"][0]["selectableFields"] = [{"jsonPath": ".spec.tenant"}]
+    await rest("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    base = "/apis/kubeflow.org/v1/namespaces/default/queues"
+    for name, tenant in (("a", "ml"), ("b", "cv")):
+        await rest(
+            "POST",
+            base,
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "Queue",
+                "metadata": {"name": name},
+                "spec": {"tenant": tenant},
+            },
+        )
+    _, found = await rest("GET", f"{base}?fieldSelector=spec.tenant%3Dcv")
+    assert [o["metadata"]["name"] for o in found["items"]] == ["b"]
+    code, refused = await rest("GET", f"{base}?fieldSelector=spec.other%3Dx")
+    assert code == 400 and "spec.tenant" in refused["message"]

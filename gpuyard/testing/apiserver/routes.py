@@ -314,9 +314,9 @@ class Handler:
         except (ValueError, yaml.YAMLError) as exc:
             raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
 
-    def _match(self, request: web.Request) -> Matcher | None:
+    def _match(self, request: web.Request, res: Resource) -> Matcher | None:
         labels = label_selector(request.query.get("labelSelector"))
-        fields = field_selector(request.query.get("fieldSelector"))
+        fields = field_selector(request.query.get("fieldSelector"), allowed=res.selectable_fields)
         if labels is None or fields is None:
             return labels or fields
         return lambda obj: labels(obj) and fields(obj)
@@ -342,7 +342,7 @@ class Handler:
         objects, res, ns, name = self.server.objects, target.res, target.namespace, target.name
         q = request.query
         if verb == "watch":
-            watch = WatchRequest.from_query(q, res=res, namespace=ns, match=self._match(request))
+            watch = WatchRequest.from_query(q, res=res, namespace=ns, match=self._match(request, res))
             return await serve_watch(
                 request, self.server, watch, as_table=wants_table(request.headers.get("Accept", ""))
             )
@@ -351,7 +351,7 @@ class Handler:
             listed = objects.list(
                 res,
                 namespace=ns,
-                match=self._match(request),
+                match=self._match(request, res),
                 limit=int(limit) if limit and limit.isdigit() else None,
                 continue_token=q.get("continue"),
                 resource_version=q.get("resourceVersion"),
@@ -409,7 +409,7 @@ class Handler:
     def _delete_collection(
         self, request: web.Request, res: Resource, ns: str | None, body: Any
     ) -> dict[str, Any]:
-        listed = self.server.objects.list(res, namespace=ns, match=self._match(request))
+        listed = self.server.objects.list(res, namespace=ns, match=self._match(request, res))
         options = body if isinstance(body, dict) else {}
         gone = []
         for obj in listed["items"]:
