@@ -336,3 +336,21 @@ async def test_field_selectors_of_a_crd_are_its_selectable_fields(rest: Rest) ->
     assert [o["metadata"]["name"] for o in found["items"]] == ["b"]
     code, refused = await rest("GET", f"{base}?fieldSelector=spec.other%3Dx")
     assert code == 400 and "spec.tenant" in refused["message"]
+
+
+async def test_custom_resources_refuse_strategic_merge_patches(rest: Rest) -> None:
+    await rest("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd_manifest())
+    base = "/apis/kubeflow.org/v1/namespaces/default/tfjobs"
+    await rest(
+        "POST",
+        base,
+        {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "j"}, "spec": {}},
+    )
+    code, answer = await rest(
+        "PATCH", f"{base}/j", {"spec": {"x": 1}}, content_type="application/strategic-merge-patch+json"
+    )
+    assert code == 415 and "custom resources" in answer["message"]
+    code, merged = await rest(
+        "PATCH", f"{base}/j", {"spec": {"x": 1}}, content_type="application/merge-patch+json"
+    )
+    assert code == 200 and merged["spec"] == {"x": 1} and merged["metadata"]["generation"] == 2

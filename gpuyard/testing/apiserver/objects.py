@@ -256,7 +256,7 @@ class ObjectApi:
         status: bool = False,
     ) -> dict[str, Any]:
         current = self.get(res, name, namespace=namespace)
-        patched = apply_patch(current, patch, content_type=content_type)
+        patched = apply_patch(current, patch, content_type=content_type, strategic_ok=res.crd is None)
         given_rv = _meta(patched).get("resourceVersion")
         if given_rv not in (None, "") and str(given_rv) != _meta(current).get("resourceVersion"):
             raise ApiError.conflict(res.plural, name, group=res.group)

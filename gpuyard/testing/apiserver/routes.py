@@ -371,6 +371,17 @@ class Handler:
             return self._answer(request, res, objects.get(res, name or "", namespace=ns))
         body = await self._body(request)
         if verb == "create":
+            if name is None and res.key == ("", "bindings"):  # the older form of pods/{name}/binding
+                pods = self.server.catalog.get("", "v1", "pods")
+                pod_name = (
+                    ((body or {}).get("metadata") or {}).get("name") if isinstance(body, dict) else None
+                )
+                if not pod_name:
+                    raise ApiError.invalid(
+                        "Binding", "", field="metadata.name", why="Required value: the pod's name"
+                    )
+                objects.bind(pods, pod_name, body=body, namespace=ns)
+                return _json(status_body(code=201, message=""), 201)
             if name is None:
                 return self._answer(request, res, objects.create(res, body, namespace=ns), 201)
             if target.sub == "binding":
