@@ -354,3 +354,32 @@ async def test_custom_resources_refuse_strategic_merge_patches(rest: Rest) -> No
         "PATCH", f"{base}/j", {"spec": {"x": 1}}, content_type="application/merge-patch+json"
     )
     assert code == 200 and merged["spec"] == {"x": 1} and merged["metadata"]["generation"] == 2
+
+
+async def test_exact_lists_and_later_pages_show_the_state_at_their_version(rest: Rest) -> None:
+    base = "/api/v1/namespaces/default/pods"
+    for name in ("a", "b", "c"):
+        await rest("POST", base, pod(name, labels={"v": "1"}))
+    _, first = await rest("GET", f"{base}?limit=2")
+    then = first["metadata"]["resourceVersion"]
+    await rest("DELETE", f"{base}/c")
+    await rest(
+        "PATCH",
+        f"{base}/a",
+        {"metadata": {"labels": {"v": "2"}}},
+        content_type="application/merge-patch+json",
+    )
+    await rest("POST", base, pod("d"))
+    _, second = await rest("GET", f"{base}?limit=2&continue={first['metadata']['continue']}")
+    assert [o["metadata"]["name"] for o in second["items"]] == ["c"]  # as of the first page
+    assert second["metadata"]["resourceVersion"] == then
+    _, exact = await rest("GET", f"{base}?resourceVersion={then}&resourceVersionMatch=Exact")
+    assert [(o["metadata"]["name"], o["metadata"]["labels"]["v"]) for o in exact["items"]] == [
+        ("a", "1"),
+        ("b", "1"),
+        ("c", "1"),
+    ]
+    _, now = await rest("GET", base)
+    assert [o["metadata"]["name"] for o in now["items"]] == ["a", "b", "d"]
+    code, _ = await rest("GET", f"{base}?resourceVersion=999999&resourceVersionMatch=Exact")
+    assert code == 504

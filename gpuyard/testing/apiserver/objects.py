@@ -94,34 +94,44 @@ class ObjectApi:
         resource_version: str | None = None,
         resource_version_match: str | None = None,
     ) -> dict[str, Any]:
-        """A `<Kind>List` with `metadata.resourceVersion`, paged by `limit` / `continue`."""
+        """A `<Kind>List` with `metadata.resourceVersion`, paged by `limit` / `continue`: the objects
+        now, or as they were at `resource_version` with `resourceVersionMatch=Exact` (and for every
+        page after the first, at the first page's version), rebuilt from the history."""
         list_rv = self.storage.rv
+        at: int | None = None
         if resource_version_match == "Exact":
-            rv = _parse_rv(resource_version, "resourceVersion")
-            if rv is None:
+            at = _parse_rv(resource_version, "resourceVersion")
+            if at is None:
                 raise ApiError.bad_request("resourceVersionMatch=Exact needs a resourceVersion")
-            if rv < self.storage.compacted:
-                raise ApiError.gone(
-                    f"The resourceVersion for the provided list is too old: {rv} ({self.storage.compacted})"
+            if at > self.storage.rv:
+                raise ApiError(
+                    504, f"Too large resource version: {at}, current: {self.storage.rv}", reason="Timeout"
                 )
         elif resource_version_match not in (None, "", "NotOlderThan"):
             raise ApiError.bad_request(
                 f"resourceVersionMatch: Unsupported value: {resource_version_match!r}: supported values: Exact, NotOlderThan"
             )
-        items = [
-            o
-            for o in self.storage.items(res.key, namespace if res.namespaced else None)
-            if match is None or match(o)
-        ]
-        start = 0
-        if continue_token:
-            token = _decode_continue(continue_token)
+        token = _decode_continue(continue_token) if continue_token else None
+        if token is not None:
             if token["rv"] < self.storage.compacted:
                 raise ApiError.gone(
                     "The provided continue parameter is too old to display a consistent list result. "
                     "You can start a new list without the continue parameter."
                 )
-            list_rv = token["rv"]
+            at = token["rv"]
+        scope = namespace if res.namespaced else None
+        if at is None:
+            found = self.storage.items(res.key, scope)
+        else:
+            if at < self.storage.compacted:
+                raise ApiError.gone(
+                    f"The resourceVersion for the provided list is too old: {at} ({self.storage.compacted})"
+                )
+            found = self.storage.items_at(res.key, at, namespace=scope)
+            list_rv = at
+        items = [o for o in found if match is None or match(o)]
+        start = 0
+        if token is not None:
             after = tuple(token["after"])
             start = next((i for i, o in enumerate(items) if _order_key(o) > after), len(items))
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}

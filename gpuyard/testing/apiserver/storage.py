@@ -99,6 +99,25 @@ class Storage:
         keys = sorted(k for k in found if namespace is None or k[0] == namespace)
         return [found[k] for k in keys]
 
+    def items_at(
+        self, resource: ResourceKey, rv: int, *, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The objects of a resource as they were at version `rv` (not older than `compacted`): the
+        current ones with every later event of the history undone."""
+        state = {k: o for k, o in self._objects.get(resource, {}).items()}
+        for event in reversed(self.history):
+            if event.rv <= rv:
+                break
+            if event.resource != resource:
+                continue
+            meta = event.obj.get("metadata") or {}
+            key = (meta.get("namespace") or "", meta.get("name") or "")
+            if event.old is None:
+                state.pop(key, None)
+            else:
+                state[key] = event.old
+        return [state[k] for k in sorted(state) if namespace is None or k[0] == namespace]
+
     def all_objects(self) -> Iterator[tuple[ResourceKey, dict[str, Any]]]:
         for resource, objs in self._objects.items():
             for obj in objs.values():
