@@ -30,11 +30,17 @@ async def _run(
     bookmark_interval: float,
     audit: bool,
     gpuyard_crds: bool,
+    graceful_pods: bool,
 ) -> None:
     from gpuyard.testing.apiserver import FakeApiServer
 
     server = FakeApiServer(
-        host=host, port=port, token=token, bookmark_interval=bookmark_interval, audit=audit
+        host=host,
+        port=port,
+        token=token,
+        bookmark_interval=bookmark_interval,
+        audit=audit,
+        graceful_pods=graceful_pods,
     )
     if gpuyard_crds:
         server.install_gpuyard_crds()
@@ -80,6 +86,13 @@ async def _run(
     is_flag=True,
     help="Start with minimal CRDs (open schemas) for gpuyard's custom resources already registered.",
 )
+@click.option(
+    "--graceful-pod-deletion",
+    "graceful_pods",
+    is_flag=True,
+    help="Deleting a running bound pod only marks it (deletionTimestamp) until its kubelet deletes it "
+    "with gracePeriodSeconds=0, as on a real cluster (default: pods are deleted at once).",
+)
 def fake_apiserver(
     port: int,
     host: str,
@@ -88,6 +101,7 @@ def fake_apiserver(
     bookmark_interval: float,
     audit: bool,
     gpuyard_crds: bool,
+    graceful_pods: bool,
 ) -> None:
     """Run an in-memory Kubernetes API server for development and tests (no TLS, no RBAC)."""
     try:
@@ -103,6 +117,7 @@ def fake_apiserver(
             bookmark_interval=bookmark_interval,
             audit=audit,
             gpuyard_crds=gpuyard_crds,
+            graceful_pods=graceful_pods,
         )
     )
 

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from gpuyard.testing.apiserver import FakeApiServer
 from gpuyard.testing.apiserver.fixture import RunningApiServer
 from tests.kubernetes.conftest import crd_manifest
 
@@ -383,3 +384,30 @@ async def test_exact_lists_and_later_pages_show_the_state_at_their_version(rest:
     assert [o["metadata"]["name"] for o in now["items"]] == ["a", "b", "d"]
     code, _ = await rest("GET", f"{base}?resourceVersion=999999&resourceVersionMatch=Exact")
     assert code == 504
+
+
+async def test_graceful_pod_deletion_waits_for_the_kubelet() -> None:
+    async with FakeApiServer(graceful_pods=True) as server, aiohttp.ClientSession() as http:
+        rest = Rest(http, server.url)
+        base = "/api/v1/namespaces/default/pods"
+        await rest("POST", base, pod("unbound"))
+        await rest(
+            "POST", base, {**pod("running"), "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}}
+        )
+        await rest("DELETE", f"{base}/unbound")
+        assert (await rest("GET", f"{base}/unbound"))[0] == 404  # never scheduled: goes at once
+        code, marked = await rest("DELETE", f"{base}/running")
+        assert (
+            code == 200
+            and marked["metadata"]["deletionTimestamp"]
+            and marked["metadata"]["deletionGracePeriodSeconds"] == 30
+        )
+        code, status = await rest(
+            "PATCH",
+            f"{base}/running/status",
+            {"status": {"phase": "Succeeded"}},
+            content_type="application/merge-patch+json",
+        )
+        assert code == 200 and status["metadata"]["deletionTimestamp"]  # the kubelet reports; still there
+        await rest("DELETE", f"{base}/running", {"gracePeriodSeconds": 0})
+        assert (await rest("GET", f"{base}/running"))[0] == 404

@@ -7,11 +7,9 @@ subresource, `pods/binding` and `pods/eviction`, with the metadata rules of a re
   409 Conflict; a write that changes nothing is answered with the stored object and no new version.
 - kinds with a `status` subresource: writes of the main resource keep the stored `.status`; writes of
   `/status` change only `.status` (custom resources and pods are created without the given status).
-- delete: finalizers hold an object (it gets a `deletionTimestamp`) until an update removes the last
-  one; `propagationPolicy` Background (default) and Foreground delete dependents (by
-  `ownerReferences`) after / before the owner, Orphan strips the owner reference from them.
-- `CustomResourceDefinition`s register and unregister their resources in the catalog; `Namespace`
-  deletion deletes what was in it.
+- delete: by the rules of `deleting.py` (DeleteOptions, finalizers, graceful pod deletion, garbage
+  collection); an update removing the last finalizer of a deleted object removes it.
+- `CustomResourceDefinition`s register (and, deleted, unregister) their resources in the catalog.
 
 Everything here is synchronous: one write is one atomic step of the event loop.
 """
@@ -25,10 +23,10 @@ import re
 import secrets
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from gpuyard.testing.apiserver.catalog import Catalog, Resource
+from gpuyard.testing.apiserver.deleting import CRDS, NAMESPACES, PODS, Deletion, now_iso
 from gpuyard.testing.apiserver.errors import ApiError
 from gpuyard.testing.apiserver.patching import apply_patch
 from gpuyard.testing.apiserver.selecting import Matcher
@@ -38,9 +36,6 @@ __all__ = ["ObjectApi"]
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
-_NAMESPACES = ("", "namespaces")
-_PODS = ("", "pods")
 _SYSTEM_FIELDS = (
     "uid",
     "creationTimestamp",
@@ -49,10 +44,6 @@ _SYSTEM_FIELDS = (
     "deletionTimestamp",
     "managedFields",
 )
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _spec_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -67,10 +58,17 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
 class ObjectApi:
     """Object semantics over `Storage`, resources from `Catalog`."""
 
-    def __init__(self, storage: Storage, catalog: Catalog, *, schedule_gc: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        catalog: Catalog,
+        *,
+        schedule_gc: Callable[[], None],
+        graceful_pods: bool = False,
+    ) -> None:
         self.storage = storage
         self.catalog = catalog
-        self._schedule_gc = schedule_gc
+        self.deletion = Deletion(storage, catalog, schedule_gc=schedule_gc, graceful_pods=graceful_pods)
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             ns_res = catalog.get("", "v1", "namespaces")
             self.create(ns_res, {"metadata": {"name": ns}})
@@ -179,14 +177,14 @@ class ObjectApi:
         else:
             meta.pop("namespace", None)
         obj = {**obj, "apiVersion": res.api_version, "kind": res.kind, "metadata": meta}
-        if res.has_status and (res.crd or res.key == _PODS):
+        if res.has_status and (res.crd or res.key == PODS):
             obj.pop("status", None)
-        if res.key == _PODS:
+        if res.key == PODS:
             obj["status"] = {"phase": "Pending"}
-        elif res.key == _NAMESPACES:
+        elif res.key == NAMESPACES:
             obj["status"] = {"phase": "Active"}
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
-        elif res.key == _CRDS:
+        elif res.key == CRDS:
             obj = self._establish_crd(obj)
         return self.storage.commit(res.key, obj, event_type="ADDED")
 
@@ -305,16 +303,18 @@ class ObjectApi:
                     obj.pop("status", None)
             if _spec_of(obj) != _spec_of(current):
                 meta["generation"] = int(cur_meta.get("generation") or 0) + 1
-            if res.key == _PODS:
+            if res.key == PODS:
                 _check_pod_update(current, obj)
         meta_now = {**_meta(obj), "resourceVersion": cur_meta.get("resourceVersion")}
         obj["metadata"] = meta_now
         if obj == current:
             return current  # a no-op write: no new version, no event
-        if res.key == _CRDS and not status:
+        if res.key == CRDS and not status:
             obj = {**self._establish_crd(obj)}
-        if meta_now.get("deletionTimestamp") and not meta_now.get("finalizers"):
-            self._remove(res, obj)
+        released = cur_meta.get("finalizers") and not meta_now.get("finalizers")
+        waiting_for_kubelet = int(meta_now.get("deletionGracePeriodSeconds") or 0) > 0
+        if meta_now.get("deletionTimestamp") and released and not waiting_for_kubelet:
+            self.deletion.remove(res, obj)
             return obj
         return self.storage.commit(res.key, obj, event_type="MODIFIED")
 
@@ -355,91 +355,11 @@ class ObjectApi:
     def delete(
         self, res: Resource, name: str, *, namespace: str | None = None, options: Any = None
     ) -> dict[str, Any]:
-        current = self.get(res, name, namespace=namespace)
-        opts = options if isinstance(options, dict) else {}
-        pre = opts.get("preconditions") or {}
-        meta = _meta(current)
-        if pre.get("uid") and pre["uid"] != meta.get("uid"):
-            raise ApiError.conflict(
-                res.plural,
-                name,
-                group=res.group,
-                why=f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
-            )
-        if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
-            raise ApiError.conflict(
-                res.plural,
-                name,
-                group=res.group,
-                why=f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, ResourceVersion in object meta: {meta.get('resourceVersion')}",
-            )
-        policy = opts.get("propagationPolicy") or ("Orphan" if opts.get("orphanDependents") else "Background")
-        if policy not in ("Background", "Foreground", "Orphan"):
-            raise ApiError.bad_request(
-                f"propagationPolicy: Unsupported value: {policy!r}: supported values: Background, Foreground, Orphan"
-            )
-        uid = meta.get("uid")
-        if policy == "Orphan":
-            self._orphan(uid)
-        elif policy == "Foreground":
-            self.collect_garbage(gone={uid})
-        if meta.get("finalizers"):
-            if meta.get("deletionTimestamp"):
-                return current
-            marked = {
-                **current,
-                "metadata": {**meta, "deletionTimestamp": now_iso(), "deletionGracePeriodSeconds": 0},
-            }
-            return self.storage.commit(res.key, marked, event_type="MODIFIED")
-        self._remove(res, current)
-        return current
+        """Delete by the rules of `deleting.py`; the object as it was last."""
+        return self.deletion.delete(res, self.get(res, name, namespace=namespace), options)
 
-    def _remove(self, res: Resource, obj: dict[str, Any]) -> None:
-        meta = _meta(obj)
-        if res.key == _NAMESPACES:
-            for r in {r.key for r in self.catalog.resources.values() if r.namespaced}:
-                self.storage.drop_resource(r, meta.get("name"))
-        elif res.key == _CRDS:
-            for r in {r.key for r in self.catalog.resources.values() if r.crd == meta.get("name")}:
-                self.storage.drop_resource(r)
-            self.catalog.unregister_crd(meta.get("name") or "")
-        self.storage.commit(res.key, obj, event_type="DELETED")
-        self._schedule_gc()
-
-    def _orphan(self, uid: str | None) -> None:
-        for key, obj in list(self.storage.all_objects()):
-            refs = _meta(obj).get("ownerReferences") or []
-            kept = [r for r in refs if r.get("uid") != uid]
-            if len(kept) != len(refs):
-                meta = {**_meta(obj), "ownerReferences": kept}
-                if not kept:
-                    meta.pop("ownerReferences")
-                self.storage.commit(key, {**obj, "metadata": meta}, event_type="MODIFIED")
-
-    def collect_garbage(self, *, gone: set[str | None] | None = None) -> int:
-        """Delete the objects none of whose owners exist any more (and, with `gone`, the dependents of
-        those uids); the number deleted. Repeats until nothing more is orphaned."""
-        deleted = 0
-        while True:
-            alive = {_meta(o).get("uid") for _, o in self.storage.all_objects()} - (gone or set())
-            victims = []
-            for key, obj in self.storage.all_objects():
-                refs = _meta(obj).get("ownerReferences") or []
-                if refs and not any(r.get("uid") in alive for r in refs):
-                    victims.append((key, obj))
-            if not victims:
-                return deleted
-            for key, obj in victims:
-                res = next((r for r in self.catalog.resources.values() if r.key == key), None)
-                if res is None:
-                    continue
-                if _meta(obj).get("finalizers"):
-                    if not _meta(obj).get("deletionTimestamp"):
-                        meta = {**_meta(obj), "deletionTimestamp": now_iso(), "deletionGracePeriodSeconds": 0}
-                        self.storage.commit(key, {**obj, "metadata": meta}, event_type="MODIFIED")
-                    continue
-                self.storage.commit(key, obj, event_type="DELETED")
-                deleted += 1
+    def collect_garbage(self) -> int:
+        return self.deletion.collect_garbage()
 
 
 def _check_name(res: Resource, name: str) -> None:
