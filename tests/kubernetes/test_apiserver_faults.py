@@ -164,3 +164,31 @@ async def test_a_required_token_rejects_others() -> None:
             assert resp.status == 401 and (await resp.json())["reason"] == "Unauthorized"
         async with http.get(f"{server.url}/api/v1/pods", headers={"Authorization": "Bearer s3cret"}) as resp:
             assert resp.status == 200
+
+
+async def test_a_client_resuming_after_a_dropped_stream_misses_nothing(
+    kube: Any, fake_apiserver: RunningApiServer
+) -> None:
+    core = client.CoreV1Api(kube)
+    rv = (await core.list_namespaced_pod("default")).metadata.resource_version
+    w = watch.Watch()
+    seen: list[tuple[str, str]] = []
+    got_one = asyncio.Event()
+
+    async def follow() -> None:  # watches forever: kubernetes-asyncio reconnects from its last version
+        async for event in w.stream(core.list_namespaced_pod, "default", resource_version=rv):
+            seen.append((event["type"], event["raw_object"]["metadata"]["name"]))
+            got_one.set()
+            if len(seen) == 3:
+                return
+
+    task = asyncio.create_task(follow())
+    await core.create_namespaced_pod("default", pod("a"))
+    await asyncio.wait_for(got_one.wait(), 5)
+    fake_apiserver.server.faults.drop_watches()
+    await core.create_namespaced_pod("default", pod("b"))  # written while no stream is open
+    await core.delete_namespaced_pod("a", "default")
+    await asyncio.wait_for(task, 5)
+    await w.close()
+    assert seen == [("ADDED", "a"), ("ADDED", "b"), ("DELETED", "a")]
+    assert fake_apiserver.server.faults.dropped == 1
