@@ -295,6 +295,16 @@ async def test_tables_for_kubectl(rest: Rest) -> None:
             422,
             "spec.scope",
         ),
+        (
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            {
+                **crd_manifest(),
+                "spec": {**crd_manifest()["spec"], "versions": [{"served": True, "storage": True}]},
+            },
+            422,
+            "spec.versions[0].name",
+        ),
     ],
 )
 async def test_bad_requests_get_kubernetes_status_errors(

@@ -203,6 +203,11 @@ class Catalog:
             raise bad("spec.versions", "must have exactly one version marked as storage version")
         if sum(1 for v in versions if v.get("storage")) != 1:
             raise bad("spec.versions", "must have exactly one version marked as storage version")
+        for i, v in enumerate(versions):
+            if not re.fullmatch(
+                r"v\d+((alpha|beta)\d+)?|[a-z0-9]([-a-z0-9]*[a-z0-9])?", str(v.get("name") or "")
+            ):
+                raise bad(f"spec.versions[{i}].name", "Required value: a lowercase DNS-1035 label such as v1")
         self.unregister_crd(name)
         out = []
         for v in versions:
