@@ -421,3 +421,27 @@ async def test_graceful_pod_deletion_waits_for_the_kubelet() -> None:
         assert code == 200 and status["metadata"]["deletionTimestamp"]  # the kubelet reports; still there
         await rest("DELETE", f"{base}/running", {"gracePeriodSeconds": 0})
         assert (await rest("GET", f"{base}/running"))[0] == 404
+
+
+async def test_custom_resources_refuse_unconditional_updates_and_creates_refuse_versions(rest: Rest) -> None:
+    await rest("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd_manifest())
+    base = "/apis/kubeflow.org/v1/namespaces/default/tfjobs"
+    _, job = await rest(
+        "POST",
+        base,
+        {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "j"}, "spec": {}},
+    )
+    unconditional = {**job, "metadata": {"name": "j"}, "spec": {"x": 1}}
+    code, refused = await rest("PUT", f"{base}/j", unconditional)
+    assert code == 422 and "metadata.resourceVersion" in refused["message"]
+    code, _ = await rest("PUT", f"{base}/j", {**job, "spec": {"x": 1}})
+    assert code == 200
+    code, _ = await rest(
+        "PUT", "/api/v1/namespaces/default/pods/p", pod("p")
+    )  # pods allow it, but p is missing
+    assert code == 404
+    await rest("POST", "/api/v1/namespaces/default/pods", pod("p"))
+    code, _ = await rest("PUT", "/api/v1/namespaces/default/pods/p", pod("p"))
+    assert code == 200
+    code, created = await rest("POST", "/api/v1/namespaces/default/pods", pod("q", resourceVersion="7"))
+    assert code == 500 and "resourceVersion should not be set" in created["message"]

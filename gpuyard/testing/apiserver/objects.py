@@ -4,7 +4,8 @@ subresource, `pods/binding` and `pods/eviction`, with the metadata rules of a re
 - `metadata`: `uid`, `creationTimestamp`, `generation` (1 at creation, bumped when anything but
   metadata and status changes), `generateName`, `resourceVersion` (from `storage.py`).
 - optimistic concurrency: a write carrying a `metadata.resourceVersion` other than the stored one is a
-  409 Conflict; a write that changes nothing is answered with the stored object and no new version.
+  409 Conflict; a create carrying one is refused (500, as etcd storage answers); a PUT of a custom
+  resource or a CRD without one is a 422 (they allow no unconditional update); a write that changes nothing is answered with the stored object and no new version.
 - kinds with a `status` subresource: writes of the main resource keep the stored `.status`; writes of
   `/status` change only `.status` (custom resources and pods are created without the given status).
 - delete: by the rules of `deleting.py` (DeleteOptions, finalizers, graceful pod deletion, garbage
@@ -169,6 +170,8 @@ class ObjectApi:
         ns = self._namespace_for(res, namespace=namespace, meta=meta, name=name)
         if self.storage.get(res.key, name, namespace=ns) is not None:
             raise ApiError.already_exists(res.plural, name, group=res.group)
+        if meta.get("resourceVersion"):
+            raise ApiError(500, "resourceVersion should not be set on objects to be created")
         for f in _SYSTEM_FIELDS:
             meta.pop(f, None)
         meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_iso(), generation=1)
@@ -249,6 +252,14 @@ class ObjectApi:
                 f"the name of the object ({given['name']}) does not match the name on the URL ({name})"
             )
         given_rv = given.get("resourceVersion")
+        if given_rv in (None, "") and (res.crd or res.key == CRDS):
+            # custom resources and CRDs refuse unconditional updates (AllowUnconditionalUpdate false)
+            raise ApiError.invalid(
+                res.kind,
+                name,
+                field="metadata.resourceVersion",
+                why="Invalid value: 0x0: must be specified for an update",
+            )
         if given_rv not in (None, "") and str(given_rv) != _meta(current).get("resourceVersion"):
             raise ApiError.conflict(res.plural, name, group=res.group)
         return self._write(res, current=current, new=new, status=status)

@@ -163,10 +163,15 @@ class FakeApiServer:
         res = self.catalog.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         for crd in crds:
             name = (crd.get("metadata") or {}).get("name", "")
-            if self.storage.get(res.key, name) is None:
+            current = self.storage.get(res.key, name)
+            if current is None:
                 self.objects.create(res, crd)
             else:
-                self.objects.replace(res, name, body=crd)
+                meta = {
+                    **(crd.get("metadata") or {}),
+                    "resourceVersion": current["metadata"]["resourceVersion"],
+                }
+                self.objects.replace(res, name, body={**crd, "metadata": meta})
 
     def install_gpuyard_crds(self) -> None:
         """Serve gpuyard's custom resources with the minimal CRDs of `crds.py` (open schemas)."""
