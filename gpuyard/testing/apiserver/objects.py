@@ -171,7 +171,9 @@ class ObjectApi:
         if self.storage.get(res.key, name, namespace=ns) is not None:
             raise ApiError.already_exists(res.plural, name, group=res.group)
         if meta.get("resourceVersion"):
-            raise ApiError(500, "resourceVersion should not be set on objects to be created")
+            raise ApiError(
+                500, "Internal error occurred: resourceVersion should not be set on objects to be created"
+            )
         for f in _SYSTEM_FIELDS:
             meta.pop(f, None)
         meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_iso(), generation=1)
