@@ -12,6 +12,7 @@ cluster. Not for production: no TLS, no authorization, no persistence. See docs/
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import signal
 
 import click
@@ -93,6 +94,7 @@ async def _run(
     help="Deleting a running bound pod only marks it (deletionTimestamp) until its kubelet deletes it "
     "with gracePeriodSeconds=0, as on a real cluster (default: pods are deleted at once).",
 )
+@click.option("--insecure", is_flag=True, help="Allow a non-loopback --host without --token.")
 def fake_apiserver(
     port: int,
     host: str,
@@ -102,8 +104,14 @@ def fake_apiserver(
     audit: bool,
     gpuyard_crds: bool,
     graceful_pods: bool,
+    insecure: bool,
 ) -> None:
     """Run an in-memory Kubernetes API server for development and tests (no TLS, no RBAC)."""
+    if not _is_loopback(host) and token is None and not insecure:
+        fail(
+            f"--host: {host} is not a loopback address and no --token is set (anyone who can reach it could "
+            "change every object); pass --token, or --insecure to serve without one"
+        )
     try:
         import kmock  # noqa: F401
     except ImportError:
@@ -120,6 +128,15 @@ def fake_apiserver(
             graceful_pods=graceful_pods,
         )
     )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def register(main: click.Group) -> None:

@@ -61,3 +61,5 @@ def test_bad_input_exits_2_and_a_busy_port_exits_1() -> None:
         port = busy.getsockname()[1]
         taken = runner.invoke(main, ["fake-apiserver", "--port", str(port)])
     assert taken.exit_code == 1 and f"cannot listen on 127.0.0.1:{port}" in taken.output
+    exposed = runner.invoke(main, ["fake-apiserver", "--host", "0.0.0.0", "--port", "0"])
+    assert exposed.exit_code == 2 and "--token" in exposed.output
