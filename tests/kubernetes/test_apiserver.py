@@ -391,7 +391,7 @@ async def test_deleting_an_owner_collects_its_dependents(kube: Any) -> None:
     await custom.delete_namespaced_custom_object(
         "kubeflow.org", "v1", "default", "tfjobs", "j", propagation_policy="Background"
     )
-    for _ in range(50):
+    for _ in range(250):
         names = [p.metadata.name for p in (await core.list_namespaced_pod("default")).items]
         if names == ["unrelated"]:
             break

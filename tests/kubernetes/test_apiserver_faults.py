@@ -30,7 +30,7 @@ async def test_drop_watches_ends_open_streams(kube: Any, fake_apiserver: Running
 
     task = asyncio.create_task(follow())
     await core.create_namespaced_pod("default", pod("a"))
-    for _ in range(100):
+    for _ in range(500):
         if seen:
             break
         await asyncio.sleep(0.01)
@@ -71,7 +71,7 @@ async def test_a_silent_stream_stays_open_and_sends_nothing(
     async with aiohttp.ClientSession() as http:
         url = f"{fake_apiserver.url}/api/v1/namespaces/default/pods?watch=true&allowWatchBookmarks=true"
         async with http.get(url) as resp:
-            for _ in range(100):
+            for _ in range(500):
                 if faults.state()["openWatches"]:
                     break
                 await asyncio.sleep(0.01)
