@@ -23,7 +23,8 @@ from typing import Any
 import click
 from aiohttp import web
 
-from gpuyard.devices.scenarios import ScenarioError, load_scenario
+from gpuyard.apis.durations import parse_duration
+from gpuyard.devices.scenarios import Scenario, ScenarioError, load_scenario
 from gpuyard.state.logs import configure_logging
 
 __all__ = ["fake_nodes"]
@@ -64,11 +65,42 @@ def admin_app(nodes: Any) -> web.Application:
     return app
 
 
-async def _run(*, kubeconfig: str | None, cluster: str, admin_port: int | None, heartbeat: float) -> None:
+DEFAULT_POD_DURATION = 30.0  # seconds a pod runs when neither its annotation nor the scenario says
+
+
+def _with_duration(scenario: Scenario, pod_duration: str | None) -> Scenario:
+    """The scenario with its kubelet's pod duration set: `--pod-duration` if given (`forever`: run
+    until deleted), else the scenario's own, else DEFAULT_POD_DURATION, so a job submitted with
+    kubectl as its project ships it (no `fake.gpuyard.io/duration` annotation) still finishes."""
+    if pod_duration is None:
+        if scenario.kubelet.duration is not None:
+            return scenario
+        duration: float | None = DEFAULT_POD_DURATION
+    elif pod_duration.strip().lower() in ("forever", "inf", "none"):
+        duration = None
+    else:
+        try:
+            duration = parse_duration(pod_duration)
+        except ValueError as exc:
+            raise click.BadParameter(
+                f"{exc}; e.g. 30s, 5m, 1h30m, or forever", param_hint="--pod-duration"
+            ) from None
+    kubelet = scenario.kubelet.model_copy(update={"duration": duration})
+    return scenario.model_copy(update={"kubelet": kubelet})
+
+
+async def _run(
+    *,
+    kubeconfig: str | None,
+    cluster: str,
+    admin_port: int | None,
+    heartbeat: float,
+    pod_duration: str | None,
+) -> None:
     from gpuyard.cli import resolve_path
     from gpuyard.platform.backends import start_fake_nodes
 
-    scenario = load_scenario(resolve_path(cluster))
+    scenario = _with_duration(load_scenario(resolve_path(cluster)), pod_duration)
     nodes = await start_fake_nodes(kubeconfig=kubeconfig, scenario=scenario, heartbeat=heartbeat)
     runner = None
     if admin_port is not None:
@@ -94,11 +126,27 @@ async def _run(*, kubeconfig: str | None, cluster: str, admin_port: int | None, 
 @click.option("--cluster", default="configs/clusters/demo.yaml", show_default=True, help="Scenario file.")
 @click.option("--admin-port", type=click.IntRange(1, 65535), help="Serve fault injection on 127.0.0.1:PORT.")
 @click.option("--heartbeat", type=click.FloatRange(min=0.1), default=10.0, show_default=True, help="Seconds.")
-def fake_nodes(kubeconfig: str | None, cluster: str, admin_port: int | None, heartbeat: float) -> None:
+@click.option(
+    "--pod-duration",
+    metavar="DURATION",
+    help="How long a pod without a fake.gpuyard.io/duration annotation runs (30s, 5m, forever); "
+    "default: the scenario's kubelet.duration, else 30s.",
+)
+def fake_nodes(
+    kubeconfig: str | None, cluster: str, admin_port: int | None, heartbeat: float, pod_duration: str | None
+) -> None:
     """Register a scenario's GPU nodes on an API server and play their kubelets (KWOK-like)."""
     configure_logging(level="info", fmt="auto")
     try:
-        asyncio.run(_run(kubeconfig=kubeconfig, cluster=cluster, admin_port=admin_port, heartbeat=heartbeat))
+        asyncio.run(
+            _run(
+                kubeconfig=kubeconfig,
+                cluster=cluster,
+                admin_port=admin_port,
+                heartbeat=heartbeat,
+                pod_duration=pod_duration,
+            )
+        )
     except ScenarioError as exc:
         raise click.UsageError(str(exc)) from None
     except ImportError as exc:

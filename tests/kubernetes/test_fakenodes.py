@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 from gpuyard.apis.core import Pod
 from gpuyard.apis.crds import crds
 from gpuyard.cli import main
-from gpuyard.cli.fakenodes import admin_app
+from gpuyard.cli.fakenodes import DEFAULT_POD_DURATION, _with_duration, admin_app
 from gpuyard.devices.scenarios import load_scenario
 from gpuyard.kubecluster.fakenodes import FakeNodes, connect
 from gpuyard.kubecluster.fakenodes.objects import (
@@ -261,3 +261,19 @@ async def test_a_running_pod_seen_again_runs_only_what_is_left(cluster) -> None:
         return status is not None and status.phase == "Succeeded"
 
     assert await until(done, timeout=5.0)  # not another hour
+
+
+def test_pods_without_a_duration_finish_after_the_default() -> None:
+    demo = load_scenario(Path("configs/clusters/demo.yaml"))
+    assert demo.kubelet.duration is None  # the demo's own pods run until annotated, crashed or deleted
+    assert _with_duration(demo, None).kubelet.duration == DEFAULT_POD_DURATION
+    assert _with_duration(demo, "5m").kubelet.duration == 300.0
+    assert _with_duration(demo, "forever").kubelet.duration is None
+    timed = demo.model_copy(update={"kubelet": demo.kubelet.model_copy(update={"duration": 7.0})})
+    assert _with_duration(timed, None).kubelet.duration == 7.0  # the scenario's own duration wins
+
+
+def test_cli_rejects_a_bad_pod_duration() -> None:
+    result = CliRunner().invoke(main, ["fake-nodes", "--pod-duration", "soon"])
+    assert result.exit_code == 2
+    assert "--pod-duration" in result.output
