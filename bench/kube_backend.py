@@ -85,9 +85,9 @@ async def main(nodes: int, pods: int, workers: int) -> dict[str, Any]:
         node_res = catalog.get("", "v1", "nodes")
         pod_res = catalog.get("", "v1", "pods")
         for i in range(nodes):
-            server.objects.create(node_res, None, _node(f"n{i:04d}"))
+            server.objects.create(node_res, _node(f"n{i:04d}"))
         for i in range(pods):
-            server.objects.create(pod_res, "kube-system", _foreign_pod(i, f"n{i % nodes:04d}"))
+            server.objects.create(pod_res, _foreign_pod(i, f"n{i % nodes:04d}"), namespace="kube-system")
         with tempfile.TemporaryDirectory() as tmp:
             kubeconfig = server.write_kubeconfig(Path(tmp) / "kc.yaml")
             settings = Settings(
@@ -105,9 +105,9 @@ async def main(nodes: int, pods: int, workers: int) -> dict[str, Any]:
             sync_seconds = time.perf_counter() - started
             jobs = catalog.get("kubeflow.org", "v1", "tfjobs")
             started = time.perf_counter()
-            server.objects.create(jobs, "default", _tfjob(workers))
+            server.objects.create(jobs, _tfjob(workers), namespace="default")
             while True:
-                items = server.objects.list(pod_res, "default")["items"]
+                items = server.objects.list(pod_res, namespace="default")["items"]
                 if len([p for p in items if p["spec"].get("nodeName")]) >= workers:
                     break
                 await asyncio.sleep(0.005)

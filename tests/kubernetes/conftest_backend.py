@@ -387,13 +387,13 @@ class FakeApiServerView:
     def list(self, plural: str) -> list[Json]:
         items: list[Json] = []
         for res in self._resources(plural):
-            items += self.server.objects.list(res, None)["items"]
+            items += self.server.objects.list(res)["items"]
         return items
 
     def get(self, plural: str, namespace: str, name: str) -> Json | None:
         for res in self._resources(plural):
             try:
-                obj: Json = self.server.objects.get(res, namespace or None, name)
+                obj: Json = self.server.objects.get(res, name, namespace=namespace or None)
             except Exception:  # the server's own 404
                 continue
             return obj
