@@ -53,6 +53,7 @@ from gpuyard.scheduler.framework import Profile
 from gpuyard.scheduler.gang_requests import ShapeCache
 from gpuyard.scheduler.gatekeeping import Admission
 from gpuyard.scheduler.grouping import GangGroups
+from gpuyard.scheduler.holds import Holds
 from gpuyard.scheduler.metrics import SchedulerMetrics
 from gpuyard.scheduler.objects import ObjectCache
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
@@ -90,6 +91,8 @@ class SchedulerState:
         reclaim_delay: float = 0.0,
         events: bool = True,
         metrics: SchedulerMetrics | None = None,
+        backfill_hold_seconds: float = 3600.0,
+        nomination_seconds: float = 300.0,
     ) -> None:
         self.profile = profile
         self.port_range = port_range
@@ -108,7 +111,12 @@ class SchedulerState:
         self.now = 0.0
         self.utcnow = datetime.fromtimestamp(0, UTC)
         self.shapes: ShapeCache = {}
-        self.no_fit: dict[GangSignature, tuple[int, Unschedulable]] = {}
+        self.no_fit: dict[GangSignature, tuple[tuple[int, int], Unschedulable]] = {}
+        self.never_fit: dict[object, tuple[tuple[int, int], str | None]] = {}  # per shape and nodes
+        self.head_plans: dict[Key, tuple[tuple[int, int], str]] = {}  # the head's plan per state
+        self.holds = Holds()  # room held for nominated preemptors and the backfill head
+        self.backfill_hold_seconds = backfill_hold_seconds
+        self.nomination_seconds = nomination_seconds
         self.partial: dict[Key, int] = {}  # running jobs with pods still to place -> epoch last tried
         self.positions: dict[Key, int] = {}  # this cycle: a candidate's position in its queue
         self.generation: dict[Key, int] = {}  # generation at the last attempt
@@ -134,7 +142,7 @@ class SchedulerState:
 
     def epoch(self) -> int:
         """Grows when capacity (snapshot) or quota room (admission) may have grown."""
-        return self.snapshot.epoch + self.admission.epoch
+        return self.snapshot.epoch + self.admission.epoch + self.holds.released
 
     # --- input -----------------------------------------------------------------------------------
 
@@ -157,6 +165,9 @@ class SchedulerState:
         )
         self.admission.load(nodes=cache.list_of(Node), classes=classes, topologies=topologies)
         self.no_fit.clear()
+        self.never_fit.clear()
+        self.head_plans.clear()
+        self.holds = Holds()
         self.partial.clear()
         self.parking.clear()
         self.recorder.clear()
@@ -207,12 +218,14 @@ class SchedulerState:
     def step(self, *, now: float, utcnow: datetime, limit: int = STEP_JOBS) -> list[Decision]:
         """Act on the changes, then try up to `limit` more jobs of the current walk."""
         self.now, self.utcnow = now, utcnow
+        self.holds.expire(now)
         self._sync()
         walk = self._walk
         if walk is None:
             self.cycles += 1
             retry_partial(self)
             walk = self._walk = Walk(self.queue.candidates(now))
+            walk.candidates.by_placement = True  # the head holds room on real nodes (`backfilling`)
             self.positions.clear()
         else:
             walk.verdicts.clear()  # the state changed between slices
@@ -279,9 +292,9 @@ class SchedulerState:
         due = self.queue.release_due(now)
         if len(self.queue) > self._left_ready:
             return True, due
-        reclaim = self.reclaimer.next_due(now)
-        if reclaim is not None:
-            due = reclaim if due is None else min(due, reclaim)
+        for other in (self.reclaimer.next_due(now), self.holds.next_due()):
+            if other is not None:
+                due = other if due is None else min(due, other)
         return False, due
 
     def stats(self) -> dict[str, Any]:
@@ -407,6 +420,8 @@ class SchedulerState:
             res = self.objects.get_of(Reservation, key[0], pod)
             self._delete(key[0], pod, res.metadata.uid if res is not None else "")
         self.admission.forget(key)
+        self.holds.drop(key)
+        self.head_plans.pop(key, None)
         self.reclaimer.forget(key)
         self.reclaimer.released(key)
         self.recorder.forget(key)

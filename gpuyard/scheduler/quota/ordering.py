@@ -353,6 +353,11 @@ class FairQueue:
     def running(self) -> list[QueuedJob]:
         return [r.job for r in self._running.values()]
 
+    def run_times(self, key: Hashable) -> tuple[float, float | None] | None:
+        """A running job's (start, expected end or None); None when it is not running."""
+        run = self._running.get(key)
+        return (run.start, run.end) if run is not None else None
+
     # --- shares and order --------------------------------------------------------------------
 
     def share(self, queue: str) -> float:
