@@ -32,6 +32,7 @@ from gpuyard.scheduler.gang_requests import GangRequest, PodShape, build_gang
 from gpuyard.scheduler.gatekeeping import JobShape
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.placing import place
+from gpuyard.scheduler.preemption.priority import preempt_for
 from gpuyard.scheduler.recording import Key, is_complete
 
 if TYPE_CHECKING:
@@ -89,6 +90,10 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
             if isinstance(outcome, Placement):
                 candidates.placed(job)
                 walk.verdicts.clear()
+            elif outcome is not None and outcome.reason == "Unschedulable" and preempt_for(state, key):
+                candidates.blocked(job, outcome.full_message(), reserve=False)
+                walk.verdicts.clear()
+                outcome = None  # no reclaim on top: the room is coming
             else:
                 why = outcome.full_message() if outcome is not None else ""
                 candidates.blocked(job, why, reserve=outcome is not None)
@@ -142,6 +147,7 @@ def maybe_reclaim(state: SchedulerState, key: Key, *, owed: bool | None = None) 
         objects=state.objects,
         recorder=state.recorder,
         owed=owed,
+        state=state,
     )
     return bool(victims)
 
@@ -315,6 +321,7 @@ def _commit(state: SchedulerState, members: list[PodGroup], placement: Placement
     for m in members:
         key: Key = m.key[1:]
         state.holds.drop(key)  # its nomination or backfill hold is used now
+        state.preempting.pop(key, None)
         rec.failures.pop(key, None)
         held_pods = state.snapshot.placed_pods(key)
         state.admission.start(key, now=now)

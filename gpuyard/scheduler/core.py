@@ -75,6 +75,7 @@ WATCHED = (
     "ElasticQuota",
     "ResourceQuota",
     "Queue",
+    "PodDisruptionBudget",
 )
 STEP_JOBS = 32
 """Jobs per `step`: the loop writes their decisions and takes new changes between slices."""
@@ -115,6 +116,8 @@ class SchedulerState:
         self.never_fit: dict[object, tuple[tuple[int, int], str | None]] = {}  # per shape and nodes
         self.head_plans: dict[Key, tuple[tuple[int, int], str]] = {}  # the head's plan per state
         self.holds = Holds()  # room held for nominated preemptors and the backfill head
+        self.preempting: dict[Key, set[Key]] = {}  # preemptor -> its victims still stopping
+        self.preempt_tried: dict[Key, int] = {}  # preemptor -> epoch of its last search
         self.backfill_hold_seconds = backfill_hold_seconds
         self.nomination_seconds = nomination_seconds
         self.partial: dict[Key, int] = {}  # running jobs with pods still to place -> epoch last tried
@@ -168,6 +171,8 @@ class SchedulerState:
         self.never_fit.clear()
         self.head_plans.clear()
         self.holds = Holds()
+        self.preempting.clear()
+        self.preempt_tried.clear()
         self.partial.clear()
         self.parking.clear()
         self.recorder.clear()
@@ -422,6 +427,9 @@ class SchedulerState:
         self.admission.forget(key)
         self.holds.drop(key)
         self.head_plans.pop(key, None)
+        self.preempting.pop(key, None)
+        self.preempt_tried.pop(key, None)
+        self._released_victim(key)
         self.reclaimer.forget(key)
         self.reclaimer.released(key)
         self.recorder.forget(key)
@@ -431,6 +439,13 @@ class SchedulerState:
         self._uids.pop(key, None)
         self.parking.unpark(key)
         self.groups.forget(key)
+
+    def _released_victim(self, victim: Key) -> None:
+        """A victim's evicted Reservations are all gone (or it is gone)."""
+        for owner, victims in list(self.preempting.items()):
+            victims.discard(victim)
+            if not victims:
+                del self.preempting[owner]
 
     def _consider(self, pg: PodGroup, *, from_event: bool = False) -> None:
         """Honour releases and clear done evictions; queue a PodGroup that has pods without a
@@ -457,6 +472,7 @@ class SchedulerState:
                     adm.requeue(key)
                 return
             self.reclaimer.released(key)
+            self._released_victim(key)
         if pg.spec.suspend:
             adm.forget(key)
             self.partial.pop(key, None)

@@ -28,22 +28,30 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import structlog
 
 from gpuyard.apis.core import GPU_RESOURCE
 from gpuyard.apis.scheduling import PodGroup
+from gpuyard.scheduler.gang_requests import build_gang
 from gpuyard.scheduler.gatekeeping import Admission
 from gpuyard.scheduler.objects import ObjectCache
-from gpuyard.scheduler.quota import ReclaimPlan, RunningJob, plan_reclaim
+from gpuyard.scheduler.outcomes import Placement
+from gpuyard.scheduler.preemption.evicting import evict
+from gpuyard.scheduler.preemption.fitting import fits_without
+from gpuyard.scheduler.preemption.victims import Candidate, select_victims
+from gpuyard.scheduler.quota import ReclaimPlan, RunningJob, Victim, plan_reclaim
 from gpuyard.scheduler.quota.node_victims import plan_node_reclaim
 from gpuyard.scheduler.quota.resources import format_amount
 from gpuyard.scheduler.recording import Recorder
 from gpuyard.scheduler.snapshot import Snapshot
 
-__all__ = ["Reclaimer"]
+if TYPE_CHECKING:
+    from gpuyard.scheduler.core import SchedulerState
+
+__all__ = ["Reclaimer", "on_nodes"]
 
 log = structlog.get_logger(__name__)
 
@@ -99,10 +107,13 @@ class Reclaimer:
         objects: ObjectCache,
         recorder: Recorder,
         owed: bool | None = None,
+        state: SchedulerState | None = None,
     ) -> list[Key]:
         """The waiting job `key` could not start: reclaim for it if it is owed and has waited
         `delay`. Returns the preempted jobs (empty when nothing was done). `owed` is
-        `adm.owed(key)` when the caller already knows it (same shape, same state)."""
+        `adm.owed(key)` when the caller already knows it (same shape, same state). With the
+        core's `state`, the plan is checked on the real nodes (`on_nodes`) and carried out by
+        the shared `evicting.evict`."""
         if not (adm.owed(key) if owed is None else owed):
             self.forget(key)
             return []
@@ -125,8 +136,14 @@ class Reclaimer:
             if plan.reason:
                 log.debug("reclaim.infeasible", job=f"{key[0]}/{key[1]}", reason=plan.reason)
             return []
+        if state is not None and isinstance(pg, PodGroup):
+            found = on_nodes(state, pg, plan, running)
+            if found is None:
+                log.debug("reclaim.no_room_on_nodes", job=f"{key[0]}/{key[1]}")
+                return []
+            plan = found
         return self._execute(
-            adm, key, plan, utcnow=utcnow, snapshot=snapshot, objects=objects, recorder=recorder
+            adm, key, plan, utcnow=utcnow, snapshot=snapshot, objects=objects, recorder=recorder, state=state
         )
 
     def _node_plan(
@@ -166,6 +183,7 @@ class Reclaimer:
         snapshot: Snapshot,
         objects: ObjectCache,
         recorder: Recorder,
+        state: SchedulerState | None = None,
     ) -> list[Key]:
         tree = adm.tree
         mins = ", ".join(
@@ -176,12 +194,18 @@ class Reclaimer:
         done: list[Key] = []
         for victim in plan.victims:
             key = cast(Key, victim.job.key)  # running jobs are keyed by (namespace, name)
-            adm.requeue(key)
+            if state is None:
+                adm.requeue(key)
             done.append(key)
             message = (
                 f"reclaimed by quota {plan.owner} ({mins}) for {owner_key[0]}/{owner_key[1]}: {victim.reason}"
             )
             pg = objects.get_of(PodGroup, *key)
+            if state is not None:
+                if snapshot.placed_pods(key):
+                    self.evicting.setdefault(plan.owner, set()).add(key)
+                evict(state, key, message=message, reason="reclaim")
+                continue
             if isinstance(pg, PodGroup):
                 held = snapshot.placed_pods(key)
                 extra: dict[str, object] = {}
@@ -218,3 +242,66 @@ class Reclaimer:
             )
         self.forget(owner_key)
         return done
+
+
+def on_nodes(
+    state: SchedulerState, pg: PodGroup, plan: ReclaimPlan, running: list[RunningJob]
+) -> ReclaimPlan | None:
+    """The quota plan checked on the real nodes (the preemption engine's question): when the
+    owner's gang does not fit with the plan's victims gone (their freed room lies where the gang
+    cannot use it), the engine chooses among the borrowers' jobs a set that frees enough quota
+    *and* lets the gang fit; None when there is none (then nothing is preempted)."""
+    key = (pg.metadata.namespace, pg.metadata.name)
+    snap = state.snapshot
+    members, waiting_for = state.groups.members(pg, lambda k: state.objects.get_of(PodGroup, *k))
+    if waiting_for:
+        return None
+    gang = build_gang(
+        members,
+        placed={m.key[1:]: snap.placed_pods(m.key[1:]) for m in members},
+        classes=snap.class_names,
+        cache=state.shapes,
+    )
+    if not gang.parts:
+        return plan
+    held = state.holds.arrays(snap.node_rows.index, snap.n, exclude={key})
+    gone = [cast(Key, v.job.key) for v in plan.victims]
+    if isinstance(fits_without(snap, gang, state.profile, gone, held=held), Placement):
+        return plan
+    tree, charge = state.admission.tree, state.admission.quotas.charge(key)
+    if charge is None:
+        return None
+    shared = set(tree.path(charge.quota))
+    by_key = {cast(Key, j.key): j for j in running if j.preemptible and j.quota not in shared}
+    candidates = [
+        Candidate(
+            key=k,
+            priority=j.priority,
+            start_time=j.start_time,
+            gpus=sum(snap.group_gpus(k).values()),
+        )
+        for k, j in by_key.items()
+        if snap.placed_pods(k)
+    ]
+
+    def enough(victims: list[Candidate]) -> bool:
+        sub = plan_reclaim(
+            tree, owner=charge.quota, need=charge.usage, running=[by_key[v.key] for v in victims]
+        )
+        return sub.feasible
+
+    chosen = select_victims(snap, gang, state.profile, candidates, enough=enough, held=held)
+    if chosen is None:
+        return None
+    sub = plan_reclaim(
+        tree, owner=charge.quota, need=charge.usage, running=[by_key[v.key] for v in chosen.victims]
+    )
+    reasons = {cast(Key, v.job.key): v.reason for v in sub.victims}
+    victims = [
+        Victim(
+            by_key[v.key],
+            reasons.get(v.key, f"its room on the nodes is needed; {charge.quota} is owed its min"),
+        )
+        for v in chosen.victims
+    ]
+    return ReclaimPlan(plan.owner, plan.need, plan.shortfall, victims=victims, freed=plan.freed)

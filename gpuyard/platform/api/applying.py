@@ -1,4 +1,5 @@
-"""`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues and ResourceClasses.
+"""`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues, ResourceClasses
+and PodDisruptionBudgets.
 
 The body is a multi-document YAML (or a JSON list): every document is validated first by
 :func:`apply_documents` (the quotas as one tree: the tree in force with all of the file's quotas
@@ -14,14 +15,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
 
+from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document, validate_quotas
 from gpuyard.apis.quotakinds import ElasticQuota
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import authorize
-from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.errors import ApiError, details_from_validation
 from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas
 from gpuyard.platform.api.openapi import operation
 from gpuyard.state.store import Store
@@ -29,7 +32,7 @@ from gpuyard.state.writing import write_together
 
 __all__ = ["apply_documents", "setup"]
 
-APPLY_KINDS = ("ElasticQuota", "Queue", "ResourceClass", "ResourceQuota")
+APPLY_KINDS = ("ElasticQuota", "PodDisruptionBudget", "Queue", "ResourceClass", "ResourceQuota")
 APPLY_RESULT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -114,7 +117,8 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
             )
             continue
         meta = doc.get("metadata")
-        ns = str(meta.get("namespace") or "") if kind == "ResourceQuota" and isinstance(meta, dict) else ""
+        namespaced = kind in ("ResourceQuota", "PodDisruptionBudget")
+        ns = str(meta.get("namespace") or "") if namespaced and isinstance(meta, dict) else ""
         key = (kind, ns, name)
         if key in seen:
             problems.append(
@@ -147,6 +151,18 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
                 continue
             out.append(ResourceClass.model_validate(data))
             continue
+        if kind == "PodDisruptionBudget":
+            try:
+                budget = PodDisruptionBudget.model_validate(doc)
+            except ValidationError as exc:
+                problems += [
+                    {"object": f"{kind}/{name}", **d}
+                    for d in details_from_validation(exc, prefix=prefix.rstrip("."))
+                ]
+                continue
+            budget.metadata.namespace = budget.metadata.namespace or "default"
+            out.append(budget)
+            continue
         data = dict(doc)
         others: list[ElasticQuota] = []
         if kind == "ElasticQuota":
@@ -171,7 +187,7 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
     return out, problems
 
 
-_ORDER = {"ResourceClass": 0, "Queue": 1, "ResourceQuota": 2, "ElasticQuota": 3}
+_ORDER = {"ResourceClass": 0, "Queue": 1, "ResourceQuota": 2, "ElasticQuota": 3, "PodDisruptionBudget": 4}
 
 
 @operation(

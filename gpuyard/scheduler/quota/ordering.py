@@ -148,6 +148,10 @@ class FairQueue:
             q = self._queues[name] = TenantQueue(self._configs.get(name) or QueueConfig(name))
         return q
 
+    def config_of(self, queue: str) -> QueueConfig:
+        """The queue's settings (defaults for a queue without a Queue object)."""
+        return self._configs.get(queue) or QueueConfig(queue)
+
     def aging_of(self, queue: str) -> Aging:
         cfg = self._configs.get(queue)
         return cfg.aging if cfg is not None and cfg.aging is not None else self._default_aging
