@@ -2,11 +2,14 @@
 
 When a waiting job fits its quota's min and runtime (`Admission.owed`) but cannot start —
 the cluster has no room, or an ancestor (the cluster itself) is full — the borrowers hold the
-room. For a one-pod job of several GPUs the victims are chosen on one node, so that the room is
-where the pod can use it (`quota.node_victims.plan_node_reclaim`); other jobs, or when no node
-plan exists, get the cluster-wide plan. After `scheduler.reclaim_delay` seconds of that (Koordinator waits 120 s; 0 in tests),
-:class:`Reclaimer` asks the pure :func:`plan_reclaim` for victims (whole gangs, lowest priority
-first, newest first, never non-preemptible ones) and turns the plan into decisions:
+room. After `scheduler.reclaim_delay` seconds of that (Koordinator waits 120 s; 0 in tests),
+:class:`Reclaimer` asks the pure :func:`plan_reclaim` for victims that give the quota back what
+it is owed in every dimension it tracks (whole gangs, lowest priority first, newest first, never
+non-preemptible ones), then checks the plan on the real nodes with the preemption engine
+(:func:`on_nodes`: the owner's whole gang must fit once the victims are gone, topology and shape
+included; if it would not — the freed GPUs lie on other nodes — the engine chooses among the
+borrowers' jobs a set that frees the quota *and* the room, in the engine's order) and turns the
+plan into decisions:
 
 * each victim's PodGroup gets `status.evictions` (pod -> why) for every pod holding a
   Reservation, and goes back to `Pending` (reason `Preempted`). The job operator stops those
@@ -25,15 +28,12 @@ The scheduler never imports the operator; PodGroup status is the only channel.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, cast
 
-import numpy as np
 import structlog
 
-from gpuyard.apis.core import GPU_RESOURCE
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.gang_requests import build_gang
 from gpuyard.scheduler.gatekeeping import Admission
@@ -43,7 +43,6 @@ from gpuyard.scheduler.preemption.evicting import evict
 from gpuyard.scheduler.preemption.fitting import fits_without
 from gpuyard.scheduler.preemption.victims import Candidate, select_victims
 from gpuyard.scheduler.quota import ReclaimPlan, RunningJob, Victim, plan_reclaim
-from gpuyard.scheduler.quota.node_victims import plan_node_reclaim
 from gpuyard.scheduler.quota.resources import format_amount
 from gpuyard.scheduler.recording import Recorder
 from gpuyard.scheduler.snapshot import Snapshot
@@ -127,11 +126,8 @@ class Reclaimer:
             return []  # one plan per quota per state of the cluster; none while room is coming
         self._tried_epoch[charge.quota] = epoch
         running = adm.running_jobs()
-        # a one-pod job of several GPUs needs the room on one node: take it there if possible
         pg = objects.get_of(PodGroup, *key)
-        plan = self._node_plan(adm, pg, charge.quota, charge.usage, running, snapshot)
-        if plan is None:
-            plan = plan_reclaim(adm.tree, owner=charge.quota, need=charge.usage, running=running)
+        plan = plan_reclaim(adm.tree, owner=charge.quota, need=charge.usage, running=running)
         if not plan.feasible or not plan.victims:
             if plan.reason:
                 log.debug("reclaim.infeasible", job=f"{key[0]}/{key[1]}", reason=plan.reason)
@@ -145,33 +141,6 @@ class Reclaimer:
         return self._execute(
             adm, key, plan, utcnow=utcnow, snapshot=snapshot, objects=objects, recorder=recorder, state=state
         )
-
-    def _node_plan(
-        self,
-        adm: Admission,
-        pg: object,
-        quota: str,
-        usage: Mapping[str, int],
-        running: list[RunningJob],
-        snapshot: Snapshot,
-    ) -> ReclaimPlan | None:
-        """For a one-pod job of plain GPUs without node constraints: victims on one node."""
-        gpus = usage.get(GPU_RESOURCE, 0)
-        if gpus <= 1 or any(r != GPU_RESOURCE and "/" in r and a > 0 for r, a in usage.items()):
-            return None  # one GPU always fits where one is free; class requests are left alone
-        if not isinstance(pg, PodGroup) or sum(r.replicas for r in pg.spec.roles) != 1:
-            return None
-        spec = pg.spec.roles[0].template
-        if spec.node_selector or spec.affinity is not None or spec.tolerations:
-            return None
-        ok = snapshot.alive & snapshot.ready & snapshot.schedulable & ~snapshot.tainted
-        ok &= snapshot.gpu_healthy_count >= gpus
-        names = cast("list[str]", snapshot.names)  # rows in `ok` are alive, and alive rows are named
-        room = {names[r]: int(snapshot.gpu_whole_free[r]) for r in np.flatnonzero(ok)}
-        # asked only with the keys of `running` (`adm.running_jobs()`): (namespace, name) pairs
-        held = cast("Callable[[Hashable], Mapping[str, int]]", snapshot.group_gpus)
-        plan = plan_node_reclaim(adm.tree, owner=quota, gpus=gpus, running=running, held=held, room=room)
-        return plan if plan.feasible and plan.victims else None
 
     def _execute(
         self,

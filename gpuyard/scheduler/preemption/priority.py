@@ -61,7 +61,10 @@ def _candidates(state: SchedulerState, key: Key, me: Preemptor) -> list[Candidat
             continue  # a member of a gang group: the group is stopped whole or not at all
         started = t.started if t.started is not None else 0.0
         cfg = state.queue.config_of(t.job.queue)
-        job = Preemptee(t.job.priority, started, pg.metadata.labels, min_runtime=cfg.preempt_min_runtime)
+        wall = state.utcnow.timestamp() - (now - started)  # submit times are wall-clock
+        job = Preemptee(
+            t.job.priority, started, pg.metadata.labels, min_runtime=cfg.preempt_min_runtime, started_at=wall
+        )
         if protected(me, job, now=now) is not None:
             continue
         gpus = sum(snap.group_gpus(other).values())

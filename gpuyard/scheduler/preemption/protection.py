@@ -36,9 +36,10 @@ class Preemptor:
 @dataclass(frozen=True, slots=True)
 class Preemptee:
     priority: int
-    start_time: float
+    start_time: float  # on the scheduler's clock (`now`)
     labels: Mapping[str, str]
     min_runtime: float = 0.0  # its queue's preemptMinRuntime, in seconds
+    started_at: float | None = None  # wall-clock epoch seconds, as the preemptor's submit time
 
 
 def non_preemptible(labels: Mapping[str, str]) -> bool:
@@ -57,10 +58,11 @@ def protected(preemptor: Preemptor, job: Preemptee, *, now: float) -> str | None
         return f"has run less than its queue's preemptMinRuntime ({job.min_runtime:g}s)"
     if job.priority < preemptor.priority:
         return None
+    started = job.started_at if job.started_at is not None else job.start_time
     if (
         job.priority == preemptor.priority
         and preemptor.policy == "LowerOrNewerEqualPriority"
-        and job.start_time > preemptor.submit_time
+        and started > preemptor.submit_time
     ):
         return None
     return "priority not lower than the preemptor's"
