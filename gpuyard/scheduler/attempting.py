@@ -90,7 +90,12 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
             if isinstance(outcome, Placement):
                 candidates.placed(job)
                 walk.verdicts.clear()
-            elif outcome is not None and outcome.reason == "Unschedulable" and preempt_for(state, key):
+            elif (
+                outcome is not None
+                and outcome.reason == "Unschedulable"
+                and not outcome.message.startswith("can never fit")
+                and preempt_for(state, key)
+            ):
                 candidates.blocked(job, outcome.full_message(), reserve=False)
                 walk.verdicts.clear()
                 outcome = None  # no reclaim on top: the room is coming

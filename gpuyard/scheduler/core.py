@@ -118,6 +118,7 @@ class SchedulerState:
         self.holds = Holds()  # room held for nominated preemptors and the backfill head
         self.preempting: dict[Key, set[Key]] = {}  # preemptor -> its victims still stopping
         self.preempt_tried: dict[Key, int] = {}  # preemptor -> epoch of its last search
+        self.lowest_running: tuple[int, int | None] | None = None  # (epoch, lowest running priority)
         self.backfill_hold_seconds = backfill_hold_seconds
         self.nomination_seconds = nomination_seconds
         self.partial: dict[Key, int] = {}  # running jobs with pods still to place -> epoch last tried

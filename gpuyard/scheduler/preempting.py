@@ -34,11 +34,13 @@ from typing import TYPE_CHECKING, cast
 
 import structlog
 
+from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.gang_requests import build_gang
 from gpuyard.scheduler.gatekeeping import Admission
 from gpuyard.scheduler.objects import ObjectCache
 from gpuyard.scheduler.outcomes import Placement
+from gpuyard.scheduler.preemption.budgets import violation_counter
 from gpuyard.scheduler.preemption.evicting import evict
 from gpuyard.scheduler.preemption.fitting import fits_without
 from gpuyard.scheduler.preemption.victims import Candidate, select_victims
@@ -259,7 +261,14 @@ def on_nodes(
         )
         return sub.feasible
 
-    chosen = select_victims(snap, gang, state.profile, candidates, enough=enough, held=held)
+    labels = {k: dict(t.labels) for k in by_key if (t := state.admission.jobs.get(k)) is not None}
+    budgets = violation_counter(
+        state.objects.list_of(PodDisruptionBudget),
+        {k: (labels.get(k, {}), len(snap.placed_pods(k))) for k in by_key},
+    )
+    chosen = select_victims(
+        snap, gang, state.profile, candidates, enough=enough, held=held, violations=budgets
+    )
     if chosen is None:
         return None
     sub = plan_reclaim(

@@ -85,6 +85,18 @@ def _candidates(state: SchedulerState, key: Key, me: Preemptor) -> list[Candidat
     return out
 
 
+def _lowest_running_priority(state: SchedulerState, token: int) -> int | None:
+    """The lowest priority among running jobs, computed once per state of the cluster."""
+    cached = state.lowest_running
+    if cached is not None and cached[0] == token:
+        return cached[1]
+    queue = state.queue
+    prios = [t.job.priority for k, t in state.admission.jobs.items() if queue.is_running(k)]
+    lowest = min(prios) if prios else None
+    state.lowest_running = (token, lowest)
+    return lowest
+
+
 def preempt_for(state: SchedulerState, key: Key) -> list[Key]:
     """Preempt for the waiting job `key` if a plan exists (see the module docstring); the victims."""
     if state.preempting.get(key):
@@ -101,6 +113,9 @@ def preempt_for(state: SchedulerState, key: Key) -> list[Key]:
     me = Preemptor(tracked.job.priority, tracked.job.submit_time, policy=cfg.preemption_policy)
     if me.policy == "Never":
         return []
+    lowest = _lowest_running_priority(state, token)
+    if lowest is None or lowest > me.priority or (lowest == me.priority and me.policy == "LowerPriority"):
+        return []  # nobody it may preempt (cheap: most waiting jobs stop here)
     candidates = _candidates(state, key, me)
     if not candidates:
         return []
