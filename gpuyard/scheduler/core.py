@@ -114,7 +114,7 @@ class SchedulerState:
         self.shapes: ShapeCache = {}
         self.no_fit: dict[GangSignature, tuple[tuple[int, int], Unschedulable]] = {}
         self.never_fit: dict[object, tuple[tuple[int, int], str | None]] = {}  # per shape and nodes
-        self.head_plans: dict[Key, tuple[tuple[int, int], str]] = {}  # the head's plan per state
+        self.head_plans: dict[Key, tuple[tuple[int, int], str, float]] = {}  # head's plan, state, time
         self.holds = Holds()  # room held for nominated preemptors and the backfill head
         self.preempting: dict[Key, set[Key]] = {}  # preemptor -> its victims still stopping
         self.preempt_tried: dict[Key, int] = {}  # preemptor -> epoch of its last search

@@ -89,7 +89,8 @@ def test_a_gang_no_empty_cluster_could_hold_says_it_can_never_fit() -> None:
     cluster.put(podgroup("nine", role(gpus=9)))
     step(state, cluster, now=1.0)
     message = cluster.get("PodGroup", "default", "nine").status.message
-    assert "can never fit on this cluster" in message
+    assert message.startswith("can never fit on this cluster: Worker needs 1 pod of 9 GPUs")
+    assert "(the largest: 8 GPUs" in message
     assert state.holds.get(("default", "nine")) is None
     cluster.put(podgroup("small", role(gpus=2)))
     assert placed(step(state, cluster, now=2.0)) == [("default", "small")]
