@@ -177,8 +177,9 @@ def select_victims(
     rows = snapshot.node_rows.index
     potential = snapshot.gpu_whole_free.astype(np.int64).copy()
     by_node: dict[str, list[Candidate]] = {}
+    holdings = {c.key: snapshot.group_gpus(c.key) for c in candidates}
     for c in candidates:
-        for node, n in snapshot.group_gpus(c.key).items():
+        for node, n in holdings[c.key].items():
             row = rows.get(node)
             if row is not None and row < len(potential):
                 potential[row] += n
@@ -195,7 +196,15 @@ def select_victims(
     def add(found: tuple[list[Candidate], Placement] | None) -> None:
         if found is None:
             return
-        victims, placement = search.reprieve(*found, ok)
+        victims, placement = found
+        # victims with nothing on the nodes the placement uses are spared at once (no check)
+        used = set(placement.nodes)
+        kept = [v for v in victims if any(n in used for n in holdings[v.key])]
+        if len(kept) < len(victims) and ok(kept):
+            again = search.fits(kept)
+            if again is not None:
+                victims, placement = kept, again
+        victims, placement = search.reprieve(victims, placement, ok)
         v = count(victims)
         plans.append(Plan(victims, placement, v, plan_cost(victims, v)))
 
@@ -203,18 +212,31 @@ def select_victims(
     add(search.smallest_prefix(everyone, ok))
     largest = max((p.shape.gpus for p in gang.parts if p.required and not p.shape.shared), default=0)
     names = snapshot.names
-    order = np.argsort(-potential, kind="stable")
-    tried = 0
-    for row in order:
-        if tried >= max_nodes or search.left <= 0:
+    promising = [
+        int(row)
+        for row in np.flatnonzero(alive & (potential >= largest))
+        if int(snapshot.gpu_whole_free[row]) < max(largest, 1) and names[int(row)] in by_node
+    ]
+
+    def node_bound(row: int) -> tuple[object, ...]:
+        """A lower bound of the node's plan cost: its cheapest candidates that give the GPUs."""
+        name = names[row]
+        local = sorted(by_node[name] if name is not None else [], key=_cheapest_first)
+        need = max(largest, 1) - int(snapshot.gpu_whole_free[row])
+        taken: list[Candidate] = []
+        for cand in local:
+            if need <= 0:
+                break
+            taken.append(cand)
+            need -= holdings[cand.key].get(name or "", 0)
+        return plan_cost(taken)
+
+    promising.sort(key=node_bound)
+    for row in promising[:max_nodes]:
+        if search.left <= 0:
             break
-        if not alive[row] or potential[row] < largest or int(snapshot.gpu_whole_free[row]) >= max(largest, 1):
-            continue
-        name = names[int(row)]
-        local = sorted(by_node.get(name, []), key=_cheapest_first) if name is not None else []
-        if not local:
-            continue
-        tried += 1
+        name = names[row]
+        local = sorted(by_node[name] if name is not None else [], key=_cheapest_first)
         add(search.smallest_prefix(local, ok))
     if not plans:
         return None
