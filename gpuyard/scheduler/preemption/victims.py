@@ -8,11 +8,12 @@ the snapshot (used as scratch space and left as it was) and plain :class:`Candid
    idle GPUs plus the GPUs candidates hold there; when even all of them cannot give the gang
    its GPUs, or the gang does not fit with every candidate gone (`fitting.fits_without`, the
    real placement: topology, shapes, CPU and memory), there is no plan;
-2. **candidate plans**: one cluster-wide plan (candidates taken cheapest first until the gang
-   fits, found by doubling then bisecting), and one per promising node (the candidates on that
-   node only, for gangs the node alone can take), at most `max_nodes` nodes; each plan then
-   *reprieves* the victims it does not need, most expensive first (kube-scheduler's reprieve);
-   at most `max_checks` placements are tried in all;
+2. **candidate plans**: one per promising node (the candidates on that node only; nodes in the
+   order of the cheapest set of their candidates that gives the largest pod its GPUs), at most
+   `max_nodes` nodes, then one cluster-wide plan (candidates taken cheapest first until the gang
+   fits, found by doubling then bisecting). Each plan spares at once the victims with nothing on
+   the nodes its placement uses, then *reprieves* the others it does not need, most expensive
+   first (kube-scheduler's reprieve); at most `max_checks` placements are tried in all;
 3. **the choice**, in order (kube-scheduler's `pickOneNodeForPreemption`, extended with the work
    lost): fewest PodDisruptionBudget violations, lowest highest-victim priority, lowest sum of
    priorities, fewest victims, fewest GPU-hours lost, latest start (the plan whose earliest
@@ -208,8 +209,8 @@ def select_victims(
         v = count(victims)
         plans.append(Plan(victims, placement, v, plan_cost(victims, v)))
 
-    # 2. the cluster-wide plan, then per-node plans where one node could take the largest pod
-    add(search.smallest_prefix(everyone, ok))
+    # 2. per-node plans where one node could take the largest pod (small, cheap to check), then
+    # the cluster-wide plan with the checks left
     largest = max((p.shape.gpus for p in gang.parts if p.required and not p.shape.shared), default=0)
     names = snapshot.names
     promising = [
@@ -238,6 +239,7 @@ def select_victims(
         name = names[row]
         local = sorted(by_node[name] if name is not None else [], key=_cheapest_first)
         add(search.smallest_prefix(local, ok))
+    add(search.smallest_prefix(everyone, ok))
     if not plans:
         return None
     return min(plans, key=lambda p: p.cost)
