@@ -6,12 +6,13 @@ the snapshot (used as scratch space and left as it was) and plain :class:`Candid
 
 1. **pre-filter** (vectorised, kube-scheduler's `nodesWherePreemptionMightHelp`): per node the
    idle GPUs plus the GPUs candidates hold there; when even all of them cannot give the gang
-   its GPUs, or the gang does not fit with every candidate gone (`fitting.fits_without`, the
-   real placement: topology, shapes, CPU and memory), there is no plan;
+   its GPUs there is no plan (and none when the gang does not fit with every candidate gone:
+   `fitting.fits_without`, the real placement: topology, shapes, CPU and memory);
 2. **candidate plans**: one per promising node (the candidates on that node only; nodes in the
    order of the cheapest set of their candidates that gives the largest pod its GPUs), at most
-   `max_nodes` nodes, then one cluster-wide plan (candidates taken cheapest first until the gang
-   fits, found by doubling then bisecting). Each plan spares at once the victims with nothing on
+   `max_nodes` nodes, then — for a gang of several pods, or when no node plan was found — one
+   cluster-wide plan (candidates taken cheapest first until the gang fits, found by doubling
+   then bisecting). Each plan spares at once the victims with nothing on
    the nodes its placement uses, then *reprieves* the others it does not need, most expensive
    first (kube-scheduler's reprieve); at most `max_checks` placements are tried in all;
 3. **the choice**, in order (kube-scheduler's `pickOneNodeForPreemption`, extended with the work
@@ -190,8 +191,6 @@ def select_victims(
     if asked and int(potential[alive].sum()) < asked:
         return None
     everyone = sorted(candidates, key=_cheapest_first)
-    if not ok(everyone) or search.fits(everyone) is None:
-        return None
     plans: list[Plan] = []
 
     def add(found: tuple[list[Candidate], Placement] | None) -> None:
@@ -239,6 +238,11 @@ def select_victims(
         name = names[row]
         local = sorted(by_node[name] if name is not None else [], key=_cheapest_first)
         add(search.smallest_prefix(local, ok))
+    pods = sum(p.required for p in gang.parts)
+    if plans and pods <= 1:
+        return min(plans, key=lambda p: p.cost)  # one pod: its best plan is on one node
+    if not ok(everyone) or search.fits(everyone) is None:
+        return min(plans, key=lambda p: p.cost) if plans else None
     add(search.smallest_prefix(everyone, ok))
     if not plans:
         return None
