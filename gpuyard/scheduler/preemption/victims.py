@@ -10,9 +10,10 @@ the snapshot (used as scratch space and left as it was) and plain :class:`Candid
    `fitting.fits_without`, the real placement: topology, shapes, CPU and memory);
 2. **candidate plans**: one per promising node (the candidates on that node only; nodes in the
    order of the cheapest set of their candidates that gives the largest pod its GPUs), at most
-   `max_nodes` nodes, then — for a gang of several pods, or when no node plan was found — one
-   cluster-wide plan (candidates taken cheapest first until the gang fits, found by doubling
-   then bisecting). Each plan spares at once the victims with nothing on
+   `max_nodes` nodes; for a gang of several pods, the cheapest nodes' cheapest victims node after
+   node until the gang fits; and only when none of these fits, one cluster-wide plan (every
+   candidate, cheapest first, until the gang fits). Prefixes are found by doubling then
+   bisecting. Each plan spares at once the victims with nothing on
    the nodes its placement uses, then *reprieves* the others it does not need, most expensive
    first (kube-scheduler's reprieve); at most `max_checks` placements are tried in all;
 3. **the choice**, in order (kube-scheduler's `pickOneNodeForPreemption`, extended with the work
@@ -178,9 +179,10 @@ def select_victims(
     # 1. pre-filter: the GPUs all candidates could give, per node, against what the gang asks
     rows = snapshot.node_rows.index
     potential = snapshot.gpu_whole_free.astype(np.int64).copy()
-    by_node: dict[str, list[Candidate]] = {}
-    holdings = {c.key: snapshot.group_gpus(c.key) for c in candidates}
-    for c in candidates:
+    by_node: dict[str, list[Candidate]] = {}  # each cheapest first (built from the sorted list)
+    everyone = sorted(candidates, key=_cheapest_first)
+    holdings = {c.key: snapshot.group_gpus(c.key) for c in everyone}
+    for c in everyone:
         for node, n in holdings[c.key].items():
             row = rows.get(node)
             if row is not None and row < len(potential):
@@ -190,7 +192,6 @@ def select_victims(
     alive = snapshot.alive & snapshot.ready & snapshot.schedulable
     if asked and int(potential[alive].sum()) < asked:
         return None
-    everyone = sorted(candidates, key=_cheapest_first)
     plans: list[Plan] = []
 
     def add(found: tuple[list[Candidate], Placement] | None) -> None:
@@ -218,29 +219,42 @@ def select_victims(
         if int(snapshot.gpu_whole_free[row]) < max(largest, 1) and names[int(row)] in by_node
     ]
 
+    cheapest: dict[int, list[Candidate]] = {}
+
     def node_bound(row: int) -> tuple[object, ...]:
         """A lower bound of the node's plan cost: its cheapest candidates that give the GPUs."""
-        name = names[row]
-        local = sorted(by_node[name] if name is not None else [], key=_cheapest_first)
+        name = names[row] or ""
         need = max(largest, 1) - int(snapshot.gpu_whole_free[row])
         taken: list[Candidate] = []
-        for cand in local:
+        for cand in by_node.get(name, ()):
             if need <= 0:
                 break
             taken.append(cand)
-            need -= holdings[cand.key].get(name or "", 0)
-        return plan_cost(taken)
+            need -= holdings[cand.key].get(name, 0)
+        cheapest[row] = taken
+        prios = [v.priority for v in taken]
+        return (max(prios, default=0), sum(prios), len(taken), sum(v.gpu_hours_lost for v in taken))
 
     promising.sort(key=node_bound)
     for row in promising[:max_nodes]:
         if search.left <= 0:
             break
-        name = names[row]
-        local = sorted(by_node[name] if name is not None else [], key=_cheapest_first)
-        add(search.smallest_prefix(local, ok))
+        add(search.smallest_prefix(by_node.get(names[row] or "", []), ok))
     pods = sum(p.required for p in gang.parts)
     if plans and pods <= 1:
         return min(plans, key=lambda p: p.cost)  # one pod: its best plan is on one node
+    if pods > 1 and promising and search.left > 0:
+        # several pods: the cheapest nodes' cheapest victims, node after node, until it fits
+        union: list[Candidate] = []
+        seen: set[Key] = set()
+        for row in promising:
+            for cand in cheapest[row]:
+                if cand.key not in seen:
+                    seen.add(cand.key)
+                    union.append(cand)
+        add(search.smallest_prefix(union, ok))
+        if plans:
+            return min(plans, key=lambda p: p.cost)
     if not ok(everyone) or search.fits(everyone) is None:
         return min(plans, key=lambda p: p.cost) if plans else None
     add(search.smallest_prefix(everyone, ok))
