@@ -81,6 +81,12 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
             candidates.blocked(job, reason, reserve=False)
             quota_blocked(state, key, reason, shape=shape)
             outcome = None
+            if (
+                not reason.startswith("ResourceQuota")
+                and not adm.owed(key)
+                and preempt_for(state, key, quota_blocked=True)
+            ):
+                walk.verdicts.clear()
         else:
             # the first job of the cycle that waits for room becomes the protected head
             head = candidates.head is None and state.queue.backfill

@@ -1,10 +1,14 @@
 """Priority preemption: a waiting gang that does not fit stops lower-priority gangs, and its
 room is nominated (held) for it until it is placed.
 
-`preempt_for(state, key)` runs after a job's placement failed for lack of room:
+`preempt_for(state, key)` runs after a job's placement failed for lack of room, or after its own
+elastic quota refused it while it is not owed reclaim (then the victims must also free enough of
+that quota: Kueue's `withinClusterQueue` preemption):
 
 1. the candidates: running gangs (holding Reservations, not already being stopped, not in a
-   gang group) that `protection.protected` allows — lower priority (or newer equal priority under
+   gang group; with elastic quotas, of the preemptor's own quota only — another quota's jobs
+   are taken back by reclaim, so priority never breaks a quota's guarantee) that
+   `protection.protected` allows — lower priority (or newer equal priority under
    `LowerOrNewerEqualPriority`), not non-preemptible, past their queue's `preemptMinRuntime`;
 2. `victims.select_victims` finds the cheapest plan that makes the whole gang fit on the real
    nodes (PodDisruptionBudgets from the objects the scheduler watches);
@@ -19,6 +23,7 @@ for at most once per state of the cluster (the core's epoch).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpuyard.apis.disruption import PodDisruptionBudget
@@ -47,9 +52,14 @@ def victim_message(victim: Key, preemptor: Key, priority: int) -> str:
 
 def _candidates(state: SchedulerState, key: Key, me: Preemptor) -> list[Candidate]:
     adm, snap, now = state.admission, state.snapshot, state.now
+    # with elastic quotas, priority decides only within the preemptor's own quota (Kueue's
+    # `withinClusterQueue`); other quotas' jobs are taken back by reclaim, never by priority
+    own = adm.jobs[key].quota if adm.has_quotas and key in adm.jobs else None
     out: list[Candidate] = []
     for other, t in adm.jobs.items():
         if other == key or not state.queue.is_running(other):
+            continue
+        if own is not None and t.quota != own:
             continue
         held = snap.placed_pods(other)
         if not held:
@@ -97,8 +107,39 @@ def _lowest_running_priority(state: SchedulerState, token: int) -> int | None:
     return lowest
 
 
-def preempt_for(state: SchedulerState, key: Key) -> list[Key]:
-    """Preempt for the waiting job `key` if a plan exists (see the module docstring); the victims."""
+def _quota_room(state: SchedulerState, key: Key) -> Callable[[list[Candidate]], bool] | None:
+    """For a job its own quota blocks: whether stopping these jobs of that quota makes room in
+    it and every quota above it (`used - freed + need <= runtime`); None when it is not such a job."""
+    adm = state.admission
+    charge = adm.quotas.charge(key)
+    if not adm.has_quotas or charge is None or charge.admitted or not charge.usage:
+        return None
+    tree = adm.tree
+    tree.refresh()
+    path = tree.path(charge.quota)
+    used = {q: tree.used(q) for q in path}
+    runtime = {q: tree.runtime(q) for q in path}
+    need = {r: a for r, a in charge.usage.items() if a > 0}
+    usage = {k: c.usage for k, c in adm.quotas.jobs()}
+
+    def enough(victims: list[Candidate]) -> bool:
+        freed: dict[str, int] = {}
+        for v in victims:
+            for r, a in usage.get(v.key, {}).items():
+                freed[r] = freed.get(r, 0) + a
+        return all(
+            used[q].get(r, 0) - freed.get(r, 0) + a <= runtime[q].get(r, 0)
+            for q in path
+            for r, a in need.items()
+        )
+
+    return enough
+
+
+def preempt_for(state: SchedulerState, key: Key, *, quota_blocked: bool = False) -> list[Key]:
+    """Preempt for the waiting job `key` if a plan exists (see the module docstring); the victims.
+    `quota_blocked`: its own quota has no room for it (it may take it from its quota's
+    lower-priority jobs, as Kueue's `withinClusterQueue` preemption does)."""
     if state.preempting.get(key):
         return []  # its victims are still stopping: the room is nominated for it
     token = state.epoch()
@@ -131,7 +172,10 @@ def preempt_for(state: SchedulerState, key: Key) -> list[Key]:
     running = {c.key: (dict(c.labels), len(c.pods)) for c in candidates}
     count = violation_counter(state.objects.list_of(PodDisruptionBudget), running)
     held = state.holds.arrays(snap.node_rows.index, snap.n, exclude={key})
-    plan = select_victims(snap, gang, state.profile, candidates, violations=count, held=held)
+    enough = _quota_room(state, key) if quota_blocked else None
+    if quota_blocked and enough is None:
+        return []
+    plan = select_victims(snap, gang, state.profile, candidates, violations=count, held=held, enough=enough)
     if plan is None:
         return []
     victims = [v.key for v in plan.victims]

@@ -256,3 +256,19 @@ def test_nomination_stops_a_smaller_job_from_taking_the_freed_gpus() -> None:
     assert [g.key for g in of(PlaceGang, out)] == [("u", "urgent")]
     message = cluster.get("PodGroup", "a-small", "small").status.message
     assert "free room for a job that waits ahead" in message
+
+
+def test_with_quotas_priority_preempts_only_within_the_preemptors_quota() -> None:
+    from tests.unit.scheduler.test_core import _quota
+
+    cluster = Cluster(
+        make_node("n1", gpus=8), make_node("n2", gpus=8), _quota("a", 8, 16), _quota("b", 8, 16)
+    )
+    state = core(cluster)
+    cluster.put(podgroup("b-low", role(gpus=8, cpu=None, memory=None), namespace="b"))  # b's guarantee
+    cluster.put(podgroup("a-low", role(gpus=8, cpu=None, memory=None), namespace="a"))
+    step(state, cluster)
+    cluster.put(podgroup("a-urgent", role(gpus=8, cpu=None, memory=None), namespace="a", priority=1000))
+    step(state, cluster, now=10.0)
+    assert evicted(cluster, "b", "b-low") == {}  # another quota's job within its min is safe
+    assert evicted(cluster, "a", "a-low")  # its own quota's lower-priority job makes room
