@@ -111,6 +111,17 @@ class SchedulerConfig(Section):
         ge=0,
         description="Seconds a quota owed its min waits before borrowed jobs are preempted (Koordinator: 120).",
     )
+    nomination_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long the room freed by preemption stays held for the preemptor (nomination).",
+    )
+    backfill_hold_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How long the queue's head holds the room of its planned placement after it was last "
+        "planned (EASY backfill's time-bounded reservation).",
+    )
     rescheduler: ReschedulerConfig = Field(default_factory=ReschedulerConfig)
     # --- pods' scheduler and delegate mode (docs/kubernetes.md) ---
     name: str = Field(

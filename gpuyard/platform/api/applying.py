@@ -1,6 +1,6 @@
 """`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues, ResourceClasses
 and PriorityClasses (`scheduling.k8s.io/v1`: value at most 1000000000, no `system-` prefix, one
-`globalDefault`, `value` immutable once created).
+`globalDefault`, `value` immutable once created) and PodDisruptionBudgets.
 
 The body is a multi-document YAML (or a JSON list): every document is validated first by
 :func:`apply_documents` (the quotas as one tree: the tree in force with all of the file's quotas
@@ -16,7 +16,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
 
+from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.priorityclasses import PriorityClass, class_problems
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document, validate_quotas
@@ -24,7 +26,7 @@ from gpuyard.apis.quotakinds import ElasticQuota
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
 from gpuyard.platform.api.app import CTX, writer_of
 from gpuyard.platform.api.auth import authorize
-from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.errors import ApiError, details_from_validation
 from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas
 from gpuyard.platform.api.openapi import operation
 from gpuyard.state.context import Context
@@ -33,7 +35,14 @@ from gpuyard.state.writing import write_together
 
 __all__ = ["apply_documents", "setup"]
 
-APPLY_KINDS = ("ElasticQuota", "PriorityClass", "Queue", "ResourceClass", "ResourceQuota")
+APPLY_KINDS = (
+    "ElasticQuota",
+    "PodDisruptionBudget",
+    "PriorityClass",
+    "Queue",
+    "ResourceClass",
+    "ResourceQuota",
+)
 APPLY_RESULT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -118,7 +127,8 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
             )
             continue
         meta = doc.get("metadata")
-        ns = str(meta.get("namespace") or "") if kind == "ResourceQuota" and isinstance(meta, dict) else ""
+        namespaced = kind in ("ResourceQuota", "PodDisruptionBudget")
+        ns = str(meta.get("namespace") or "") if namespaced and isinstance(meta, dict) else ""
         key = (kind, ns, name)
         if key in seen:
             problems.append(
@@ -153,6 +163,18 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
                 ]
                 continue
             out.append(ResourceClass.model_validate(data))
+            continue
+        if kind == "PodDisruptionBudget":
+            try:
+                budget = PodDisruptionBudget.model_validate(doc)
+            except ValidationError as exc:
+                problems += [
+                    {"object": f"{kind}/{name}", **d}
+                    for d in details_from_validation(exc, prefix=prefix.rstrip("."))
+                ]
+                continue
+            budget.metadata.namespace = budget.metadata.namespace or "default"
+            out.append(budget)
             continue
         data = dict(doc)
         others: list[ElasticQuota] = []
@@ -244,7 +266,14 @@ async def _put_priority_class(ctx: Context, obj: PriorityClass) -> tuple[Resourc
     return await writer.update(fresh), "configured"
 
 
-_ORDER = {"PriorityClass": 0, "ResourceClass": 0, "Queue": 1, "ResourceQuota": 2, "ElasticQuota": 3}
+_ORDER = {
+    "PriorityClass": 0,
+    "ResourceClass": 0,
+    "Queue": 1,
+    "ResourceQuota": 2,
+    "ElasticQuota": 3,
+    "PodDisruptionBudget": 4,
+}
 
 
 @operation(
