@@ -60,7 +60,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return error_response(exc.status, exc.reason)
+        response = error_response(exc.status, exc.reason)
+        if "Allow" in exc.headers:  # a 405 says which methods the path has (RFC 9110)
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
     except DocumentLimitError as exc:
         return error_response(exc.status, exc.message, exc.details)
     except json.JSONDecodeError as exc:

@@ -21,7 +21,7 @@ from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
-from gpuyard.platform.api.paging import list_body, paginate
+from gpuyard.platform.api.paging import PAGING, list_body, paginate
 from gpuyard.platform.cluster_metrics import PENDING_PHASES, cluster_usage
 from gpuyard.state.store import Store
 
@@ -32,8 +32,7 @@ __all__ = ["setup"]
     "List nodes",
     tags=["cluster"],
     params=[
-        Param("limit", type="integer", description="Page size (1-5000, default 500)."),
-        Param("continue", description="Token from the previous page."),
+        *PAGING,
         Param("labelSelector", description="e.g. gpuyard.io/gpu-model=v100"),
     ],
     errors=[400, 422],

@@ -35,7 +35,9 @@ from gpuyard.apis.scheduling import (
 from gpuyard.platform.api.app import CTX, delete_object, writer_of
 from gpuyard.platform.api.auth import Action, allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.jobschema import job_document_schema
 from gpuyard.platform.api.openapi import Param, operation
+from gpuyard.platform.api.paging import PAGING, event_order, list_body, paginate
 from gpuyard.state.store import AlreadyExists
 from gpuyard.state.writing import create_all
 
@@ -125,10 +127,11 @@ LIST_SCHEMA: dict[str, Any] = {
 @operation(
     "Submit jobs (YAML or JSON, multi-document; all or nothing)",
     tags=["jobs"],
-    body=JOB_SCHEMA,
+    body=job_document_schema,
     body_content_types=("application/yaml", "application/json"),
     response=LIST_SCHEMA,
     errors=[400, 409, 422],
+    created=True,
 )
 async def submit(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
@@ -199,6 +202,7 @@ async def submit(request: web.Request) -> web.Response:
         ),
         Param("queue", description="Only jobs of this queue"),
         Param("kind", description="Only this kind (TFJob, PyTorchJob, ...)"),
+        *PAGING,
     ],
     response=LIST_SCHEMA,
     errors=[400],
@@ -236,9 +240,10 @@ async def list_jobs(request: web.Request) -> web.Response:
                 continue
             items.append(job)
     items.sort(key=lambda j: (j.metadata.namespace, j.metadata.name))
-    return web.json_response(
-        {"items": [summarize(j) for j in items], "resourceVersion": str(store.resource_version)}
-    )
+    page, token = paginate(request, items)
+    body = list_body([summarize(j) for j in page], next_token=token, resource_version=store.resource_version)
+    body["resourceVersion"] = str(store.resource_version)  # where earlier clients read it
+    return web.json_response(body)
 
 
 def _job(request: web.Request, action: Action = "read") -> TrainingJob:
@@ -266,7 +271,11 @@ async def delete_job(request: web.Request) -> web.Response:
 
 
 @operation(
-    "The pods of a job, with node, host port, GPUs and env", tags=["jobs"], response=LIST_SCHEMA, errors=[404]
+    "The pods of a job, with node, host port, GPUs and env",
+    tags=["jobs"],
+    params=PAGING,
+    response=LIST_SCHEMA,
+    errors=[404],
 )
 async def job_pods(request: web.Request) -> web.Response:
     job = _job(request)
@@ -278,10 +287,16 @@ async def job_pods(request: web.Request) -> web.Response:
         )
         if any(ref.uid == job.metadata.uid for ref in p.metadata.owner_references)
     ]
-    return web.json_response({"items": [pod_view(p) for p in pods]})
+    pods.sort(key=lambda p: (p.metadata.namespace, p.metadata.name))
+    page, token = paginate(request, pods)
+    return web.json_response(
+        list_body([pod_view(p) for p in page], next_token=token, resource_version=store.resource_version)
+    )
 
 
-@operation("The events of a job, oldest first", tags=["jobs"], response=LIST_SCHEMA, errors=[404])
+@operation(
+    "The events of a job, oldest first", tags=["jobs"], params=PAGING, response=LIST_SCHEMA, errors=[404]
+)
 async def job_events(request: web.Request) -> web.Response:
     job = _job(request)
     store = request.app[CTX].store
@@ -292,10 +307,11 @@ async def job_events(request: web.Request) -> web.Response:
         )
         if e.involved_object.get("uid") == job.metadata.uid
     ]
-    events.sort(key=lambda e: int(e.metadata.resource_version or 0))
+    events.sort(key=event_order)
+    page, token = paginate(request, events, key=event_order)
     # The list's resourceVersion: a watch from it misses nothing that happens after this answer.
     return web.json_response(
-        {"items": [e.to_dict() for e in events], "metadata": {"resourceVersion": str(store.resource_version)}}
+        list_body([e.to_dict() for e in page], next_token=token, resource_version=store.resource_version)
     )
 
 
