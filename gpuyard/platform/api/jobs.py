@@ -5,7 +5,9 @@
   each offending field path and the allowed values; 409 for a name already taken) and nothing is
   stored. Then all are created together through the writer (:func:`create_all`: one after
   another with nothing in between, one journal commit; if one is refused, none stays).
-* `GET /api/v1/jobs?namespace=&phase=&queue=&kind=` — jobs of every kind.
+  Unknown fields follow `?fieldValidation=` (`fields`); a tenant's job naming a quota or queue
+  its namespace is not bound to is a 403 naming the field (`tenancy`).
+* `GET /api/v1/jobs?namespace=&phase=&queue=&kind=&limit=&continue=` — jobs of every kind, paged.
 * `GET|DELETE /api/v1/namespaces/{ns}/jobs/{name}` — one job; deleting it makes the operator
   delete its PodGroup, reservations, pods and services.
 * `GET /api/v1/namespaces/{ns}/jobs/{name}/pods` and `.../events`.
@@ -35,9 +37,16 @@ from gpuyard.apis.scheduling import (
 from gpuyard.platform.api.app import CTX, delete_object, writer_of
 from gpuyard.platform.api.auth import Action, allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.fields import (
+    FIELD_VALIDATION_PARAM,
+    answer_unknown_fields,
+    field_validation,
+    unknown_fields,
+)
 from gpuyard.platform.api.jobschema import job_document_schema
 from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.api.paging import PAGING, event_order, list_body, paginate
+from gpuyard.platform.api.tenancy import binding_problems
 from gpuyard.state.store import AlreadyExists
 from gpuyard.state.writing import create_all
 
@@ -127,14 +136,16 @@ LIST_SCHEMA: dict[str, Any] = {
 @operation(
     "Submit jobs (YAML or JSON, multi-document; all or nothing)",
     tags=["jobs"],
+    params=[FIELD_VALIDATION_PARAM],
     body=job_document_schema,
     body_content_types=("application/yaml", "application/json"),
     response=LIST_SCHEMA,
-    errors=[400, 409, 422],
+    errors=[400, 403, 409, 422],
     created=True,
 )
 async def submit(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
+    mode = field_validation(request)
     raw = await request.read()
     try:
         text = raw.decode("utf-8")
@@ -150,6 +161,7 @@ async def submit(request: web.Request) -> web.Response:
     multi = len(docs) > 1
     jobs: list[TrainingJob] = []
     problems: list[dict[str, str]] = []
+    unknown: list[str] = []
     for i, doc in enumerate(docs):
         prefix = f"documents[{i}]." if multi else ""
         try:
@@ -157,14 +169,24 @@ async def submit(request: web.Request) -> web.Response:
         except JobValidationError as exc:
             problems.extend({"field": prefix + d["field"], "reason": d["reason"]} for d in exc.details)
             continue
+        unknown += unknown_fields(KIND_INFO[job.kind].cls, doc, prefix=prefix)
         for problem in validate_gang_request(job, store=ctx.store):  # could this job ever be placed?
             problems.append({"field": prefix + problem.field, "reason": problem.reason})
         jobs.append(job)
     if problems:
         what = "job" if not multi else f"{len(docs)} documents"
         raise ApiError(422, f"invalid {what}: nothing was stored", details=problems)
-    for job in jobs:
-        authorize(request, "write", job.metadata.namespace)
+    warnings = answer_unknown_fields(mode, unknown)  # Strict: 422 naming them
+    forbidden: list[dict[str, str]] = []
+    for i, job in enumerate(jobs):
+        who = authorize(request, "write", job.metadata.namespace)
+        forbidden += binding_problems(ctx.store, who, job, prefix=f"documents[{i}]." if multi else "")
+    if forbidden:
+        raise ApiError(
+            403,
+            "a job names a quota or queue its namespace may not use: nothing was stored",
+            details=forbidden,
+        )
     conflicts = []
     seen: set[tuple[str, str]] = set()
     for i, job in enumerate(jobs):
@@ -189,7 +211,10 @@ async def submit(request: web.Request) -> web.Response:
         created = await create_all(writer_of(ctx), jobs)
     except AlreadyExists as exc:  # created by someone else since the check above
         raise ApiError(409, f"{exc}: nothing was stored") from None
-    return web.json_response({"items": [summarize(j) for j in created]}, status=201)
+    response = web.json_response({"items": [summarize(j) for j in created]}, status=201)
+    for warning in warnings:
+        response.headers.add("Warning", warning)
+    return response
 
 
 @operation(
