@@ -13,13 +13,14 @@ from collections.abc import Callable
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpuyard.apis.decoding import DocumentLimitError
 from gpuyard.apis.meta import Resource
-from gpuyard.platform.api.auth import make_auth_middleware
+from gpuyard.platform.api.auth import METRICS_ROLES, make_auth_middleware, principal_of
 from gpuyard.platform.api.errors import ApiError, error_response
 from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
+from gpuyard.platform.metrics import exposition
 from gpuyard.state.context import Context
 from gpuyard.state.store import NotFound
 from gpuyard.state.writing import Writer
@@ -109,7 +110,9 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[CTX].registry)
+    """Prometheus' exposition; per-tenant series only for admin and metrics principals (`auth`)."""
+    detail = principal_of(request).role in METRICS_ROLES
+    body = exposition(request.app[CTX].registry, tenant_detail=detail)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -121,7 +124,9 @@ def make_app(ctx: Context, *, ready: Callable[[], bool] = lambda: True) -> web.A
         middlewares=[
             make_metrics_middleware(ctx.registry),
             error_middleware,
-            make_auth_middleware(ctx.settings.server.tokens),
+            make_auth_middleware(
+                ctx.settings.server.tokens, metrics_public=ctx.settings.server.metrics_public
+            ),
         ],
         client_max_size=ctx.settings.server.max_body_bytes,
     )
