@@ -1,4 +1,5 @@
-"""Builds the aiohttp application: error middleware, health, metrics, and the API routes.
+"""Builds the aiohttp application: error, redaction (other teams' job names) and auth middleware,
+health, metrics, and the API routes.
 
 State shared with handlers is stored under typed `web.AppKey`s (`CTX`, `READY`). Handlers read
 the store (`stored`) and write only through the context's writer (`writer_of`, `delete_object`),
@@ -20,6 +21,7 @@ from gpuyard.apis.meta import Resource
 from gpuyard.platform.api.auth import METRICS_ROLES, make_auth_middleware, principal_of
 from gpuyard.platform.api.errors import ApiError, error_response
 from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
+from gpuyard.platform.api.redaction import make_redaction_middleware
 from gpuyard.platform.metrics import exposition
 from gpuyard.state.context import Context
 from gpuyard.state.store import NotFound
@@ -124,6 +126,7 @@ def make_app(ctx: Context, *, ready: Callable[[], bool] = lambda: True) -> web.A
         middlewares=[
             make_metrics_middleware(ctx.registry),
             error_middleware,
+            make_redaction_middleware(lambda request: request.app[CTX].store),
             make_auth_middleware(
                 ctx.settings.server.tokens, metrics_public=ctx.settings.server.metrics_public
             ),
