@@ -21,6 +21,7 @@ from gpuyard.apis.meta import Resource
 from gpuyard.platform.api.auth import METRICS_ROLES, make_auth_middleware, principal_of
 from gpuyard.platform.api.errors import ApiError, error_response
 from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
+from gpuyard.platform.api.ratelimit import make_rate_limit_middleware
 from gpuyard.platform.api.redaction import make_redaction_middleware
 from gpuyard.platform.metrics import exposition
 from gpuyard.state.context import Context
@@ -122,14 +123,15 @@ def make_app(ctx: Context, *, ready: Callable[[], bool] = lambda: True) -> web.A
     """The application for `ctx`; routes of every module in `ROUTE_MODULES` are added."""
     import importlib
 
+    server = ctx.settings.server
+    limits = [make_rate_limit_middleware(server.rate_limit)] if server.rate_limit is not None else []
     app = web.Application(
         middlewares=[
             make_metrics_middleware(ctx.registry),
             error_middleware,
+            *limits,
             make_redaction_middleware(lambda request: request.app[CTX].store),
-            make_auth_middleware(
-                ctx.settings.server.tokens, metrics_public=ctx.settings.server.metrics_public
-            ),
+            make_auth_middleware(server.tokens, metrics_public=server.metrics_public),
         ],
         client_max_size=ctx.settings.server.max_body_bytes,
     )
