@@ -44,42 +44,50 @@ SCENARIO = {
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
+async def _start(tokens: list[dict[str, str]], box: dict[str, object]) -> tuple[web.AppRunner, int]:
+    """An app with a running fake backend on a free loopback port."""
+    ctx = Context.for_tests(settings=Settings(server={"tokens": tokens}, backend={"data_dir": None}))
+    fake = build_backend(ctx, BackendPlan(kind="fake", scenario=parse_scenario(SCENARIO, source="fuzz")))
+    backends = box.setdefault("backends", [])
+    assert isinstance(backends, list)
+    backends.append(asyncio.ensure_future(fake.run()))
+    await fake.synced.wait()
+    runner = web.AppRunner(make_app(ctx), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, runner.addresses[0][1]
+
+
 def _serve(ready: threading.Event, box: dict[str, object]) -> None:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-
-    async def start() -> web.AppRunner:
-        ctx = Context.for_tests(settings=Settings(server={"tokens": TOKENS}, backend={"data_dir": None}))
-        fake = build_backend(ctx, BackendPlan(kind="fake", scenario=parse_scenario(SCENARIO, source="fuzz")))
-        box["backend"] = asyncio.ensure_future(fake.run())
-        await fake.synced.wait()
-        runner = web.AppRunner(make_app(ctx), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        box["port"] = runner.addresses[0][1]
-        return runner
-
     with structlog.testing.capture_logs():
-        runner = loop.run_until_complete(start())
-        box["loop"], box["runner"] = loop, runner
+        with_tokens, port = loop.run_until_complete(_start(TOKENS, box))
+        without_tokens, open_port = loop.run_until_complete(_start([], box))
+        box["loop"], box["ports"] = loop, {"tokens": port, "open": open_port}
         ready.set()
         loop.run_forever()
-        loop.run_until_complete(runner.cleanup())
-        backend = box["backend"]
-        assert isinstance(backend, asyncio.Future)
-        backend.cancel()
-        loop.run_until_complete(asyncio.gather(backend, return_exceptions=True))
+        for runner in (with_tokens, without_tokens):
+            loop.run_until_complete(runner.cleanup())
+        backends = box["backends"]
+        assert isinstance(backends, list)
+        for task in backends:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*backends, return_exceptions=True))
     loop.close()
 
 
 @pytest.fixture(scope="module")
-def base_url() -> Iterator[str]:
+def servers() -> Iterator[dict[str, str]]:
+    """URLs of two servers: `tokens` (admin and tenant tokens configured) and `open` (none)."""
     ready, box = threading.Event(), {}
     thread = threading.Thread(target=_serve, args=(ready, box), daemon=True)
     thread.start()
     assert ready.wait(30)
-    yield f"http://127.0.0.1:{box['port']}"
+    ports = box["ports"]
+    assert isinstance(ports, dict)
+    yield {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     loop = box["loop"]
     assert isinstance(loop, asyncio.AbstractEventLoop)
     loop.call_soon_threadsafe(loop.stop)
@@ -93,7 +101,14 @@ def _document() -> dict[str, object]:
 
 SCHEMA = schemathesis.openapi.from_dict(_document())
 OPERATIONS = {op.label: op for op in (result.ok() for result in SCHEMA.get_all_operations())}
-CALLERS = {"anonymous": None, "admin": "fuzz-admin", "tenant": "fuzz-alice"}
+# caller -> (server, token): no token, an admin's and a tenant's on the server with tokens, and
+# the anonymous admin of a server without tokens
+CALLERS = {
+    "anonymous": ("tokens", None),
+    "admin": ("tokens", "fuzz-admin"),
+    "tenant": ("tokens", "fuzz-alice"),
+    "no-tokens": ("open", None),
+}
 SETTINGS = settings(
     max_examples=30,
     derandomize=True,
@@ -105,8 +120,9 @@ SETTINGS = settings(
 
 @pytest.mark.parametrize("caller", sorted(CALLERS))
 @pytest.mark.parametrize("label", sorted(OPERATIONS))
-def test_operation_conforms(label: str, caller: str, base_url: str) -> None:
-    token = CALLERS[caller]
+def test_operation_conforms(label: str, caller: str, servers: dict[str, str]) -> None:
+    server, token = CALLERS[caller]
+    base_url = servers[server]
     headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     @SETTINGS
