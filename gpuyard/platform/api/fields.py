@@ -62,6 +62,7 @@ _MODES: dict[str, FieldValidation] = {"strict": "Strict", "warn": "Warn", "ignor
 
 FIELD_VALIDATION_PARAM = Param(
     "fieldValidation",
+    enum=("Strict", "Warn", "Ignore"),
     description="Unknown fields: Strict (422 naming them), Warn (default: accepted with a "
     "`Warning` header per field) or Ignore.",
 )
@@ -220,9 +221,23 @@ def unknown_fields(model: type[BaseModel], data: Any, *, prefix: str = "") -> li
     return found
 
 
+MAX_WARNING = 256  # characters of one warning's text
+
+
+def _printable(text: str) -> str:
+    """`text` in printable ASCII: anything else (control characters, non-ASCII) as `\\uXXXX`.
+
+    A field name is the submitter's text; a raw control character in a header would be header
+    injection (and aiohttp refuses to send it, dropping the connection)."""
+    return "".join(c if " " <= c <= "~" else f"\\u{ord(c):04x}" for c in text)
+
+
 def warning_header(text: str) -> str:
-    """Kubernetes' warning form: `299 - "unknown field \\"spec.x\\""` (quotes and backslashes escaped)."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    """Kubernetes' warning form: `299 - "unknown field \\"spec.x\\""` (quotes and backslashes
+    escaped, other characters as printable ASCII, at most :data:`MAX_WARNING` characters)."""
+    escaped = _printable(text).replace("\\", "\\\\").replace('"', '\\"')
+    if len(escaped) > MAX_WARNING:
+        escaped = escaped[: MAX_WARNING - 3].rstrip("\\") + "..."
     return f'299 - "{escaped}"'
 
 

@@ -56,9 +56,12 @@ class Param:
     minimum: int | None = None
     maximum: int | None = None
     default: int | str | None = None
+    enum: tuple[str, ...] | None = None
 
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
+        if self.enum is not None:
+            out["enum"] = list(self.enum)
         for key in ("minimum", "maximum", "default"):
             value = getattr(self, key)
             if value is not None:

@@ -136,3 +136,16 @@ def test_misspelt_fields_are_found_at_every_level():
 
 def test_warning_header_escapes_quotes():
     assert warning_header('unknown field "a\\b"') == '299 - "unknown field \\"a\\\\b\\""'
+
+
+async def test_a_field_name_with_control_characters_is_warned_about_in_printable_ascii(client):
+    """Found by schemathesis: a raw control character in the Warning header made aiohttp drop the
+    connection (and would be header injection)."""
+    http, _ = client
+    body = JOB.replace("NAME", "j").replace("bogusField", '"bad\\x16\\u00e9\\r\\nX-Injected: 1"')
+    r = await http.post("/api/v1/jobs", data=body, headers=YAML)
+    assert r.status == 201
+    (warning,) = r.headers.getall("Warning")
+    assert warning == '299 - "unknown field \\"spec.bad\\\\u0016\\\\u00e9\\\\u000d\\\\u000aX-Injected: 1\\""'
+    assert "X-Injected" not in r.headers
+    assert len(warning_header("x" * 10_000)) < 300
