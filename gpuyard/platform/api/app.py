@@ -8,8 +8,10 @@ which answers once the write is durable.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import structlog
 from aiohttp import web
@@ -22,18 +24,19 @@ from gpuyard.platform.api.auth import METRICS_ROLES, make_auth_middleware, princ
 from gpuyard.platform.api.errors import ApiError, error_response
 from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
 from gpuyard.platform.api.ratelimit import make_rate_limit_middleware
-from gpuyard.platform.api.redaction import make_redaction_middleware
+from gpuyard.platform.api.redaction import NamespaceIndex, make_redaction_middleware
 from gpuyard.platform.metrics import exposition
 from gpuyard.state.context import Context
 from gpuyard.state.store import NotFound
 from gpuyard.state.writing import Writer
 
-__all__ = ["CTX", "READY", "delete_object", "make_app", "stored", "writer_of"]
+__all__ = ["CTX", "NAMESPACES", "READY", "delete_object", "make_app", "stored", "writer_of"]
 
 log = structlog.get_logger(__name__)
 
 CTX: web.AppKey[Context] = web.AppKey("ctx", Context)
 READY = web.AppKey[Callable[[], bool]]("ready")  # a callable is not a class: the type goes in [...]
+NAMESPACES: web.AppKey[NamespaceIndex] = web.AppKey("namespaces", NamespaceIndex)
 
 # Each module exposes `setup(app: web.Application) -> None` adding its routes.
 ROUTE_MODULES: list[str] = [
@@ -119,6 +122,15 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+async def _index_namespaces(app: web.Application) -> AsyncIterator[None]:
+    """Keep the namespace index (for redaction) current while the app serves."""
+    task = asyncio.create_task(app[NAMESPACES].run(), name="namespace-index")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def make_app(ctx: Context, *, ready: Callable[[], bool] = lambda: True) -> web.Application:
     """The application for `ctx`; routes of every module in `ROUTE_MODULES` are added."""
     import importlib
@@ -130,13 +142,15 @@ def make_app(ctx: Context, *, ready: Callable[[], bool] = lambda: True) -> web.A
             make_metrics_middleware(ctx.registry),
             error_middleware,
             *limits,
-            make_redaction_middleware(lambda request: request.app[CTX].store),
+            make_redaction_middleware(lambda request: request.app[NAMESPACES]),
             make_auth_middleware(server.tokens, metrics_public=server.metrics_public),
         ],
         client_max_size=ctx.settings.server.max_body_bytes,
     )
     app[CTX] = ctx
     app[READY] = ready
+    app[NAMESPACES] = NamespaceIndex(ctx.store)
+    app.cleanup_ctx.append(_index_namespaces)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -17,7 +17,7 @@ import json
 from aiohttp import web
 
 from gpuyard.apis.jobkinds import JOB_KINDS
-from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.app import CTX, NAMESPACES
 from gpuyard.platform.api.auth import allowed_namespaces, principal_of
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
@@ -120,7 +120,9 @@ async def watch(request: web.Request) -> web.StreamResponse:
             if ev is None:
                 await response.write(b"event: GONE\ndata: {}\n\n")
                 break
-            payload = json.dumps(redact_object(ctx.store, who, ev.object.to_dict()), separators=(",", ":"))
+            payload = json.dumps(
+                redact_object(request.app[NAMESPACES], who, ev.object.to_dict()), separators=(",", ":")
+            )
             await response.write(f"event: {ev.type}\nid: {ev.rv}\ndata: {payload}\n\n".encode())
     except ConnectionResetError:
         pass  # the client went away

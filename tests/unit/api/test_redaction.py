@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from gpuyard.apis.core import Event
@@ -10,7 +12,7 @@ from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.platform.api.app import make_app
 from gpuyard.platform.api.auth import Principal, hash_token
-from gpuyard.platform.api.redaction import FOREIGN_JOB, Redactor
+from gpuyard.platform.api.redaction import FOREIGN_JOB, NamespaceIndex, Redactor
 from gpuyard.state.config import Settings
 from gpuyard.state.context import Context
 
@@ -94,8 +96,42 @@ def test_only_known_foreign_namespaces_are_redacted():
 
 
 def test_admins_and_all_namespace_users_get_no_redactor():
-    ctx = Context.for_tests()
+    index = NamespaceIndex(Context.for_tests().store)
     admin = Principal(user="r", role="admin", namespaces=frozenset())
     everyone = Principal(user="e", role="viewer", namespaces=frozenset({"*"}))
-    assert Redactor.for_principal(ctx.store, admin) is None
-    assert Redactor.for_principal(ctx.store, everyone) is None
+    assert Redactor.for_principal(index, admin) is None
+    assert Redactor.for_principal(index, everyone) is None
+
+
+async def test_the_namespace_index_follows_the_store():
+    ctx = Context.for_tests()
+    index = NamespaceIndex(ctx.store)
+    ctx.store.create(Event(metadata=ObjectMeta(name="e1", namespace="team-x")))
+    assert index.known() == {"team-x"}  # not running: scanned on demand
+    task = asyncio.create_task(index.run())
+    await asyncio.sleep(0)
+    ctx.store.create(Event(metadata=ObjectMeta(name="e2", namespace="team-y")))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert index.known() == {"team-x", "team-y"}
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "team-b/x team-b/y.z ateam-b/x Xteam-b/x _team-b/x .team-b/x /team-b/x -team-b/x team-b/ team-b/-x",
+        "(team-b/job-1), [team-b/a.b.] team-bb/x team-b/X é team-b/x ét-team-b/x",
+        'the list {"message": "for team-b/big: see team-c/small and team-b/"}',
+        "",
+        "/",
+        "team-b/x/y/team-b/z",
+    ],
+)
+def test_the_fast_path_matches_the_reference_pattern(text):
+    from gpuyard.platform.api.redaction import _REFERENCE
+
+    foreign = frozenset({"team-b", "team-c"})
+    expected = _REFERENCE.sub(lambda m: FOREIGN_JOB if m.group(1) in foreign else m.group(0), text)
+    assert Redactor(foreign).text(text) == expected
