@@ -135,3 +135,16 @@ def test_the_fast_path_matches_the_reference_pattern(text):
     foreign = frozenset({"team-b", "team-c"})
     expected = _REFERENCE.sub(lambda m: FOREIGN_JOB if m.group(1) in foreign else m.group(0), text)
     assert Redactor(foreign).text(text) == expected
+
+
+async def test_a_tenant_watching_events_reads_no_foreign_job_names(client):
+    events = await client.get(
+        "/api/v1/watch/events?resourceVersion=1", headers=bearer("alice")
+    )  # from the start: the fixture's preemption event
+    data = ""
+    while "Preempted" not in data:
+        line = (await asyncio.wait_for(events.content.readline(), 5)).decode()
+        if line.startswith("data: "):
+            data = line
+    events.close()
+    assert "big-train" not in data and FOREIGN_JOB in data
