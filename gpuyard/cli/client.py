@@ -344,7 +344,7 @@ class ApiClient:
         return self.list_all("/api/v1/nodes", query={"labelSelector": selector})
 
     def node_usage(self, *, selector: str | None = None) -> Any:
-        return self.request("GET", "/api/v1/usage/nodes", query={"labelSelector": selector})
+        return self.list_all("/api/v1/usage/nodes", query={"labelSelector": selector})
 
     def summary(self) -> Any:
         return self.request("GET", "/api/v1/summary")

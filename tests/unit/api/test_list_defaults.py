@@ -37,7 +37,7 @@ async def http(aiohttp_client):
     return client
 
 
-@pytest.mark.parametrize("path", ["/api/v1/jobs", "/api/v1/nodes", "/api/v1/queues"])
+@pytest.mark.parametrize("path", ["/api/v1/jobs", "/api/v1/nodes", "/api/v1/queues", "/api/v1/usage/nodes"])
 async def test_a_list_without_limit_answers_one_default_page(http, path):
     body = await (await http.get(path)).json()
     assert len(body["items"]) == DEFAULT_LIMIT
@@ -45,7 +45,7 @@ async def test_a_list_without_limit_answers_one_default_page(http, path):
     assert token
     rest = await (await http.get(path, params={"continue": token})).json()
     assert rest["items"] and rest["metadata"]["continue"] is None
-    names = [i["metadata"]["name"] for i in body["items"] + rest["items"]]
+    names = [i["metadata"]["name"] if "metadata" in i else i["name"] for i in body["items"] + rest["items"]]
     assert len(names) == len(set(names))
 
 

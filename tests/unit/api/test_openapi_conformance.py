@@ -42,7 +42,14 @@ def test_every_list_with_continue_documents_400_and_bounds_limit(doc):
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/v1/jobs", "/api/v1/queues", "/api/v1/resourceclasses", "/api/v1/nodes/{name}/events"]
+    "path",
+    [
+        "/api/v1/jobs",
+        "/api/v1/queues",
+        "/api/v1/resourceclasses",
+        "/api/v1/nodes/{name}/events",
+        "/api/v1/usage/nodes",
+    ],
 )
 def test_these_lists_page(doc, path):
     names = {p["name"] for p in doc["paths"][path]["get"].get("parameters", [])}
