@@ -109,13 +109,19 @@ CALLERS = {
     "tenant": ("tokens", "fuzz-alice"),
     "no-tokens": ("open", None),
 }
-SETTINGS = settings(
-    max_examples=30,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-)
+# Few examples per operation keep the run to about a minute on two cores; the routes that take
+# documents get more.
+EXAMPLES = {"POST /api/v1/jobs": 40, "POST /api/v1/apply": 30}
+
+
+def _settings(label: str) -> settings:
+    return settings(
+        max_examples=EXAMPLES.get(label, 15),
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 @pytest.mark.parametrize("caller", sorted(CALLERS))
@@ -125,7 +131,7 @@ def test_operation_conforms(label: str, caller: str, servers: dict[str, str]) ->
     base_url = servers[server]
     headers = {"Authorization": f"Bearer {token}"} if token else {}
 
-    @SETTINGS
+    @_settings(label)
     @given(case=OPERATIONS[label].as_strategy())
     def run(case: schemathesis.Case) -> None:
         case.call_and_validate(base_url=base_url, headers=headers, checks=CHECKS)
