@@ -10,7 +10,8 @@
 * **ResourceQuota** (`v1`): per-namespace hard limits (`requests.cpu`, `nvidia.com/gpu`,
   `count/jobs`, per GPU class `nvidia.tesla.k80`, ...).
 * **Queue** (`gpuyard.io/v1alpha1`): a tenant queue's weight for fair share, its queueing
-  strategy, the most jobs it may run and its aging settings.
+  strategy, the most jobs it may run, its aging settings and the namespaces whose jobs may name
+  it (`spec.namespaces`, the tenant binding the API enforces).
 
 This module holds the models and the label/annotation keys (of quotas and of the jobs charged to
 them); validation and parsing of a submitted document are in :mod:`gpuyard.apis.quota`, which
@@ -236,6 +237,12 @@ class QueueSpec(StrictK8sModel):
 
     def min_runtime_seconds(self) -> float:
         return parse_duration(self.preempt_min_runtime) if self.preempt_min_runtime is not None else 0.0
+
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces whose jobs may name this queue in schedulingPolicy.queue ('*': any); "
+        "a tenant's job may always use the queue named after its namespace (tenant binding, set by an admin).",
+    )
 
 
 class QueueStatus(K8sModel):
