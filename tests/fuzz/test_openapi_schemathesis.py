@@ -30,6 +30,7 @@ from gpuyard.platform.api.app import make_app
 from gpuyard.platform.api.auth import hash_token
 from gpuyard.platform.api.openapi import build_document
 from gpuyard.platform.backends import BackendPlan, build_backend
+from gpuyard.scheduler.running import SchedulerLoop
 from gpuyard.state.config import Settings
 from gpuyard.state.context import Context
 
@@ -52,6 +53,8 @@ async def _start(tokens: list[dict[str, str]], box: dict[str, object]) -> tuple[
     assert isinstance(backends, list)
     backends.append(asyncio.ensure_future(fake.run()))
     await fake.synced.wait()
+    # The scheduler runs too: routes that ask it (POST /scheduler:reschedule) get an answer.
+    backends.append(asyncio.ensure_future(SchedulerLoop(ctx).run()))
     runner = web.AppRunner(make_app(ctx), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

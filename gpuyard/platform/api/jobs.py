@@ -390,7 +390,9 @@ async def patch_job(request: web.Request) -> web.Response:
 
 
 @operation(
-    "Not allowed: a job is changed with PATCH (405, `Allow: GET, PATCH, DELETE`)", tags=["jobs"], errors=[405]
+    "Not allowed: a job is changed with PATCH (405, `Allow: GET, PATCH, DELETE`)",
+    tags=["jobs"],
+    errors=[404, 405],
 )
 async def put_job(request: web.Request) -> web.Response:
     _job(request, "write")
