@@ -241,6 +241,9 @@ def warning_header(text: str) -> str:
     return f'299 - "{escaped}"'
 
 
+MAX_WARNINGS = 20  # Warning headers per answer; the rest are counted in one more
+
+
 def answer_unknown_fields(mode: FieldValidation, unknown: list[str]) -> list[str]:
     """Raise the 422 of `Strict`; else the `Warning` header values to send (none for `Ignore`)."""
     if not unknown or mode == "Ignore":
@@ -251,4 +254,7 @@ def answer_unknown_fields(mode: FieldValidation, unknown: list[str]) -> list[str
             f"unknown field(s) (fieldValidation=Strict): {', '.join(unknown[:5])}: nothing was stored",
             details=[{"field": path, "reason": "unknown field"} for path in unknown],
         )
-    return [warning_header(f'unknown field "{path}"') for path in unknown[:100]]
+    shown = [warning_header(f'unknown field "{path}"') for path in unknown[:MAX_WARNINGS]]
+    if len(unknown) > MAX_WARNINGS:  # clients refuse answers with too many headers (100 is common)
+        shown.append(warning_header(f"and {len(unknown) - MAX_WARNINGS} more unknown fields"))
+    return shown

@@ -149,3 +149,11 @@ async def test_a_field_name_with_control_characters_is_warned_about_in_printable
     assert warning == '299 - "unknown field \\"spec.bad\\\\u0016\\\\u00e9\\\\u000d\\\\u000aX-Injected: 1\\""'
     assert "X-Injected" not in r.headers
     assert len(warning_header("x" * 10_000)) < 300
+
+
+def test_many_unknown_fields_make_a_bounded_number_of_warning_headers():
+    from gpuyard.platform.api.fields import MAX_WARNINGS, answer_unknown_fields
+
+    warnings = answer_unknown_fields("Warn", [f"spec.bogus{i}" for i in range(500)])
+    assert len(warnings) == MAX_WARNINGS + 1  # an HTTP client refuses an answer with too many headers
+    assert "480 more" in warnings[-1]
