@@ -6,7 +6,9 @@ replicas run as separate processes; `kubectl apply -f` submits KubeDL's TFJob ex
 verbatim in `tests/data/kubedl/`). While its pod runs, the API server forgets its history and drops
 every watch (each informer's next WATCH answers 410 Gone and it re-lists), and the leader is
 SIGKILLed; the standby takes the Lease over, and the job still ends Succeeded, its pod bound once,
-by gpuyard, and `kubectl get tfjobs` shows the phase.
+by gpuyard, and `kubectl get tfjobs` shows the phase. gpuyard's replicas present their own token,
+so the API server's audit tells their calls apart: every one of them is granted by the ClusterRole
+(and leader-election Role) that `gpuyard install --print` ships.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs the kubectl binary")
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_FILE = ROOT / "tests" / "data" / "kubedl" / "tf_job_mnist.yaml"
+SERVICE_ACCOUNT_TOKEN = "gpuyard-serviceaccount"  # the replicas' token: their calls in the audit
 FAST_LEASE = {  # seconds: a takeover within a few seconds keeps the test short
     "GPUYARD__BACKEND__KUBERNETES__LEADER_ELECTION__LEASE_DURATION": "3",
     "GPUYARD__BACKEND__KUBERNETES__LEADER_ELECTION__RENEW_DEADLINE": "2",
@@ -88,6 +92,15 @@ class Stack:
             timeout=60,
         )
         return out.stdout.decode()
+
+    def kubeconfig_as(self, token: str) -> Path:
+        """A copy of the server's kubeconfig presenting `token`."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        for user in config["users"]:
+            user["user"] = {"token": token}
+        path = self.tmp / f"kc-{token}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -148,6 +161,7 @@ def test_a_kubedl_tfjob_succeeds_through_a_410_and_a_leader_kill(stack: Stack) -
         "6s",
     )
     ports = {}
+    kubeconfig = stack.kubeconfig_as(SERVICE_ACCOUNT_TOKEN)
     for name in ("gpuyard-a", "gpuyard-b"):
         ports[name] = free_port()
         stack.start(
@@ -156,7 +170,7 @@ def test_a_kubedl_tfjob_succeeds_through_a_410_and_a_leader_kill(stack: Stack) -
             "--backend",
             "kubernetes",
             "--kubeconfig",
-            str(stack.kubeconfig),
+            str(kubeconfig),
             "--port",
             str(ports[name]),
             "--data-dir",
@@ -211,3 +225,35 @@ def test_a_kubedl_tfjob_succeeds_through_a_410_and_a_leader_kill(stack: Stack) -
         r for r in records if r["subresource"] == "binding" and r["verb"] == "create" and r["code"] < 300
     ]
     assert len(bindings) == 1, bindings
+    assert {r["user"] for r in bindings} == {SERVICE_ACCOUNT_TOKEN}  # bound by gpuyard
+
+    # Every call gpuyard made is granted by the RBAC it ships.
+    shipped = list(
+        yaml.safe_load_all(
+            subprocess.run(
+                [sys.executable, "-m", "gpuyard.cli", "install", "--print"],
+                cwd=ROOT,
+                capture_output=True,
+                check=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            ).stdout
+        )
+    )
+    rules = [
+        rule for doc in shipped if doc and doc["kind"] in ("ClusterRole", "Role") for rule in doc["rules"]
+    ]
+    ours = {
+        (r["group"], r["resource"] + (f"/{r['subresource']}" if r["subresource"] else ""), r["verb"])
+        for r in records
+        if r["user"] == SERVICE_ACCOUNT_TOKEN
+    }
+    assert ("", "pods/binding", "create") in ours and ("coordination.k8s.io", "leases", "update") in ours
+    denied = sorted(
+        call
+        for call in ours
+        if not any(
+            call[0] in rule["apiGroups"] and call[1] in rule["resources"] and call[2] in rule["verbs"]
+            for rule in rules
+        )
+    )
+    assert not denied, f"calls the shipped ClusterRole does not grant: {denied}"

@@ -53,7 +53,9 @@ SERVER_VERSION = {
 
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
-    """One resource request as RBAC sees it (verb, group, resource, subresource, namespace, name)."""
+    """One resource request as RBAC sees it (verb, group, resource, subresource, namespace, name),
+    with its answer's code and who asked: the bearer token presented (this server trusts any token
+    unless started with one, so a test may give each client its own to tell their calls apart)."""
 
     verb: str
     group: str
@@ -62,6 +64,7 @@ class AuditRecord:
     namespace: str
     name: str
     code: int
+    user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +281,7 @@ class Handler:
                         target.namespace or "",
                         target.name or "",
                         code,
+                        request.headers.get("Authorization", "").removeprefix("Bearer ").strip(),
                     )
                 )
 
