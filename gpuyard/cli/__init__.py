@@ -269,6 +269,7 @@ def simulate() -> None:
 
 
 def _mount() -> None:
+    from gpuyard.cli.check import register as register_check
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
     from gpuyard.cli.faults import register as register_faults
@@ -288,6 +289,7 @@ def _mount() -> None:
     register_nodes(main)
     register_quotas(main)
     register_faults(main)
+    register_check(main)
 
 
 _mount()
