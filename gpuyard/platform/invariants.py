@@ -8,7 +8,9 @@ data: which invariant, a message naming the objects); an empty list means all ho
 Two families:
 
 * **safety** invariants hold at every instant, between any two writes:
-  - no node is over-allocated: per node, the Reservations plus the active pods that hold no
+  - no node is over-allocated: per node, the Reservations that hold room (those the operator
+    released through `spec.release`, or of a PodGroup that is gone, wait only for the
+    scheduler's delete: their pods have stopped) plus the active pods that hold no such
     Reservation fit its allocatable CPU, memory, pods and extended resources; each GPU is held
     whole by one pod or shared within 1000 milli (and within its memory for shares); each NIC
     and host port by one pod; GPU indices exist on the node;
@@ -22,7 +24,7 @@ Two families:
   break them for a moment, so the harness checks them when the virtual clock has run
   everything due, and `gpuyard check` reports only those still broken after a grace period:
   - every pod and PodGroup is owned by a live job, every Reservation by a live PodGroup;
-  - every placed gang holds at least its minimum per role (and job-wide);
+  - every placed gang of a Running job holds at least its minimum per role (and job-wide);
   - a quota's use is within its runtime, unless a reclaim is under way (a PodGroup's
     `status.evictions` says "reclaimed by quota") or a job waits (the reclaim grace period,
     `scheduler.reclaim_delay`, may be running for it).
@@ -165,12 +167,12 @@ def check_store(store: Store, *, settled: bool = True) -> list[Violation]:
     quotas = store.list_of(ElasticQuota) if "ElasticQuota" in known else []
     topologies = {t.metadata.name: t for t in store.list_of(NodeTopology)} if "NodeTopology" in known else {}
     out = _versions(store)
-    out += _allocation(nodes, topologies, reservations, pods)
+    out += _allocation(nodes, topologies, _holding(reservations, groups), pods)
     out += _quota_max(quotas)
     if settled:
         jobs = _jobs(store, known)
         out += _owners(jobs, pods, groups, reservations)
-        out += _gangs(groups, reservations)
+        out += _gangs(groups, reservations, running=_running_jobs(store, known))
         out += _quota_runtime(quotas, groups)
     return out
 
@@ -207,6 +209,21 @@ def _versions(store: Store) -> list[Violation]:
 
 
 # --- allocation -----------------------------------------------------------------------------------
+
+
+def _holding(reservations: list[Reservation], groups: list[PodGroup]) -> list[Reservation]:
+    """The Reservations that still hold their room: not released by the operator (`spec.release`
+    names the uid: the pod has stopped) and of a PodGroup that exists. A released one is only
+    waiting for the scheduler's delete; should its pod still be active, the pod is counted."""
+    released: dict[tuple[str, str], set[str]] = {
+        (g.metadata.namespace, g.metadata.name): set(g.spec.release.values()) for g in groups
+    }
+    out = []
+    for res in reservations:
+        gone = released.get((res.metadata.namespace, res.spec.pod_group))
+        if gone is not None and res.metadata.uid not in gone:
+            out.append(res)
+    return out
 
 
 def _allocation(
@@ -496,15 +513,29 @@ def _owners(
     return out
 
 
-def _gangs(groups: list[PodGroup], reservations: list[Reservation]) -> list[Violation]:
+def _running_jobs(store: Store, known: set[str]) -> set[tuple[str, str]]:
+    out: set[tuple[str, str]] = set()
+    for kind in KIND_INFO:
+        if kind in known:
+            for job in store.list(kind):
+                if getattr(getattr(job, "status", None), "phase", None) == "Running":
+                    out.add((job.metadata.namespace, job.metadata.name))
+    return out
+
+
+def _gangs(
+    groups: list[PodGroup], reservations: list[Reservation], *, running: set[tuple[str, str]]
+) -> list[Violation]:
+    """A running job's placed gang holds at least its minimum (a job restarting after a lost
+    node or a failed GPU may wait, below it, for room to place the lost pods again)."""
     held: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     for res in reservations:
         held[(res.metadata.namespace, res.spec.pod_group)][res.spec.role.lower()] += 1
     out: list[Violation] = []
     for group in groups:
-        if group.status.phase != "Placed" or group.spec.suspend:
-            continue
         key = (group.metadata.namespace, group.metadata.name)
+        if group.status.phase != "Placed" or group.spec.suspend or key not in running:
+            continue
         roles = held.get(key, Counter())
         leaving = len(group.spec.release) + len(group.status.evictions)
         short = [

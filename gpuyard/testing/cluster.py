@@ -37,6 +37,7 @@ from gpuyard.state.store import AlreadyExists, Store
 from gpuyard.state.writing import Writer, create_all
 from gpuyard.testing.asserting import Assertions
 from gpuyard.testing.checking import InvariantWatch, checks_enabled
+from gpuyard.testing.flaky import METHODS, FlakyWrites, Mode
 from gpuyard.testing.inputs import BadInput, NodeSpec, Source, parse_jobs, parse_policies, scenario_of
 from gpuyard.testing.observing import (
     Explanation,
@@ -393,6 +394,18 @@ class Cluster:
         await settle()
         self._checkpoint(f"after {fault} {target} at t={self.now:g}s")
         return failed
+
+    def fail_writes(
+        self,
+        *,
+        every: int,
+        mode: Mode = "500",
+        kinds: Sequence[str] | None = None,
+        methods: Sequence[str] = METHODS,
+    ) -> FlakyWrites:
+        """From now on every `every`-th call of each writer method fails (`500`, `409` or a
+        `timeout` after the write landed), for every component; `.remove()` ends it."""
+        return FlakyWrites(self.writer, every=every, mode=mode, kinds=kinds, methods=methods)
 
     def _faults(self) -> FaultInjector:
         faults = self.backend.faults

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gpuyard.apis.core import ContainerPort
+from gpuyard.apis.jobs import parse_job
 from gpuyard.apis.meta import ObjectMeta, OwnerReference
 from gpuyard.apis.quantity import parse_quantity
 from gpuyard.apis.quotakinds import ElasticQuota, ElasticQuotaSpec, ElasticQuotaStatus
@@ -211,8 +212,29 @@ def test_a_pod_whose_job_is_gone() -> None:
     assert "PyTorchJob default/orphan" in found[0].message
 
 
-def test_a_placed_gang_below_its_minimum() -> None:
+def _job(store: Store, *, phase: str) -> None:
+    job = parse_job(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "job", "namespace": "default"},
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Worker": {
+                        "replicas": 2,
+                        "template": {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}},
+                    }
+                }
+            },
+        }
+    )
+    job.status.phase = phase
+    store.create(job)
+
+
+def test_a_running_jobs_placed_gang_below_its_minimum() -> None:
     store = _store()
+    _job(store, phase="Running")
     _group(store, replicas=2)
     _reserve(store, "job-worker-0", index=0)
     found = check_store(store)
@@ -221,8 +243,17 @@ def test_a_placed_gang_below_its_minimum() -> None:
     assert check_store(store, settled=False) == []
 
 
+def test_a_restarting_job_may_wait_below_its_minimum_for_room() -> None:
+    store = _store()
+    _job(store, phase="Restarting")
+    _group(store, replicas=2)
+    _reserve(store, "job-worker-0", index=0)
+    assert check_store(store) == []
+
+
 def test_a_gang_releasing_a_pod_for_failover_is_not_below_its_minimum() -> None:
     store = _store()
+    _job(store, phase="Running")
     pg = _group(store, replicas=2)
     _reserve(store, "job-worker-0", index=0)
     pg.spec.release = {"job-worker-1": "uid-of-the-old-reservation"}
