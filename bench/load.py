@@ -45,8 +45,9 @@ def _free_port() -> int:
 class Server:
     """`gpuyard serve` on a loopback port with a journal in `data_dir`."""
 
-    def __init__(self, data_dir: Path, *, log: Path) -> None:
+    def __init__(self, data_dir: Path, *, log: Path, clock: str = "real") -> None:
         self.data_dir = data_dir
+        self.clock = clock
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -58,6 +59,7 @@ class Server:
             sys.executable, "-m", "gpuyard.cli", "serve", "--config", str(ROOT / "configs" / "gpuyard.yaml"),
             "--cluster", str(ROOT / "configs" / "clusters" / "demo.yaml"),
             "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
+            "--clock", self.clock,
         ]  # fmt: skip
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -176,12 +178,13 @@ async def _client(
                 break
 
 
-def _listed(server: Server) -> set[str]:
+def listed(server: Server, namespace: str = "load") -> set[str]:
+    """The names of the jobs the server lists in `namespace`, every page."""
     names: set[str] = set()
     token: str | None = None
     with httpx.Client(base_url=server.url, timeout=60) as http:
         while True:
-            params = {"namespace": "load", "limit": "500"}
+            params = {"namespace": namespace, "limit": "500"}
             if token:
                 params["continue"] = token
             r = http.get("/api/v1/jobs", params=params)
@@ -226,8 +229,8 @@ async def _load(
     stop.set()
     await poller
     rss = max(rss_before, server.peak_rss_mib())
-    listed = await asyncio.to_thread(_listed, server)
-    lost = sorted(run.accepted - listed)
+    names = await asyncio.to_thread(listed, server)
+    lost = sorted(run.accepted - names)
     out: dict[str, Any] = {
         "jobs": jobs,
         "clients": clients,
