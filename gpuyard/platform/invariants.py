@@ -119,9 +119,10 @@ class InvariantChecker:
     last_store_rv: int = 0
     last_object_rv: dict[str, int] = field(default_factory=dict)
 
-    def check(self, store: Store, *, settled: bool = True) -> list[Violation]:
-        found = check_store(store, settled=settled)
-        found += self._versions(store)
+    def check(self, store: Store, *, settled: bool = True, versions: bool = True) -> list[Violation]:
+        found = check_store(store, settled=settled, versions=versions)
+        if versions:
+            found += self._versions(store)
         return found
 
     def _versions(self, store: Store) -> list[Violation]:
@@ -157,8 +158,9 @@ class InvariantChecker:
         return out
 
 
-def check_store(store: Store, *, settled: bool = True) -> list[Violation]:
-    """Every broken invariant in the store now; `settled=False`: the safety ones only."""
+def check_store(store: Store, *, settled: bool = True, versions: bool = True) -> list[Violation]:
+    """Every broken invariant in the store now; `settled=False`: the safety ones only;
+    `versions=False`: not the version scan (it reads every object of every kind)."""
     known = set(store.kinds())
     nodes = {n.metadata.name: n for n in store.list_of(Node)}
     reservations = store.list_of(Reservation) if "Reservation" in known else []
@@ -166,7 +168,7 @@ def check_store(store: Store, *, settled: bool = True) -> list[Violation]:
     groups = store.list_of(PodGroup) if "PodGroup" in known else []
     quotas = store.list_of(ElasticQuota) if "ElasticQuota" in known else []
     topologies = {t.metadata.name: t for t in store.list_of(NodeTopology)} if "NodeTopology" in known else {}
-    out = _versions(store)
+    out = _versions(store) if versions else []
     out += _allocation(nodes, topologies, _holding(reservations, groups), pods)
     out += _quota_max(quotas)
     if settled:

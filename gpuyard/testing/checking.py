@@ -53,6 +53,9 @@ class InvariantWatch:
         self.checker = InvariantChecker()
         self.violations: list[tuple[str, Violation]] = []
         self.cycles = 0
+        self.cycle_versions = True
+        """Whether the check after each cycle scans every object's version too (a long soak on a
+        big cluster turns it off; the checks when time settles always do)."""
         self._reported = 0
         self._seen: set[tuple[str, str]] = set()
         self._wrapped: list[SchedulerLoop] = []
@@ -79,20 +82,27 @@ class InvariantWatch:
                 depth -= 1
             if depth == 0:
                 self.cycles += 1
-                self.check(when=f"after scheduling cycle {self.cycles}", settled=False)
+                self.check(
+                    when=f"after scheduling cycle {self.cycles}", settled=False, versions=self.cycle_versions
+                )
 
         setattr(loop, "execute", checked)  # noqa: B010 - an instance attribute shadows the method
         self._wrapped.append(loop)
 
-    def check(self, *, when: str, settled: bool = True) -> list[Violation]:
+    def check(self, *, when: str, settled: bool = True, versions: bool = True) -> list[Violation]:
         """Check now; record (once each) and return the violations found."""
-        found = self.checker.check(self.platform.store, settled=settled)
+        found = self.checker.check(self.platform.store, settled=settled, versions=versions)
         for v in found:
             key = (v.invariant, v.message)
             if key not in self._seen:
                 self._seen.add(key)
                 self.violations.append((when, v))
         return found
+
+    def take(self) -> list[tuple[str, Violation]]:
+        """The violations seen so far, handed over (not raised later)."""
+        out, self.violations, self._reported = self.violations, [], 0
+        return out
 
     def raise_new(self) -> None:
         """Raise InvariantViolation for the violations not yet raised."""
