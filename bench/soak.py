@@ -182,6 +182,9 @@ async def in_process(*, nodes: int, hours: float, drain_hours: float, seed: int)
             await c.clock.advance(STEP * 10)
             watch.check(when=f"draining, t={c.now:g}s")
         phases = _jobs(c)
+        stuck = {
+            n: f"{p}; scheduler: {c.explain(f'soak/{n}')}" for n, p in phases.items() if p not in TERMINAL
+        }
         wall = time.perf_counter() - started
         violations = [v.to_dict() | {"when": when} for when, v in watch.take()]  # reported, not raised
     counts = Counter(phases.values())
@@ -195,7 +198,9 @@ async def in_process(*, nodes: int, hours: float, drain_hours: float, seed: int)
         "jobs_completed": counts.get("Succeeded", 0),
         "jobs_failed_by_policy": counts.get("Failed", 0),
         "jobs_lost": len(missing) + len(unfinished),
-        "lost_examples": (missing + unfinished)[:5],
+        "jobs_missing": len(missing),
+        "jobs_unfinished_after_drain": len(unfinished),
+        "lost_examples": missing[:5] + [f"{n}: {stuck[n]}" for n in unfinished[:5]],
         "faults": dict(sorted(faults.items())),
         "scheduling_cycles_checked": watch.cycles,
         "invariant_violations": len(violations),
