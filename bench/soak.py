@@ -88,6 +88,18 @@ def job_doc(rng: random.Random, name: str) -> tuple[dict[str, Any], str]:
     return doc, expect
 
 
+def _pods_of(c: Cluster, job: str) -> str:
+    """Each pod of `job`: name, phase, reason, node and whether that node is Ready."""
+    out = []
+    for pod in c.pods(f"soak/{job}"):
+        node = c.store.get("Node", "", pod.spec.node_name or "")
+        ready = getattr(node, "ready", None)
+        out.append(
+            f"{pod.metadata.name} {pod.status.phase} {pod.status.reason or '-'} on {pod.spec.node_name} ready={ready}"
+        )
+    return "; ".join(out) or "none"
+
+
 def _jobs(c: Cluster) -> dict[str, str]:
     return {
         j.metadata.name: (j.status.phase or "Created")
@@ -183,7 +195,9 @@ async def in_process(*, nodes: int, hours: float, drain_hours: float, seed: int)
             watch.check(when=f"draining, t={c.now:g}s")
         phases = _jobs(c)
         stuck = {
-            n: f"{p}; scheduler: {c.explain(f'soak/{n}')}" for n, p in phases.items() if p not in TERMINAL
+            n: f"{p}; scheduler: {c.explain(f'soak/{n}')}; pods: {_pods_of(c, n)}"
+            for n, p in phases.items()
+            if p not in TERMINAL
         }
         wall = time.perf_counter() - started
         violations = [v.to_dict() | {"when": when} for when, v in watch.take()]  # reported, not raised
