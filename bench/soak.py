@@ -273,13 +273,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--hours", type=float, default=24.0)
-    parser.add_argument("--drain-hours", type=float, default=12.0)
+    parser.add_argument("--drain-hours", type=float, default=48.0)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--small", action="store_true", help="40 nodes, 3 virtual hours, 2 SIGKILLs (CI)")
     args = parser.parse_args()
     if args.small:
-        args.nodes, args.hours, args.drain_hours, args.kills = 40, 3.0, 6.0, 2
+        args.nodes, args.hours, args.drain_hours, args.kills = 40, 3.0, 24.0, 2
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
     out: dict[str, Any] = {"benchmark": "soak"}
     out["in_process"] = asyncio.run(
