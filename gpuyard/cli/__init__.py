@@ -291,6 +291,7 @@ def simulate() -> None:
 
 
 def _mount() -> None:
+    from gpuyard.cli.check import register as register_check
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
     from gpuyard.cli.fakeapiserver import register as register_fake_apiserver
@@ -318,6 +319,7 @@ def _mount() -> None:
     register_faults(main)
     register_fake_apiserver(main)
     register_updates(main)
+    register_check(main)
 
 
 _mount()

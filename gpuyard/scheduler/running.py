@@ -44,12 +44,14 @@ from gpuyard.scheduler.quota import FairQueue
 from gpuyard.scheduler.rescheduling import Rescheduler
 from gpuyard.scheduler.snapshot import Snapshot
 from gpuyard.state.context import Context
-from gpuyard.state.store import AlreadyExists, Gone, NotFound, StoreError, WatchEvent
+from gpuyard.state.store import AlreadyExists, Gone, NotFound, WatchEvent
 from gpuyard.state.writing import StoreWriter, Writer, retry_on_conflict
 
 __all__ = ["SchedulerLoop"]
 
 log = structlog.get_logger(__name__)
+
+_UNDO_ATTEMPTS = 5
 
 
 class SchedulerLoop:
@@ -232,10 +234,7 @@ class SchedulerLoop:
                     raise failed[0]
         except Exception as exc:  # a refused write, or a bug: either way no half gang stays behind
             for res in reversed(created):
-                try:
-                    await writer.delete("Reservation", res.metadata.namespace, res.metadata.name)
-                except (NotFound, StoreError):
-                    pass
+                await self._undo(res.metadata.namespace, res.metadata.name)
             log.warning("scheduler.assume_failed", job=f"{decision.key[0]}/{decision.key[1]}", error=str(exc))
             await self.execute(self.state.unassume(decision, error=str(exc)))
             return
@@ -244,6 +243,25 @@ class SchedulerLoop:
                 await self._write(then)
         else:
             await asyncio.gather(*(self._write(then) for then in decision.then))
+
+    async def _undo(self, namespace: str, name: str) -> None:
+        """Delete a Reservation of a gang whose placement failed, trying again when the delete
+        itself fails (a flaky backend): one left behind would hold its room for a gang that is
+        not placed. If every try fails, the core learns it still holds the room (`unassume`)."""
+        for attempt in range(_UNDO_ATTEMPTS):
+            try:
+                await self.writer.delete("Reservation", namespace, name)
+                return
+            except NotFound:
+                return
+            except Exception as exc:
+                log.warning(
+                    "scheduler.undo_failed",
+                    reservation=f"{namespace}/{name}",
+                    attempt=attempt + 1,
+                    error=str(exc),
+                )
+                await self.clock.sleep(0)
 
     async def _write(self, decision: Decision) -> None:
         try:

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from gpuyard.testing.apiserver.fixture import RunningApiServer, fake_apiserver
+from gpuyard.testing.checking import MARKER, InvariantViolation, set_checks_enabled
 from gpuyard.testing.cluster import FAULTS, Cluster
 from gpuyard.testing.inputs import BadInput, nodes_scenario
 from gpuyard.testing.observing import Explanation, JobPlacement, PodPlacement
@@ -37,6 +38,7 @@ __all__ = [
     "Cluster",
     "ClusterFactory",
     "Explanation",
+    "InvariantViolation",
     "JobPlacement",
     "PodPlacement",
     "RunningApiServer",
@@ -70,9 +72,19 @@ def _fail(message: str) -> None:
     pytest.fail(message, pytrace=False)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}: clusters started by this test do not check gpuyard's invariants "
+        "(for tests that break the store on purpose)",
+    )
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Any:
-    """Bad input in a user's fixture: the validator's message, no traceback."""
+    """Bad input in a user's fixture: the validator's message, no traceback. Also sets whether
+    the test's clusters check invariants (off with the `gpuyard_no_invariants` marker)."""
+    set_checks_enabled(item.get_closest_marker(MARKER) is None)
     try:
         return (yield)
     except BadInput as exc:
@@ -98,6 +110,14 @@ def _async_fixture(fn: Callable[[], AsyncIterator[ClusterFactory]]) -> object:
     except ImportError:  # pragma: no cover
         return pytest.fixture(fn)
     return fixture(fn)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Any:
+    try:
+        return (yield)
+    finally:
+        set_checks_enabled(True)
 
 
 @_async_fixture

@@ -36,6 +36,8 @@ from gpuyard.state.config import Settings
 from gpuyard.state.store import AlreadyExists, Store
 from gpuyard.state.writing import Writer, create_all
 from gpuyard.testing.asserting import Assertions
+from gpuyard.testing.checking import InvariantWatch, checks_enabled
+from gpuyard.testing.flaky import METHODS, FlakyWrites, Mode
 from gpuyard.testing.inputs import BadInput, NodeSpec, Source, parse_jobs, parse_policies, scenario_of
 from gpuyard.testing.observing import (
     Explanation,
@@ -63,6 +65,7 @@ class Cluster:
         assert isinstance(clock, VirtualClock), "the harness runs on a VirtualClock"
         self.clock: VirtualClock = clock
         self.checks = Assertions(platform.store)
+        self.invariants: InvariantWatch | None = None
         self._task: asyncio.Task[None] | None = None
 
     # --- life cycle -----------------------------------------------------------------------------
@@ -79,8 +82,14 @@ class Cluster:
         resource_classes: Source | Sequence[Source] = (),
         settings: Mapping[str, Any] | None = None,
         serve_http: bool = False,
+        check_invariants: bool | None = None,
     ) -> Cluster:
-        """Validate everything, build the platform, load the policies, start it; raise BadInput."""
+        """Validate everything, build the platform, load the policies, start it; raise BadInput.
+
+        `check_invariants` (default: on, unless the test has the `gpuyard_no_invariants` marker):
+        check the platform's invariants after every scheduling cycle and whenever the clock has
+        run what was due; a violation fails the test (:mod:`gpuyard.testing.checking`).
+        """
         parsed = scenario_of(scenario, nodes=nodes, kubelet=kubelet)
         policies = [
             *parse_policies(_sources(resource_classes), what="resource classes"),
@@ -102,6 +111,8 @@ class Cluster:
         )
         await _create_policies(platform.writer, policies)
         cluster = cls(platform)
+        if checks_enabled() if check_invariants is None else check_invariants:
+            cluster.invariants = InvariantWatch(platform)
         await cluster._start()
         return cluster
 
@@ -140,7 +151,8 @@ class Cluster:
         return all(self.store.get("ResourceClass", "", default_class_name(m)) is not None for m in models)
 
     async def stop(self) -> None:
-        """Stop every component; no task of the platform is left running."""
+        """Stop every component; no task of the platform is left running. Raises the invariant
+        violations seen since the last harness call (InvariantViolation), after stopping."""
         task, self._task = self._task, None
         if task is None:
             return
@@ -150,6 +162,21 @@ class Cluster:
         except asyncio.CancelledError:
             if not task.done():
                 raise
+        if self.invariants is not None:
+            self.invariants.raise_new()
+
+    def check_invariants(self, *, when: str = "on request") -> None:
+        """Check every invariant now (the settled ones too); InvariantViolation on a new one."""
+        __tracebackhide__ = True
+        if self.invariants is not None:
+            self.invariants.check(when=when)
+            self.invariants.raise_new()
+
+    def _checkpoint(self, when: str) -> None:
+        __tracebackhide__ = True
+        if self.invariants is not None and self._task is not None:
+            self.invariants.check(when=when)
+            self.invariants.raise_new()
 
     # --- handles --------------------------------------------------------------------------------
 
@@ -200,6 +227,7 @@ class Cluster:
             raise BadInput("job manifest rejected: " + "; ".join(detail))
         created = await create_all(self.writer, jobs)
         await settle()
+        self._checkpoint(f"after submitting {len(created)} job(s) at t={self.now:g}s")
         return created
 
     def problems(self, manifest: Source) -> list[str]:
@@ -214,6 +242,9 @@ class Cluster:
         found = self.job(job)
         await self.writer.delete(found.kind, found.metadata.namespace, found.metadata.name)
         await settle()
+        self._checkpoint(
+            f"after deleting {found.metadata.namespace}/{found.metadata.name} at t={self.now:g}s"
+        )
 
     def job(self, job: JobRef) -> TrainingJob:
         """The job as stored now."""
@@ -282,6 +313,7 @@ class Cluster:
     async def advance(self, seconds: float) -> None:
         """Move virtual time forward, running everything that becomes due."""
         await self.clock.advance(seconds)
+        self._checkpoint(f"after advancing to t={self.now:g}s")
 
     async def run_until(
         self, job: JobRef, phase: str | Sequence[str], *, timeout: float = 600.0
@@ -298,6 +330,7 @@ class Cluster:
             return now in wanted or (now in TERMINAL and not set(wanted) & set(TERMINAL))
 
         await self.clock.run_until(done, timeout=timeout)
+        self._checkpoint(f"at t={self.now:g}s")
         now = self.phase(job)
         if now not in wanted:
             ns, name = job_key(job)
@@ -310,7 +343,9 @@ class Cluster:
 
     async def until(self, condition: Any, *, timeout: float = 600.0) -> bool:
         """Run the clock until `condition()` holds (returns whether it does)."""
-        return await self.clock.run_until(condition, timeout=timeout)
+        held = await self.clock.run_until(condition, timeout=timeout)
+        self._checkpoint(f"at t={self.now:g}s")
+        return held
 
     # --- faults ---------------------------------------------------------------------------------
 
@@ -357,7 +392,20 @@ class Cluster:
                 else:
                     await faults.recover_node(target)
         await settle()
+        self._checkpoint(f"after {fault} {target} at t={self.now:g}s")
         return failed
+
+    def fail_writes(
+        self,
+        *,
+        every: int,
+        mode: Mode = "500",
+        kinds: Sequence[str] | None = None,
+        methods: Sequence[str] = METHODS,
+    ) -> FlakyWrites:
+        """From now on every `every`-th call of each writer method fails (`500`, `409` or a
+        `timeout` after the write landed), for every component; `.remove()` ends it."""
+        return FlakyWrites(self.writer, every=every, mode=mode, kinds=kinds, methods=methods)
 
     def _faults(self) -> FaultInjector:
         faults = self.backend.faults

@@ -53,6 +53,7 @@ ROUTE_MODULES: list[str] = [
     "gpuyard.platform.api.disruption",
     "gpuyard.platform.api.priorityclasses",
     "gpuyard.platform.api.rescheduling",
+    "gpuyard.platform.api.checking",
 ]
 
 

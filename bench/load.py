@@ -1,0 +1,299 @@
+"""Load: many clients submitting jobs to a real `gpuyard serve` with its journal, then a SIGKILL.
+
+Starts `python -m gpuyard.cli serve` (fake cluster `configs/clusters/demo.yaml`, journal in a
+temporary data dir) as a subprocess and, from `--clients` concurrent httpx clients, POSTs
+`--jobs` one-GPU PyTorchJobs (`POST /api/v1/jobs`). Meanwhile a separate poller asks `/healthz`
+every 20 ms. Reports throughput, submit latency p50/p99, `/healthz` p99 during the load, errors
+(non-2xx or failed requests: 0 expected), lost (an accepted job missing from the paginated
+`GET /api/v1/jobs` afterwards: 0 expected) and the server's peak RSS (`VmHWM` of /proc).
+
+Phase two does the same on a fresh data dir, but kills the server with SIGKILL once half the
+jobs are accepted and starts it again on the same data dir; clients retry what failed while it
+was down. `accepted_then_lost` (a 201 answer whose job is not listed after the restart) must
+be 0. Targets (issue 15): p99 <= 250 ms, /healthz p99 <= 50 ms, peak RSS <= 1 GiB at 10,000 jobs.
+
+Usage: `python bench/load.py [--jobs 10000] [--clients 50] [--small]` (prints JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """`gpuyard serve` on a loopback port with a journal in `data_dir`."""
+
+    def __init__(self, data_dir: Path, *, log: Path, clock: str = "real") -> None:
+        self.data_dir = data_dir
+        self.clock = clock
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUYARD__LOGGING__LEVEL": "warning"}
+        cmd = [
+            sys.executable, "-m", "gpuyard.cli", "serve", "--config", str(ROOT / "configs" / "gpuyard.yaml"),
+            "--cluster", str(ROOT / "configs" / "clusters" / "demo.yaml"),
+            "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
+            "--clock", self.clock,
+        ]  # fmt: skip
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"gpuyard serve exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
+                )
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("gpuyard serve did not get ready within 60 s")
+
+    def peak_rss_mib(self) -> float:
+        """The process's peak resident set (VmHWM), MiB."""
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+            self.proc = None
+
+
+def job(name: str) -> dict[str, Any]:
+    container = {
+        "name": "pytorch",
+        "image": "train:1",
+        "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "1", "memory": "2Gi"}},
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": "load"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": 1,
+                    "restartPolicy": "OnFailure",
+                    "template": {
+                        "metadata": {"annotations": {"fake.gpuyard.io/duration": "2h"}},
+                        "spec": {"containers": [container]},
+                    },
+                }
+            }
+        },
+    }
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Run:
+    latencies: list[float] = field(default_factory=list)
+    health: list[float] = field(default_factory=list)
+    accepted: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+    retried: int = 0
+
+
+async def _poll_health(server: Server, run: Run, stop: asyncio.Event) -> None:
+    async with httpx.AsyncClient(timeout=5) as client:
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                r = await client.get(f"{server.url}/healthz")
+                if r.status_code == 200:
+                    run.health.append(time.perf_counter() - started)
+            except httpx.HTTPError:
+                pass  # down during a restart: not a latency
+            await asyncio.sleep(0.02)
+
+
+async def _client(
+    server: Server, names: asyncio.Queue[str], run: Run, *, down: asyncio.Event, retry: bool
+) -> None:
+    async with httpx.AsyncClient(timeout=30) as client:
+        while True:
+            try:
+                name = names.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            while True:
+                await down.wait()  # the server is up
+                started = time.perf_counter()
+                try:
+                    r = await client.post(f"{server.url}/api/v1/jobs", json=job(name))
+                except httpx.HTTPError as exc:
+                    if retry:
+                        run.retried += 1
+                        await asyncio.sleep(0.05)
+                        continue
+                    run.errors.append(f"{name}: {type(exc).__name__}")
+                    break
+                if r.status_code == 409 and retry:  # accepted before the kill, answer lost
+                    run.accepted.add(name)
+                    break
+                if r.status_code not in (200, 201):
+                    run.errors.append(f"{name}: HTTP {r.status_code} {r.text[:200]}")
+                    break
+                run.latencies.append(time.perf_counter() - started)
+                run.accepted.add(name)
+                break
+
+
+def listed(server: Server, namespace: str = "load") -> set[str]:
+    """The names of the jobs the server lists in `namespace`, every page."""
+    names: set[str] = set()
+    token: str | None = None
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        while True:
+            params = {"namespace": namespace, "limit": "500"}
+            if token:
+                params["continue"] = token
+            r = http.get("/api/v1/jobs", params=params)
+            r.raise_for_status()
+            body = r.json()
+            names.update(item["metadata"]["name"] for item in body["items"])
+            token = (body.get("metadata") or {}).get("continue")  # pages where the API paginates
+            if not token:
+                return names
+
+
+async def _load(
+    server: Server, *, jobs: int, clients: int, prefix: str, kill_at: int | None
+) -> dict[str, Any]:
+    run = Run()
+    names: asyncio.Queue[str] = asyncio.Queue()
+    for i in range(jobs):
+        names.put_nowait(f"{prefix}-{i:05d}")
+    up = asyncio.Event()
+    up.set()
+    stop = asyncio.Event()
+    poller = asyncio.create_task(_poll_health(server, run, stop))
+    started = time.perf_counter()
+    workers = [
+        asyncio.create_task(_client(server, names, run, down=up, retry=kill_at is not None))
+        for _ in range(clients)
+    ]
+    restart_s = None
+    rss_before = 0.0
+    if kill_at is not None:
+        while len(run.accepted) < kill_at and not all(w.done() for w in workers):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # a plain poll: the clients add to a set
+        rss_before = server.peak_rss_mib()
+        server.kill()
+        up.clear()  # clients wait: nothing is submitted while the server is down
+        t0 = time.perf_counter()
+        await asyncio.to_thread(server.start)
+        restart_s = time.perf_counter() - t0
+        up.set()
+    await asyncio.gather(*workers)
+    wall = time.perf_counter() - started
+    stop.set()
+    await poller
+    rss = max(rss_before, server.peak_rss_mib())
+    names = await asyncio.to_thread(listed, server)
+    lost = sorted(run.accepted - names)
+    out: dict[str, Any] = {
+        "jobs": jobs,
+        "clients": clients,
+        "accepted": len(run.accepted),
+        "errors": len(run.errors),
+        "error_examples": run.errors[:3],
+        "lost" if kill_at is None else "accepted_then_lost": len(lost),
+        "wall_s": round(wall, 2),
+        "throughput_per_s": round(len(run.latencies) / wall, 1) if wall else 0.0,
+        "submit_p50_ms": round(_pct(run.latencies, 0.50) * 1000, 1),
+        "submit_p99_ms": round(_pct(run.latencies, 0.99) * 1000, 1),
+        "healthz_p99_ms": round(_pct(run.health, 0.99) * 1000, 1),
+        "healthz_samples": len(run.health),
+        "peak_rss_mib": round(rss, 1),
+    }
+    if kill_at is not None:
+        out |= {
+            "killed_after_accepted": kill_at,
+            "restart_s": round(restart_s or 0.0, 2),
+            "retried": run.retried,
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--small", action="store_true", help="1,000 jobs from 20 clients (CI)")
+    args = parser.parse_args()
+    jobs, clients = (1000, 20) if args.small else (args.jobs, args.clients)
+    out: dict[str, Any] = {
+        "benchmark": "load",
+        "targets": {"submit_p99_ms": 250, "healthz_p99_ms": 50, "peak_rss_mib": 1024},
+    }
+    with tempfile.TemporaryDirectory(prefix="gpuyard-load-") as tmp:
+        base = Path(tmp)
+        log = base / "serve.log"
+        server = Server(base / "steady", log=log)
+        server.start()
+        try:
+            out["steady"] = asyncio.run(_load(server, jobs=jobs, clients=clients, prefix="s", kill_at=None))
+        finally:
+            server.kill()
+        server = Server(base / "killed", log=log)
+        server.start()
+        try:
+            out["sigkill"] = asyncio.run(
+                _load(server, jobs=jobs, clients=clients, prefix="k", kill_at=jobs // 2)
+            )
+        finally:
+            server.kill()
+    steady, killed = out["steady"], out["sigkill"]
+    out["ok"] = (
+        steady["errors"] == 0
+        and steady["lost"] == 0
+        and killed["accepted_then_lost"] == 0
+        and killed["errors"] == 0
+    )
+    print(json.dumps(out, indent=2))
+    if not out["ok"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
