@@ -219,21 +219,31 @@ class SchedulerLoop:
 
     async def _place(self, decision: PlaceGang) -> None:
         writer = self.writer
-        created = []
+        landed = []  # created, or possibly created: a create that timed out may have landed
         try:
             if not self._together:
                 for res in decision.reservations:
-                    created.append(await writer.create(res))
+                    try:
+                        landed.append(await writer.create(res))
+                    except AlreadyExists:
+                        raise
+                    except Exception:
+                        landed.append(res)
+                        raise
             else:  # one group commit for the whole gang
                 results = await asyncio.gather(
                     *(writer.create(res) for res in decision.reservations), return_exceptions=True
                 )
-                created = [r for r in results if not isinstance(r, BaseException)]
+                landed = [
+                    res if isinstance(result, BaseException) else result
+                    for res, result in zip(decision.reservations, results, strict=True)
+                    if not isinstance(result, AlreadyExists)
+                ]
                 failed = [r for r in results if isinstance(r, BaseException)]
                 if failed:
                     raise failed[0]
         except Exception as exc:  # a refused write, or a bug: either way no half gang stays behind
-            for res in reversed(created):
+            for res in reversed(landed):
                 await self._undo(res.metadata.namespace, res.metadata.name)
             log.warning("scheduler.assume_failed", job=f"{decision.key[0]}/{decision.key[1]}", error=str(exc))
             await self.execute(self.state.unassume(decision, error=str(exc)))
