@@ -43,6 +43,7 @@ ROUTE_MODULES: list[str] = [
     "gpuyard.platform.api.nodes",
     "gpuyard.platform.api.quotas",
     "gpuyard.platform.api.applying",
+    "gpuyard.platform.api.topologies",
 ]
 
 

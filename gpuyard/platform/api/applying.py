@@ -1,4 +1,5 @@
-"""`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues and ResourceClasses.
+"""`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues, ResourceClasses and
+NodeTopologies (validated by `topologies.parse_node_topology`).
 
 The body is a multi-document YAML (or a JSON list): every document is validated first by
 :func:`apply_documents` (the quotas as one tree: the tree in force with all of the file's quotas
@@ -24,12 +25,13 @@ from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas
 from gpuyard.platform.api.openapi import operation
+from gpuyard.platform.api.topologies import parse_node_topology
 from gpuyard.state.store import Store
 from gpuyard.state.writing import write_together
 
 __all__ = ["apply_documents", "setup"]
 
-APPLY_KINDS = ("ElasticQuota", "Queue", "ResourceClass", "ResourceQuota")
+APPLY_KINDS = ("ElasticQuota", "NodeTopology", "Queue", "ResourceClass", "ResourceQuota")
 APPLY_RESULT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -126,6 +128,12 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
             )
             continue
         seen.add(key)
+        if kind == "NodeTopology":
+            topology, found_problems = parse_node_topology(doc, prefix=prefix)
+            problems += found_problems
+            if topology is not None:
+                out.append(topology)
+            continue
         if kind == "ResourceClass":
             data = dict(doc)
             data.setdefault("apiVersion", ResourceClass.API_VERSION)
@@ -171,11 +179,11 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
     return out, problems
 
 
-_ORDER = {"ResourceClass": 0, "Queue": 1, "ResourceQuota": 2, "ElasticQuota": 3}
+_ORDER = {"NodeTopology": -1, "ResourceClass": 0, "Queue": 1, "ResourceQuota": 2, "ElasticQuota": 3}
 
 
 @operation(
-    "Apply a policy file: ElasticQuotas, ResourceQuotas, Queues and ResourceClasses, all or nothing",
+    "Apply a policy file: ElasticQuotas, ResourceQuotas, Queues, ResourceClasses, NodeTopologies; all or nothing",
     tags=["quotas"],
     body=APPLY_BODY_SCHEMA,
     body_content_types=("application/yaml", "application/json"),
