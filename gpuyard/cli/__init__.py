@@ -269,6 +269,7 @@ def simulate() -> None:
 
 
 def _mount() -> None:
+    from gpuyard.cli.agent import agent_command
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
     from gpuyard.cli.faults import register as register_faults
@@ -281,6 +282,7 @@ def _mount() -> None:
 
     main.add_command(devices)
     main.add_command(validate_command)
+    main.add_command(agent_command)
     simulate.add_command(openb)
     simulate.add_command(replay)
     register_jobs(main)

@@ -31,6 +31,7 @@ from gpuyard.apis.devices import NodeTopology
 from gpuyard.devices.agent.allocating import (
     RESOURCE_GPU,
     AllocationError,
+    PendingPod,
     PodLookup,
     allocation_env,
     match_allocation,
@@ -74,6 +75,18 @@ class _Servicer:
     def __init__(self, plugin: DevicePlugin) -> None:
         self.plugin = plugin
 
+    async def _pods(self, context: Any) -> list[PendingPod]:
+        """The pending pods; an unreachable pod source aborts the call (never an allocation by guess)."""
+        plugin = self.plugin
+        try:
+            return await plugin.lookup.pending_pods(plugin.node)
+        except Exception as exc:  # the lookup's transport error, whatever its client library
+            log.warning("cannot list pending pods", node=plugin.node, error=str(exc))
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"cannot list pending pods of node {plugin.node}: {exc}"
+            )
+            raise  # abort() raises; this line is never reached
+
     async def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
         return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
@@ -89,7 +102,7 @@ class _Servicer:
 
     async def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
         plugin = self.plugin
-        pods = await plugin.lookup.pending_pods(plugin.node)
+        pods = await self._pods(context)
         responses = []
         for req in request.container_requests:
             ids = preferred_allocation(
@@ -104,7 +117,7 @@ class _Servicer:
 
     async def Allocate(self, request: Any, context: Any) -> Any:
         plugin = self.plugin
-        pods = await plugin.lookup.pending_pods(plugin.node)
+        pods = await self._pods(context)
         responses = []
         for req in request.container_requests:
             ids = list(req.devices_ids)

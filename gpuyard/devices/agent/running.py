@@ -31,12 +31,22 @@ import httpx
 import structlog
 
 from gpuyard.apis.devices import NodeTopology
+from gpuyard.devices.agent.allocating import PendingPod, pending_pods_from
 from gpuyard.devices.agent.health import EventWatcher, HealthEvent
 from gpuyard.devices.agent.inventory import Inventory
 from gpuyard.devices.discovery import DiscoveryError
 from gpuyard.devices.render import to_yaml
 
-__all__ = ["Agent", "AgentTimings", "HttpSink", "PrintSink", "SinkError", "TopologySink"]
+__all__ = [
+    "Agent",
+    "AgentTimings",
+    "HttpPodLookup",
+    "HttpSink",
+    "PrintSink",
+    "SinkError",
+    "TopologySink",
+    "nvml_module",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -82,6 +92,29 @@ class HttpSink:
             raise SinkError(f"cannot reach {self.server}: {exc}") from exc
         if r.status_code >= 400:
             raise SinkError(f"{url} answered {r.status_code}: {r.text[:300]}")
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class HttpPodLookup:
+    """The device plugin's pod lookup over the gpuyard API: `GET /api/v1/nodes/{node}/pods`."""
+
+    def __init__(self, server: str, *, token: str | None = None, timeout_s: float = 5.0) -> None:
+        self.server = server.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = httpx.AsyncClient(headers=headers, timeout=timeout_s)
+
+    async def pending_pods(self, node: str) -> list[PendingPod]:
+        url = f"{self.server}/api/v1/nodes/{node}/pods"
+        try:
+            r = await self.client.get(url)
+        except httpx.HTTPError as exc:
+            raise SinkError(f"cannot reach {self.server}: {exc}") from exc
+        if r.status_code >= 400:
+            raise SinkError(f"{url} answered {r.status_code}: {r.text[:300]}")
+        items = r.json().get("items", [])
+        return pending_pods_from(i for i in items if isinstance(i, dict))
 
     async def aclose(self) -> None:
         await self.client.aclose()
