@@ -272,6 +272,7 @@ def _mount() -> None:
     from gpuyard.cli.agent import agent_command
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
+    from gpuyard.cli.fakeapiserver import register as register_fake_apiserver
     from gpuyard.cli.faults import register as register_faults
     from gpuyard.cli.jobs import register as register_jobs
     from gpuyard.cli.nodes import register as register_nodes
@@ -290,6 +291,7 @@ def _mount() -> None:
     register_nodes(main)
     register_quotas(main)
     register_faults(main)
+    register_fake_apiserver(main)
 
 
 _mount()

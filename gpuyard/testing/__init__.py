@@ -14,6 +14,8 @@ The fixture starts a whole platform in memory (fake cluster, job operator, sched
 virtual clock, with no network and no port, and stops it after the test. A scenario, manifest
 or policy the validators reject fails the test with the validator's message (which file, which
 document, which field), not a traceback from inside gpuyard. See docs/testing-your-jobs.md.
+
+`fake_apiserver` starts a test Kubernetes API server instead (docs/kubernetes-testing.md).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from gpuyard.testing.apiserver.fixture import RunningApiServer, fake_apiserver
 from gpuyard.testing.cluster import FAULTS, Cluster
 from gpuyard.testing.inputs import BadInput, nodes_scenario
 from gpuyard.testing.observing import Explanation, JobPlacement, PodPlacement
@@ -36,6 +39,8 @@ __all__ = [
     "Explanation",
     "JobPlacement",
     "PodPlacement",
+    "RunningApiServer",
+    "fake_apiserver",
     "gpuyard_cluster",
     "nodes_scenario",
 ]

@@ -1,0 +1,51 @@
+"""Minimal CustomResourceDefinitions for gpuyard's kinds, generated from `apis/resources.py`.
+
+For tests and development only: their schemas accept anything (`x-kubernetes-preserve-unknown-fields`).
+The CRDs gpuyard ships (`configs/deploy/crds/`, structural schemas from the pydantic models) are what a
+cluster should get; these register the same group/version/plural/scope/names/status subresource, so a
+test can stand up the resources without those files:
+
+    for crd in minimal_crds():
+        server.objects.create(server.catalog.get("apiextensions.k8s.io", "v1", "customresourcedefinitions"), None, crd)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuyard.apis.resources import API_RESOURCES, ApiResource
+
+__all__ = ["minimal_crd", "minimal_crds"]
+
+
+def minimal_crd(resource: ApiResource) -> dict[str, Any]:
+    """A CRD serving `resource` (its one version as the storage version) with an open schema."""
+    version: dict[str, Any] = {
+        "name": resource.version,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    }
+    if resource.status_subresource:
+        version["subresources"] = {"status": {}}
+    names: dict[str, Any] = {"plural": resource.plural, "singular": resource.singular, "kind": resource.kind}
+    if resource.short_names:
+        names["shortNames"] = list(resource.short_names)
+    if resource.categories:
+        names["categories"] = list(resource.categories)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": resource.crd_name},
+        "spec": {
+            "group": resource.group,
+            "scope": "Namespaced" if resource.namespaced else "Cluster",
+            "names": names,
+            "versions": [version],
+        },
+    }
+
+
+def minimal_crds() -> list[dict[str, Any]]:
+    """One minimal CRD per custom resource of `API_RESOURCES`."""
+    return [minimal_crd(r) for r in API_RESOURCES if r.crd]

@@ -1,0 +1,486 @@
+"""The verbs of the test API server on objects: create, get, list, replace, patch, delete, the `status`
+subresource, `pods/binding` and `pods/eviction`, with the metadata rules of a real API server.
+
+- `metadata`: `uid`, `creationTimestamp`, `generation` (1 at creation, bumped when anything but
+  metadata and status changes), `generateName`, `resourceVersion` (from `storage.py`).
+- optimistic concurrency: a write carrying a `metadata.resourceVersion` other than the stored one is a
+  409 Conflict; a write that changes nothing is answered with the stored object and no new version.
+- kinds with a `status` subresource: writes of the main resource keep the stored `.status`; writes of
+  `/status` change only `.status` (custom resources and pods are created without the given status).
+- delete: finalizers hold an object (it gets a `deletionTimestamp`) until an update removes the last
+  one; `propagationPolicy` Background (default) and Foreground delete dependents (by
+  `ownerReferences`) after / before the owner, Orphan strips the owner reference from them.
+- `CustomResourceDefinition`s register and unregister their resources in the catalog; `Namespace`
+  deletion deletes what was in it.
+
+Everything here is synchronous: one write is one atomic step of the event loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import secrets
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuyard.testing.apiserver.catalog import Catalog, Resource
+from gpuyard.testing.apiserver.errors import ApiError
+from gpuyard.testing.apiserver.patching import apply_patch
+from gpuyard.testing.apiserver.selecting import Matcher
+from gpuyard.testing.apiserver.storage import Storage
+
+__all__ = ["ObjectApi"]
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
+_NAMESPACES = ("", "namespaces")
+_PODS = ("", "pods")
+_SYSTEM_FIELDS = (
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "resourceVersion",
+    "deletionTimestamp",
+    "managedFields",
+)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _spec_of(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+class ObjectApi:
+    """Object semantics over `Storage`, resources from `Catalog`."""
+
+    def __init__(self, storage: Storage, catalog: Catalog, *, schedule_gc: Callable[[], None]) -> None:
+        self.storage = storage
+        self.catalog = catalog
+        self._schedule_gc = schedule_gc
+        for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
+            ns_res = catalog.get("", "v1", "namespaces")
+            self.create(ns_res, None, {"metadata": {"name": ns}})
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        obj = self.storage.get(res.key, namespace or "" if res.namespaced else "", name)
+        if obj is None:
+            raise ApiError.not_found(res.plural, name, group=res.group)
+        return obj
+
+    def list(
+        self,
+        res: Resource,
+        namespace: str | None,
+        *,
+        match: Matcher | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+    ) -> dict[str, Any]:
+        """A `<Kind>List` with `metadata.resourceVersion`, paged by `limit` / `continue`."""
+        list_rv = self.storage.rv
+        if resource_version_match == "Exact":
+            rv = _parse_rv(resource_version, "resourceVersion")
+            if rv is None:
+                raise ApiError.bad_request("resourceVersionMatch=Exact needs a resourceVersion")
+            if rv < self.storage.compacted:
+                raise ApiError.gone(
+                    f"The resourceVersion for the provided list is too old: {rv} ({self.storage.compacted})"
+                )
+        elif resource_version_match not in (None, "", "NotOlderThan"):
+            raise ApiError.bad_request(
+                f"resourceVersionMatch: Unsupported value: {resource_version_match!r}: supported values: Exact, NotOlderThan"
+            )
+        items = [
+            o
+            for o in self.storage.items(res.key, namespace if res.namespaced else None)
+            if match is None or match(o)
+        ]
+        start = 0
+        if continue_token:
+            token = _decode_continue(continue_token)
+            if token["rv"] < self.storage.compacted:
+                raise ApiError.gone(
+                    "The provided continue parameter is too old to display a consistent list result. "
+                    "You can start a new list without the continue parameter."
+                )
+            list_rv = token["rv"]
+            after = tuple(token["after"])
+            start = next((i for i, o in enumerate(items) if _order_key(o) > after), len(items))
+        meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
+        page = items[start:]
+        if limit and limit > 0 and len(page) > limit:
+            page = page[:limit]
+            meta["continue"] = _encode_continue(list_rv, _order_key(page[-1]))
+            meta["remainingItemCount"] = len(items) - start - limit
+        return {
+            "kind": f"{res.kind}List",
+            "apiVersion": res.api_version,
+            "metadata": meta,
+            "items": [self.render(res, o) for o in page],
+        }
+
+    @staticmethod
+    def render(res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        """The object as served at `res`'s version (custom resources: no conversion, as with the
+        CRD conversion strategy None)."""
+        if obj.get("apiVersion") == res.api_version:
+            return obj
+        return {**obj, "apiVersion": res.api_version}
+
+    # --- create -----------------------------------------------------------------------------------
+
+    def create(self, res: Resource, namespace: str | None, body: Any) -> dict[str, Any]:
+        obj = self._check_body(res, body)
+        meta = dict(_meta(obj))
+        name = meta.get("name") or ""
+        if not name and meta.get("generateName"):
+            name = meta["generateName"] + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(5))
+        if not name:
+            raise ApiError.invalid(
+                res.kind, "", "metadata.name", "Required value: name or generateName is required"
+            )
+        _check_name(res, name)
+        ns = self._namespace_for(res, namespace, meta, name)
+        if self.storage.get(res.key, ns, name) is not None:
+            raise ApiError.already_exists(res.plural, name, group=res.group)
+        for f in _SYSTEM_FIELDS:
+            meta.pop(f, None)
+        meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_iso(), generation=1)
+        if ns:
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        obj = {**obj, "apiVersion": res.api_version, "kind": res.kind, "metadata": meta}
+        if res.has_status and (res.crd or res.key == _PODS):
+            obj.pop("status", None)
+        if res.key == _PODS:
+            obj["status"] = {"phase": "Pending"}
+        elif res.key == _NAMESPACES:
+            obj["status"] = {"phase": "Active"}
+            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+        elif res.key == _CRDS:
+            obj = self._establish_crd(obj)
+        return self.storage.commit(res.key, "ADDED", obj)
+
+    def _check_body(self, res: Resource, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise ApiError.bad_request(f"the body of a {res.kind} must be a JSON object")
+        kind = body.get("kind")
+        if kind and kind != res.kind:
+            raise ApiError.bad_request(
+                f"kind: {kind!r} does not match the resource {res.qualified()} (kind {res.kind})"
+            )
+        api_version = body.get("apiVersion")
+        if api_version and api_version != res.api_version:
+            raise ApiError.bad_request(
+                f"apiVersion: {api_version!r} does not match the request's group/version {res.api_version}"
+            )
+        if "metadata" in body and not isinstance(body["metadata"], dict):
+            raise ApiError.bad_request("metadata: must be an object")
+        return copy.deepcopy(body)
+
+    def _namespace_for(self, res: Resource, namespace: str | None, meta: dict[str, Any], name: str) -> str:
+        if not res.namespaced:
+            return ""
+        given = meta.get("namespace")
+        if namespace and given and given != namespace:
+            raise ApiError.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        ns = namespace or given or ""
+        if not ns:
+            raise ApiError.invalid(res.kind, name, "metadata.namespace", "Required value")
+        return str(ns)
+
+    def _establish_crd(self, crd: dict[str, Any]) -> dict[str, Any]:
+        self.catalog.register_crd(crd)
+        spec = crd.get("spec") or {}
+        when = now_iso()
+        status = {
+            "acceptedNames": spec.get("names") or {},
+            "storedVersions": [v["name"] for v in spec.get("versions") or [] if v.get("storage")],
+            "conditions": [
+                {"type": t, "status": "True", "reason": r, "message": m, "lastTransitionTime": when}
+                for t, r, m in (
+                    ("NamesAccepted", "NoConflicts", "no conflicts found"),
+                    ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+                )
+            ],
+        }
+        return {**crd, "status": status}
+
+    # --- update -----------------------------------------------------------------------------------
+
+    def replace(
+        self, res: Resource, namespace: str | None, name: str, body: Any, *, status: bool = False
+    ) -> dict[str, Any]:
+        """PUT of the object (`status=False`) or of its `status` subresource."""
+        current = self.get(res, namespace, name)
+        new = self._check_body(res, body)
+        given = _meta(new)
+        if given.get("name") and given["name"] != name:
+            raise ApiError.bad_request(
+                f"the name of the object ({given['name']}) does not match the name on the URL ({name})"
+            )
+        given_rv = given.get("resourceVersion")
+        if given_rv not in (None, "") and str(given_rv) != _meta(current).get("resourceVersion"):
+            raise ApiError.conflict(res.plural, name, group=res.group)
+        return self._write(res, current, new, status=status)
+
+    def patch(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        content_type: str,
+        *,
+        status: bool = False,
+    ) -> dict[str, Any]:
+        current = self.get(res, namespace, name)
+        patched = apply_patch(current, patch, content_type)
+        given_rv = _meta(patched).get("resourceVersion")
+        if given_rv not in (None, "") and str(given_rv) != _meta(current).get("resourceVersion"):
+            raise ApiError.conflict(res.plural, name, group=res.group)
+        return self._write(res, current, self._check_body(res, patched), status=status)
+
+    def _write(
+        self, res: Resource, current: dict[str, Any], new: dict[str, Any], *, status: bool
+    ) -> dict[str, Any]:
+        cur_meta = _meta(current)
+        if status:
+            obj = {**current}
+            if "status" in new:
+                obj["status"] = new["status"]
+            else:
+                obj.pop("status", None)
+        else:
+            meta = dict(_meta(new))
+            for f in (
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "namespace",
+                "name",
+                "generation",
+            ):
+                if f in cur_meta:
+                    meta[f] = cur_meta[f]
+                else:
+                    meta.pop(f, None)
+            obj = {**new, "apiVersion": current.get("apiVersion"), "kind": res.kind, "metadata": meta}
+            if res.has_status:
+                if "status" in current:
+                    obj["status"] = current["status"]
+                else:
+                    obj.pop("status", None)
+            if _spec_of(obj) != _spec_of(current):
+                meta["generation"] = int(cur_meta.get("generation") or 0) + 1
+            if res.key == _PODS:
+                _check_pod_update(current, obj)
+        meta_now = {**_meta(obj), "resourceVersion": cur_meta.get("resourceVersion")}
+        obj["metadata"] = meta_now
+        if obj == current:
+            return current  # a no-op write: no new version, no event
+        if res.key == _CRDS and not status:
+            obj = {**self._establish_crd(obj)}
+        if meta_now.get("deletionTimestamp") and not meta_now.get("finalizers"):
+            self._remove(res, obj)
+            return obj
+        return self.storage.commit(res.key, "MODIFIED", obj)
+
+    # --- subresources -----------------------------------------------------------------------------
+
+    def bind(self, res: Resource, namespace: str | None, name: str, body: Any) -> dict[str, Any]:
+        """`pods/{name}/binding`: set `spec.nodeName`; 409 when the pod is already bound."""
+        if (
+            not isinstance(body, dict)
+            or not isinstance(body.get("target"), dict)
+            or not body["target"].get("name")
+        ):
+            raise ApiError.invalid("Binding", name, "target.name", "Required value")
+        pod = self.get(res, namespace, name)
+        node = body["target"]["name"]
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound:
+            raise ApiError.conflict(res.plural, name, why=f"pod {name} is already assigned to node {bound!r}")
+        if _meta(pod).get("deletionTimestamp"):
+            raise ApiError.conflict(
+                res.plural, name, why=f"pod {name} is being deleted, cannot be assigned to a host"
+            )
+        status = dict(pod.get("status") or {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append(
+            {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now_iso()}
+        )
+        status["conditions"] = conditions
+        obj = {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}, "status": status}
+        return self.storage.commit(res.key, "MODIFIED", obj)
+
+    def evict(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        """`pods/{name}/eviction`: delete the pod (PodDisruptionBudgets are not consulted)."""
+        return self.delete(res, namespace, name)
+
+    # --- delete -----------------------------------------------------------------------------------
+
+    def delete(self, res: Resource, namespace: str | None, name: str, options: Any = None) -> dict[str, Any]:
+        current = self.get(res, namespace, name)
+        opts = options if isinstance(options, dict) else {}
+        pre = opts.get("preconditions") or {}
+        meta = _meta(current)
+        if pre.get("uid") and pre["uid"] != meta.get("uid"):
+            raise ApiError.conflict(
+                res.plural,
+                name,
+                group=res.group,
+                why=f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
+            )
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+            raise ApiError.conflict(
+                res.plural,
+                name,
+                group=res.group,
+                why=f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, ResourceVersion in object meta: {meta.get('resourceVersion')}",
+            )
+        policy = opts.get("propagationPolicy") or ("Orphan" if opts.get("orphanDependents") else "Background")
+        if policy not in ("Background", "Foreground", "Orphan"):
+            raise ApiError.bad_request(
+                f"propagationPolicy: Unsupported value: {policy!r}: supported values: Background, Foreground, Orphan"
+            )
+        uid = meta.get("uid")
+        if policy == "Orphan":
+            self._orphan(uid)
+        elif policy == "Foreground":
+            self.collect_garbage(gone={uid})
+        if meta.get("finalizers"):
+            if meta.get("deletionTimestamp"):
+                return current
+            marked = {
+                **current,
+                "metadata": {**meta, "deletionTimestamp": now_iso(), "deletionGracePeriodSeconds": 0},
+            }
+            return self.storage.commit(res.key, "MODIFIED", marked)
+        self._remove(res, current)
+        return current
+
+    def _remove(self, res: Resource, obj: dict[str, Any]) -> None:
+        meta = _meta(obj)
+        if res.key == _NAMESPACES:
+            for r in {r.key for r in self.catalog.resources.values() if r.namespaced}:
+                self.storage.drop_resource(r, meta.get("name"))
+        elif res.key == _CRDS:
+            for r in {r.key for r in self.catalog.resources.values() if r.crd == meta.get("name")}:
+                self.storage.drop_resource(r)
+            self.catalog.unregister_crd(meta.get("name") or "")
+        self.storage.commit(res.key, "DELETED", obj)
+        self._schedule_gc()
+
+    def _orphan(self, uid: str | None) -> None:
+        for key, obj in list(self.storage.all_objects()):
+            refs = _meta(obj).get("ownerReferences") or []
+            kept = [r for r in refs if r.get("uid") != uid]
+            if len(kept) != len(refs):
+                meta = {**_meta(obj), "ownerReferences": kept}
+                if not kept:
+                    meta.pop("ownerReferences")
+                self.storage.commit(key, "MODIFIED", {**obj, "metadata": meta})
+
+    def collect_garbage(self, *, gone: set[str | None] | None = None) -> int:
+        """Delete the objects none of whose owners exist any more (and, with `gone`, the dependents of
+        those uids); the number deleted. Repeats until nothing more is orphaned."""
+        deleted = 0
+        while True:
+            alive = {_meta(o).get("uid") for _, o in self.storage.all_objects()} - (gone or set())
+            victims = []
+            for key, obj in self.storage.all_objects():
+                refs = _meta(obj).get("ownerReferences") or []
+                if refs and not any(r.get("uid") in alive for r in refs):
+                    victims.append((key, obj))
+            if not victims:
+                return deleted
+            for key, obj in victims:
+                res = next((r for r in self.catalog.resources.values() if r.key == key), None)
+                if res is None:
+                    continue
+                if _meta(obj).get("finalizers"):
+                    if not _meta(obj).get("deletionTimestamp"):
+                        meta = {**_meta(obj), "deletionTimestamp": now_iso(), "deletionGracePeriodSeconds": 0}
+                        self.storage.commit(key, "MODIFIED", {**obj, "metadata": meta})
+                    continue
+                self.storage.commit(key, "DELETED", obj)
+                deleted += 1
+
+
+def _check_name(res: Resource, name: str) -> None:
+    if len(name) > 253 or not _NAME.match(name):
+        raise ApiError.invalid(
+            res.kind,
+            name,
+            "metadata.name",
+            f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+            "characters, '-' or '.', and must start and end with an alphanumeric character",
+        )
+
+
+def _check_pod_update(current: dict[str, Any], new: dict[str, Any]) -> None:
+    bound = (current.get("spec") or {}).get("nodeName")
+    if bound and (new.get("spec") or {}).get("nodeName") != bound:
+        raise ApiError.invalid(
+            "Pod",
+            _meta(current).get("name", ""),
+            "spec.nodeName",
+            "Forbidden: pod updates may not change the node",
+        )
+
+
+def _parse_rv(value: str | None, field: str) -> int | None:
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ApiError.bad_request(
+            f"{field}: invalid value {value!r}: must be a resourceVersion this server returned"
+        ) from None
+
+
+def _order_key(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = _meta(obj)
+    return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+def _encode_continue(rv: int, after: tuple[str, str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"rv": rv, "after": list(after)}).encode()).decode()
+
+
+def _decode_continue(token: str) -> dict[str, Any]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if (
+            isinstance(data.get("rv"), int)
+            and isinstance(data.get("after"), list)
+            and len(data["after"]) == 2
+        ):
+            return data
+    except (ValueError, AttributeError):
+        pass
+    raise ApiError.bad_request("continue: invalid value: not a token this server returned")

@@ -1,0 +1,70 @@
+"""Fixtures of the test API server's tests: the server (`fake_apiserver`, from gpuyard's pytest plugin)
+and kubernetes-asyncio clients configured from the kubeconfig it writes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from gpuyard.testing.apiserver.fixture import RunningApiServer, fake_apiserver
+
+kubernetes_asyncio = pytest.importorskip("kubernetes_asyncio")
+
+__all__ = ["crd_manifest", "fake_apiserver", "kube"]
+
+
+@pytest_asyncio.fixture
+async def kube(fake_apiserver: RunningApiServer) -> AsyncIterator[Any]:
+    """A kubernetes-asyncio ApiClient for the server, loaded from its kubeconfig."""
+    from kubernetes_asyncio import client, config
+
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(fake_apiserver.kubeconfig), client_configuration=configuration
+    )
+    async with client.ApiClient(configuration) as api:
+        yield api
+
+
+def crd_manifest(
+    *,
+    group: str = "kubeflow.org",
+    kind: str = "TFJob",
+    plural: str = "tfjobs",
+    short: tuple[str, ...] = ("tfj",),
+    scope: str = "Namespaced",
+    status: bool = True,
+) -> dict[str, Any]:
+    """A minimal CustomResourceDefinition (schema: anything goes) with a printer column."""
+    version: dict[str, Any] = {
+        "name": "v1",
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        "additionalPrinterColumns": [
+            {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    }
+    if status:
+        version["subresources"] = {"status": {}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": {
+                "plural": plural,
+                "singular": kind.lower(),
+                "kind": kind,
+                "shortNames": list(short),
+                "categories": ["all", "gpuyard"],
+            },
+            "versions": [version],
+        },
+    }
