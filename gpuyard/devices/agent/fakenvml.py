@@ -128,6 +128,7 @@ class FakeNVML:
         self._events: deque[_Event | int] = deque()
         self._lost: set[int] = set()
         self._sets: list[_EventSet] = []
+        self._mig: set[int] = set()
         has_switch = any(g.nvswitch for g in gpus)
         self._fabric: dict[int, int] | None = None
         if fabric if fabric is not None else (has_switch and gpus and gpus[0].model_key == "h100"):
@@ -244,11 +245,15 @@ class FakeNVML:
         tier = self._resolver.pcie_tier(self._gpu(a), self._gpu(b))
         return _ANCESTOR.get(tier, 50)
 
+    def enable_mig(self, index: int) -> None:
+        self._mig.add(index)
+
     def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:
         self._gpu(handle)
         if self.topology.spec.gpus[handle.index].model_key not in ("a100", "a100-40gb", "h100", "h20"):
             raise FakeNVMLError(NVML_ERROR_NOT_SUPPORTED)
-        return [0, 0]
+        mode = int(handle.index in self._mig)
+        return [mode, mode]
 
     def nvmlDeviceGetGpuFabricInfoV(self, handle: _Handle) -> _Fabric:
         self._gpu(handle)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from gpuyard.apis.devices import NodeTopology, PartitionPolicy
 from gpuyard.devices.agent.health import HealthBook, HealthEvent
 from gpuyard.devices.agent.rdma import place_nics, read_nics
-from gpuyard.devices.discovery import DiscoveryError, optional_call, read_topology
+from gpuyard.devices.discovery import DiscoveryError, read_topology
 from gpuyard.devices.presets import H100_PARTITIONS, get_preset
 from gpuyard.devices.render import from_yaml
 from gpuyard.devices.topo_import import import_topology
@@ -42,6 +42,19 @@ LABEL_DISCOVERED_BY = "gpuyard.io/discovered-by"
 ANNOTATION_MIG = "gpuyard.io/mig-enabled-gpus"
 ANNOTATION_FABRIC = "gpuyard.io/gpu-fabric"
 _FABRIC_STATES = {0: "NotSupported", 1: "NotStarted", 2: "InProgress", 3: "Completed"}
+
+
+def _mig_enabled(nvml: Any, handle: Any) -> bool:
+    """MIG mode of one GPU; False where NVML has no MIG call or the GPU is not MIG-capable
+    (NOT_SUPPORTED is the normal answer of a V100 or T4, not worth a log line)."""
+    get_mode = getattr(nvml, "nvmlDeviceGetMigMode", None)
+    if get_mode is None:
+        return False
+    try:
+        current = get_mode(handle)[0]
+    except nvml.NVMLError:
+        return False
+    return int(current) == 1
 
 
 @dataclass
@@ -104,13 +117,8 @@ class Inventory:
             except nvml.NVMLError:
                 events.append(HealthEvent(gpu.index, "unreadable through NVML"))
                 continue
-            if (
-                gpu.model_key in ("a100", "a100-40gb", "a30", "h100", "h800", "h20", "")
-                or "A100" in gpu.model
-            ):
-                modes = optional_call(nvml, "nvmlDeviceGetMigMode", handle)
-                if modes and int(modes[0]) == 1:
-                    mig.append(gpu.index)
+            if _mig_enabled(nvml, handle):
+                mig.append(gpu.index)
             if gpu.nvswitch and hasattr(nvml, "nvmlDeviceGetGpuFabricInfoV"):
                 try:
                     info = nvml.nvmlDeviceGetGpuFabricInfoV(handle)

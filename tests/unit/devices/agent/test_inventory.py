@@ -11,7 +11,7 @@ import pytest
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.devices import get_preset, link_matrix, pick_nics
 from gpuyard.devices.agent.fakenvml import FAKE_SHAPES, FakeNVML
-from gpuyard.devices.agent.inventory import ANNOTATION_FABRIC, Inventory
+from gpuyard.devices.agent.inventory import ANNOTATION_FABRIC, ANNOTATION_MIG, Inventory
 from gpuyard.devices.discovery import DiscoveryError
 
 
@@ -63,6 +63,14 @@ def test_h100_fabric_state_and_partitions() -> None:
     fake.fabric_state(3, 2)  # fabric manager still registering GPU 3: no NVLink for it yet
     again = _read(fake, "h1")
     assert [g.index for g in again.spec.gpus if g.health != "Healthy"] == [3]
+
+
+def test_mig_enabled_gpus_are_annotated() -> None:
+    fake = FakeNVML.shaped("dgx-a100", node_name="a1")
+    fake.enable_mig(2)
+    fake.enable_mig(5)
+    assert _read(fake, "a1").metadata.annotations[ANNOTATION_MIG] == "2,5"
+    assert ANNOTATION_MIG not in _read(FakeNVML.shaped("dgx1-v100"), "v1").metadata.annotations
 
 
 def test_a_partition_policy_needs_a_known_table() -> None:
