@@ -44,11 +44,17 @@ def _node_name(node: str | None) -> str:
     help="Describe the node from a NodeTopology YAML or an `nvidia-smi topo -m` capture.",
 )
 @click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Config file whose `agent:` section gives the defaults of the flags below (configs/gpuyard.yaml).",
+)
+@click.option(
     "--sysfs",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("/sys"),
-    show_default=True,
-    help="sysfs root (RDMA NICs, NUMA nodes).",
+    default=None,
+    help="sysfs root: RDMA NICs, NUMA nodes (agent.sysfs, /sys).",
 )
 @click.option(
     "--partition-policy",
@@ -72,24 +78,21 @@ def _node_name(node: str | None) -> str:
 @click.option(
     "--health-interval",
     type=click.FloatRange(min=0.01),
-    default=5.0,
-    show_default=True,
-    help="Seconds; an unhealthy GPU is reported within one interval.",
+    default=None,
+    help="Seconds; an unhealthy GPU is reported within one interval (agent.health_interval, 5).",
 )
 @click.option(
     "--resync",
     type=click.FloatRange(min=1),
-    default=300.0,
-    show_default=True,
-    help="Seconds between rewrites of an unchanged topology.",
+    default=None,
+    help="Seconds between rewrites of an unchanged topology (agent.resync, 300).",
 )
 @click.option("--device-plugin", "device_plugin", is_flag=True, help="Serve the kubelet device-plugin API.")
 @click.option(
     "--plugin-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("/var/lib/kubelet/device-plugins"),
-    show_default=True,
-    help="The kubelet's device-plugin directory.",
+    default=None,
+    help="The kubelet's device-plugin directory (agent.plugin_dir, /var/lib/kubelet/device-plugins).",
 )
 @click.option(
     "--resources", default="gpu,rdma", show_default=True, help="Device-plugin resources to serve: gpu, rdma."
@@ -98,6 +101,20 @@ def agent_command(**opts: Any) -> None:
     """Discover this node's devices, publish its NodeTopology, watch GPU health."""
     from gpuyard.devices.agent.inventory import Inventory, Source
     from gpuyard.devices.agent.running import AgentTimings, nvml_module
+    from gpuyard.state.config import ConfigError, load_settings
+
+    try:
+        settings = load_settings(
+            opts["config_file"],
+            agent={
+                "health_interval": opts["health_interval"],
+                "resync": opts["resync"],
+                "sysfs": str(opts["sysfs"]) if opts["sysfs"] else None,
+                "plugin_dir": str(opts["plugin_dir"]) if opts["plugin_dir"] else None,
+            },
+        ).agent
+    except ConfigError as exc:
+        fail(str(exc))
 
     if opts["preset"] and opts["topology_file"]:
         fail("--preset and --topology are exclusive; give one, or neither to read NVML")
@@ -125,10 +142,14 @@ def agent_command(**opts: Any) -> None:
         nvml=nvml_module() if source == "nvml" else None,
         topology_file=opts["topology_file"],
         preset=opts["preset"],
-        sysfs_root=opts["sysfs"],
+        sysfs_root=Path(settings.sysfs),
         partition_policy=opts["partition_policy"],
     )
-    timings = AgentTimings(health_interval_s=opts["health_interval"], resync_s=opts["resync"])
+    timings = AgentTimings(
+        health_interval_s=settings.health_interval,
+        resync_s=settings.resync,
+        backoff_max_s=settings.backoff_max,
+    )
     code = asyncio.run(
         _run(
             inventory,
@@ -138,7 +159,7 @@ def agent_command(**opts: Any) -> None:
             write=writes,
             once=opts["once"],
             print_yaml=opts["print_yaml"],
-            plugin_dir=opts["plugin_dir"] if opts["device_plugin"] else None,
+            plugin_dir=Path(settings.plugin_dir) if opts["device_plugin"] else None,
             resources=[RESOURCES[r] for r in wanted],
         )
     )

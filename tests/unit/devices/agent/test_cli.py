@@ -45,3 +45,13 @@ def test_once_print_from_a_preset_and_from_a_file(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert [g["model"] for g in yaml.safe_load(result.output)["spec"]["gpus"]] == ["Tesla-T4"] * 4
+
+
+def test_a_bad_agent_setting_exits_2_naming_it(tmp_path: Path) -> None:
+    config = tmp_path / "gpuyard.yaml"
+    config.write_text("agent:\n  health_interval: 0\n")
+    result = CliRunner().invoke(main, ["agent", "--config", str(config), "--dry-run"], env=ENV)
+    assert result.exit_code == 2, result.output
+    assert "agent.health_interval" in result.output
+    result = CliRunner().invoke(main, ["agent", "--dry-run"], env={**ENV, "GPUYARD__AGENT__RESYNC": "0.5"})
+    assert result.exit_code == 2 and "resync" in result.output
