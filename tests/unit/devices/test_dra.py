@@ -19,6 +19,7 @@ from gpuyard.devices.dra import (
     match_slice_devices,
     resource_claim,
     resource_slice,
+    unmatched_event,
 )
 
 VERSIONS = ("1.34.0", kubernetes_validate.utils.latest_version())
@@ -80,6 +81,11 @@ def test_slice_devices_match_by_uuid_or_bus_id_and_strangers_are_reported() -> N
     match = match_slice_devices(node, published)
     assert match.by_device["gpu-2"] == 2 and len(match.by_device) == 8
     assert match.unmatched == ["gpu-99"]
+    event = unmatched_event(
+        "a100-0", published["metadata"]["name"], match.unmatched, now="2026-01-01T00:00:00Z"
+    )
+    valid(event)
+    assert event["involvedObject"]["name"] == "a100-0" and "gpu-99" in event["message"]
 
 
 def test_resource_class_selectors_become_cel_in_a_valid_template() -> None:
