@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench bench-small format clean compose-check
+.PHONY: run test lint bench bench-small format clean compose-check deploy crds
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ compose-check:  ## validate docker-compose.yml where a docker client exists
 	@if command -v docker >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; then \
 		docker compose -f docker-compose.yml config -q && echo "docker-compose.yml: ok"; \
 	else echo "compose-check: skipped (no docker compose client)"; fi
+
+deploy: $(STAMP)  ## regenerate configs/deploy/ (CRDs from the models, manifests) after a model change
+	$(BIN)/gpuyard install --write-crds configs/deploy/crds --write-manifests configs/deploy
+
+crds: deploy
 
 clean:
 	rm -rf $(VENV) .gpuyard build *.egg-info

@@ -38,6 +38,7 @@ __all__ = [
     "ANNOTATION_EXPLAIN",
     "GROUP",
     "LABEL_JOB_NAME",
+    "LABEL_MIGRATING_POD",
     "LABEL_REPLICA_INDEX",
     "LABEL_REPLICA_TYPE",
     "GangRole",
@@ -59,6 +60,9 @@ LABEL_GROUP_NAME = "group-name"
 # The devices a pod was given, as JSON: {"gpus": [...], "gpuIds": [...], "nics": [...], ...}
 ANNOTATION_DEVICES = "gpuyard.io/devices"
 ANNOTATION_EXPLAIN = "gpuyard.io/why-pending"
+# On a Reservation `<pod>.next`: the new place of a pod the rescheduler moves (reserved before the
+# pod is evicted); the operator ignores it, the scheduler renames it to `<pod>` once the old is gone.
+LABEL_MIGRATING_POD = "gpuyard.io/migrating-pod"
 
 
 def pod_name(job: str, role: str, index: int) -> str:

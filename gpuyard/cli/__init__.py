@@ -273,16 +273,21 @@ def _mount() -> None:
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
     from gpuyard.cli.fakeapiserver import register as register_fake_apiserver
+    from gpuyard.cli.fakenodes import fake_nodes
     from gpuyard.cli.faults import register as register_faults
+    from gpuyard.cli.install import install
     from gpuyard.cli.jobs import register as register_jobs
     from gpuyard.cli.nodes import register as register_nodes
     from gpuyard.cli.quotas import register as register_quotas
+    from gpuyard.cli.updates import register as register_updates
     from gpuyard.cli.validate import validate_command
     from gpuyard.sim.openb_cli import openb
     from gpuyard.sim.replay_cli import replay
 
     main.add_command(devices)
     main.add_command(validate_command)
+    main.add_command(install)
+    main.add_command(fake_nodes)
     main.add_command(agent_command)
     simulate.add_command(openb)
     simulate.add_command(replay)
@@ -292,6 +297,7 @@ def _mount() -> None:
     register_quotas(main)
     register_faults(main)
     register_fake_apiserver(main)
+    register_updates(main)
 
 
 _mount()

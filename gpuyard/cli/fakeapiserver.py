@@ -12,6 +12,7 @@ cluster. Not for production: no TLS, no authorization, no persistence. See docs/
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import signal
 
 import click
@@ -30,11 +31,17 @@ async def _run(
     bookmark_interval: float,
     audit: bool,
     gpuyard_crds: bool,
+    graceful_pods: bool,
 ) -> None:
     from gpuyard.testing.apiserver import FakeApiServer
 
     server = FakeApiServer(
-        host=host, port=port, token=token, bookmark_interval=bookmark_interval, audit=audit
+        host=host,
+        port=port,
+        token=token,
+        bookmark_interval=bookmark_interval,
+        audit=audit,
+        graceful_pods=graceful_pods,
     )
     if gpuyard_crds:
         server.install_gpuyard_crds()
@@ -80,6 +87,14 @@ async def _run(
     is_flag=True,
     help="Start with minimal CRDs (open schemas) for gpuyard's custom resources already registered.",
 )
+@click.option(
+    "--graceful-pod-deletion",
+    "graceful_pods",
+    is_flag=True,
+    help="Deleting a running bound pod only marks it (deletionTimestamp) until its kubelet deletes it "
+    "with gracePeriodSeconds=0, as on a real cluster (default: pods are deleted at once).",
+)
+@click.option("--insecure", is_flag=True, help="Allow a non-loopback --host without --token.")
 def fake_apiserver(
     port: int,
     host: str,
@@ -88,8 +103,15 @@ def fake_apiserver(
     bookmark_interval: float,
     audit: bool,
     gpuyard_crds: bool,
+    graceful_pods: bool,
+    insecure: bool,
 ) -> None:
     """Run an in-memory Kubernetes API server for development and tests (no TLS, no RBAC)."""
+    if not _is_loopback(host) and token is None and not insecure:
+        fail(
+            f"--host: {host} is not a loopback address and no --token is set (anyone who can reach it could "
+            "change every object); pass --token, or --insecure to serve without one"
+        )
     try:
         import kmock  # noqa: F401
     except ImportError:
@@ -103,8 +125,18 @@ def fake_apiserver(
             bookmark_interval=bookmark_interval,
             audit=audit,
             gpuyard_crds=gpuyard_crds,
+            graceful_pods=graceful_pods,
         )
     )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def register(main: click.Group) -> None:

@@ -188,7 +188,7 @@ def describe() -> None:
 @click.option("-n", "--namespace", default=None, help="Namespace when REF is only a name.")
 @client_options
 def describe_job(ref: str, namespace: str | None, output: str, server: str | None, token: str | None) -> None:
-    """Show a job: spec summary, conditions, replica statuses, pods and events."""
+    """Show a job: spec summary, conditions, replica statuses, who preempted or moved it, pods and events."""
     ns, name = _split_ref(ref, namespace)
     client = ApiClient(server, token=token)
     job = call(client.job, ns, name)
@@ -232,6 +232,17 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
                 for c in status.get("conditions") or []
             ],
         )
+        disruptions = [e for e in events if e.get("reason") in DISRUPTION_REASONS]
+        if disruptions:
+            click.echo("")
+            click.echo("Preempted or moved (who and why):")
+            print_table(
+                ["  WHEN", "REASON", "COUNT", "WHY"],
+                [
+                    [f"  {e.get('lastTimestamp', '-')}", e.get("reason"), e.get("count", 1), e.get("message")]
+                    for e in disruptions
+                ],
+            )
         click.echo("")
         click.echo("Pods:")
         print_table(
@@ -255,6 +266,10 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
         )
 
     emit({"job": job, "pods": pods, "events": events}, output, table)
+
+
+DISRUPTION_REASONS = frozenset({"Preempted", "Preempting", "Reclaiming", "Migrated", "Migrating", "Evicted"})
+"""Event reasons that say who stopped or moved a job, or whom it stopped or moved for."""
 
 
 # --- delete -------------------------------------------------------------------------------------

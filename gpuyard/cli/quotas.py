@@ -80,11 +80,11 @@ def _read_documents(files: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, 
     multiple=True,
     required=True,
     metavar="FILE",
-    help="YAML/JSON file of ElasticQuota, ResourceQuota, Queue, ResourceClass (`-` for stdin); repeatable.",
+    help="YAML/JSON file of ElasticQuota, ResourceQuota, Queue, ResourceClass, PriorityClass (`-` for stdin); repeatable.",
 )
 @client_options
 def apply(files: tuple[str, ...], output: str, server: str | None, token: str | None) -> None:
-    """Create or replace quotas, resource quotas, queues and resource classes, all or nothing."""
+    """Create or replace quotas, resource quotas, queues, resource and priority classes, all or nothing."""
     docs, origin = _read_documents(files)
     if not docs:
         fail(f"no documents in {', '.join(files)}", 2)

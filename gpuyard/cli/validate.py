@@ -8,7 +8,8 @@ Every document of every file is checked with the validators the server runs on s
   model gpuyard knows, or of the scenario's models with `--cluster`);
 * ElasticQuota / ResourceQuota / Queue: `gpuyard.apis.quota.parse_quota_document` (the
   ElasticQuotas of all files are checked as one tree, in the order given);
-* ResourceClass: `validate_resource_class`.
+* ResourceClass: `validate_resource_class`;
+* PriorityClass: `class_problems` (value range, reserved names, preemption policy).
 
 With `--cluster SCENARIO` jobs are also checked against that cluster's nodes: a pod larger than
 any node, and a gang that could never be placed even on the empty cluster (the scheduler's own
@@ -31,6 +32,7 @@ import click
 from gpuyard.apis.decoding import DocumentLimitError
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
 from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
+from gpuyard.apis.priorityclasses import class_problems
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
 from gpuyard.apis.quotakinds import QUOTA_KINDS
 from gpuyard.apis.resourceclasses import (
@@ -45,7 +47,7 @@ from gpuyard.devices.scenarios import Scenario, ScenarioError, load_scenario
 __all__ = ["Checked", "validate_command", "validate_documents", "validate_files"]
 
 _POLICY_KINDS = tuple(cls.KIND for cls, _ in QUOTA_KINDS)
-_ALLOWED_KINDS = sorted([*KIND_INFO, *_POLICY_KINDS, "ResourceClass"])
+_ALLOWED_KINDS = sorted([*KIND_INFO, *_POLICY_KINDS, "ResourceClass", "PriorityClass"])
 
 
 @dataclass(slots=True)
@@ -158,6 +160,8 @@ def validate_documents(
             found.extend((n, f"{doc.where}: {p.field}: {p.reason}") for p in problems)
             if not problems:
                 classes.append(ResourceClass.model_validate(doc.data))
+        elif doc.kind == "PriorityClass":
+            found.extend((n, f"{doc.where}: {f}: {r}") for f, r in class_problems(doc.data)[1])
         elif doc.kind in _POLICY_KINDS:
             try:
                 obj = parse_quota_document(doc.data, current_quotas=quotas)
@@ -169,7 +173,7 @@ def validate_documents(
     offline = _Offline(classes, scenario)
     for n, doc in enumerate(docs):
         out.kinds[doc.kind or "?"] = out.kinds.get(doc.kind or "?", 0) + 1
-        if doc.kind in _POLICY_KINDS or doc.kind == "ResourceClass":
+        if doc.kind in _POLICY_KINDS or doc.kind in ("ResourceClass", "PriorityClass"):
             continue
         if doc.kind not in KIND_INFO:
             shown = repr(doc.kind) if doc.kind else "missing"

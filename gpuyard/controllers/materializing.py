@@ -2,10 +2,11 @@
 
 Pure functions of the job, the role/index, the reservation and the plugin; the planning step
 decides *when*, and the apply step writes the results through the writer. A pod is built as the reference
-operators build it (`createNewPod`): the replica's template, KubeDL's labels, git-sync code
+operators build it (`createNewPod`): the replica's template, KubeDL's and Kubeflow's labels
+(`pod_labels`), an ownerReference to the job, git-sync code
 init container, host-network setup, then the plugin's env wiring; gpuyard then binds it to the
-reserved node and adds the reserved devices (`gpuyard.io/devices`, NVIDIA_VISIBLE_DEVICES,
-CUDA_VISIBLE_DEVICES).
+reserved node, names itself in `schedulerName` and adds the reserved devices
+(`gpuyard.io/devices`, NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES).
 
 Pods run with `restartPolicy: Never`: gpuyard restarts replicas itself, so that every restart
 is counted against `backoffLimit` and a restarted replica can move to a new placement.
@@ -38,6 +39,7 @@ from gpuyard.apis.scheduling import (
     LABEL_REPLICA_TYPE,
     Reservation,
 )
+from gpuyard.controllers.delegating import PodScheduling, mark_pod
 from gpuyard.controllers.workloads.base import (
     Wiring,
     WorkloadPlugin,
@@ -47,6 +49,7 @@ from gpuyard.controllers.workloads.base import (
 )
 
 __all__ = [
+    "GPUYARD_PLACES",
     "LABEL_JOB_ROLE",
     "GitSyncError",
     "build_pod",
@@ -61,6 +64,7 @@ LABEL_JOB_ROLE = "job-role"
 KUBEFLOW_LABELS = "training.kubeflow.org/"
 DEFAULT_GIT_SYNC_IMAGE = "kubedl/git-sync:v1"
 DEFAULT_CODE_ROOT = "/code"
+GPUYARD_PLACES = PodScheduling()
 
 
 class GitSyncError(ValueError):
@@ -72,7 +76,13 @@ def group_name(job: TrainingJob) -> str:
 
 
 def pod_labels(job: TrainingJob, role: str, index: int, plugin: WorkloadPlugin) -> dict[str, str]:
-    """KubeDL's GenLabels plus replica type/index (and Kubeflow's prefixed labels for its jobs)."""
+    """The labels both KubeDL's and Kubeflow's tools select a job's pods by, on every job's pods.
+
+    KubeDL's GenLabels (`group-name`, `job-name`, `replica-type`, `replica-index`, `job-role`) and
+    the training-operator's `training.kubeflow.org/` names of the same four, whichever group the
+    job is in, so dashboards and scripts of either project find the pods during a migration;
+    `training.kubeflow.org/operator-name` only on Kubeflow jobs (it names Kubeflow's operator).
+    """
     name = job.metadata.name.replace("/", "-")
     rt = role.lower()
     labels = {
@@ -80,19 +90,15 @@ def pod_labels(job: TrainingJob, role: str, index: int, plugin: WorkloadPlugin) 
         LABEL_JOB_NAME: name,
         LABEL_REPLICA_TYPE: rt,
         LABEL_REPLICA_INDEX: str(index),
+        f"{KUBEFLOW_LABELS}job-name": name,
+        f"{KUBEFLOW_LABELS}replica-type": rt,
+        f"{KUBEFLOW_LABELS}replica-index": str(index),
     }
-    master = plugin.is_master(job, role, index)
-    if master:
-        labels[LABEL_JOB_ROLE] = "master"
     if job.flavor == "kubeflow":
-        labels |= {
-            f"{KUBEFLOW_LABELS}job-name": name,
-            f"{KUBEFLOW_LABELS}replica-type": rt,
-            f"{KUBEFLOW_LABELS}replica-index": str(index),
-            f"{KUBEFLOW_LABELS}operator-name": f"{job.KIND.lower()}-controller",
-        }
-        if master:
-            labels[f"{KUBEFLOW_LABELS}job-role"] = "master"
+        labels[f"{KUBEFLOW_LABELS}operator-name"] = f"{job.KIND.lower()}-controller"
+    if plugin.is_master(job, role, index):
+        labels[LABEL_JOB_ROLE] = "master"
+        labels[f"{KUBEFLOW_LABELS}job-role"] = "master"
     return labels
 
 
@@ -335,11 +341,14 @@ def build_pod(
     host_port: int | None = None,
     cluster_domain: str = "",
     peers: Mapping[str, Reservation] | None = None,
+    scheduling: PodScheduling = GPUYARD_PLACES,
 ) -> Pod:
     """The pod for replica `index` of `role`, bound to its reservation's node with its devices.
 
     `peers` (pod name -> Reservation) are the job's other Reservations; those of the co-located
-    pods (`reservation.spec.local_peers`) give `GPUYARD_LOCAL_GPUS`.
+    pods (`reservation.spec.local_peers`) give `GPUYARD_LOCAL_GPUS`. `scheduling` names the
+    pod's scheduler (`scheduler.name`: kube-scheduler leaves the pod alone); in delegate mode the
+    pod is left unbound, without gpuyard's devices, for the gang scheduler (`delegating.py`).
     """
     w = render_template(
         job,
@@ -362,6 +371,10 @@ def build_pod(
         ),
         spec=w.template.spec,
     )
+    mark_pod(pod, job=job, role=role, scheduling=scheduling)
+    if scheduling.delegated:
+        del pod.metadata.annotations[ANNOTATION_DEVICES]
+        return pod
     pod.spec.node_name = reservation.spec.node
     _device_env(pod, reservation, peers)
     return pod

@@ -18,7 +18,7 @@ from gpuyard.apis.core import Node, Pod, Service
 from gpuyard.apis.devicematching import unhealthy_indices
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
-from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup, Reservation
+from gpuyard.apis.scheduling import LABEL_JOB_NAME, LABEL_MIGRATING_POD, PodGroup, Reservation
 from gpuyard.controllers.judging import Replica
 from gpuyard.controllers.workloads.base import replica_name
 from gpuyard.state.store import Store
@@ -91,8 +91,8 @@ def observe(store: Store, job: TrainingJob) -> Observed:
     reservations: dict[str, Reservation] = {}
     leftovers = 0
     for res in store.list_of(Reservation, namespace=ns, selector=selector):
-        if res.spec.pod_group != name:
-            continue
+        if res.spec.pod_group != name or LABEL_MIGRATING_POD in res.metadata.labels:
+            continue  # another job's; or a migrating pod's new place, the scheduler's until it moves
         if pg is not None and _belongs_to(res, pg):
             reservations[res.metadata.name] = res
         else:

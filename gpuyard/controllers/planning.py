@@ -29,15 +29,18 @@ uid of the failed pod it replaces.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuyard.apis.core import Pod, Service
 from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobspecs import PodRestart
+from gpuyard.apis.priorityclasses import PriorityClass, ResolvedPriority, resolve_priority
 from gpuyard.apis.scheduling import PodGroup, Reservation
+from gpuyard.controllers.delegating import PodScheduling
 from gpuyard.controllers.judging import Replica, judge, uncounted
-from gpuyard.controllers.materializing import build_pod, build_service
+from gpuyard.controllers.materializing import GPUYARD_PLACES, build_pod, build_service
 from gpuyard.controllers.observing import Observed
 from gpuyard.controllers.ordering import can_start, dependencies_of
 from gpuyard.controllers.podgroups import (
@@ -57,9 +60,11 @@ from gpuyard.controllers.reporting import (
 from gpuyard.controllers.restarting import Ending, needs_new_placement
 from gpuyard.controllers.workloads.base import WorkloadPlugin
 
-__all__ = ["ACTIVE", "Plan", "plan"]
+__all__ = ["ACTIVE", "MISSING_CLASS_RECHECK", "Plan", "plan"]
 
 ACTIVE = ("Pending", "Running", "Unknown")
+MISSING_CLASS_RECHECK = 30.0
+"""Seconds between looks at a job whose PriorityClass does not exist (a new class also wakes it)."""
 
 
 @dataclass(slots=True)
@@ -88,9 +93,15 @@ def plan(
     observed: Observed,
     now: datetime,
     cluster_domain: str = "",
+    scheduling: PodScheduling = GPUYARD_PLACES,
+    priority_classes: Iterable[PriorityClass] = (),
 ) -> Plan:
-    """Decide one pass for `job` (see the module docstring)."""
+    """Decide one pass for `job` (see the module docstring); `scheduling`: who places its pods; its
+    priority is resolved through
+    `priority_classes` (a job whose class is missing waits Queuing, its PodGroup not created or
+    not changed, with a condition naming the class)."""
     obs = observed
+    priority = resolve_priority(job, priority_classes)
     report = Report(job, now)
     out = Plan(report)
     status = report.status
@@ -101,7 +112,9 @@ def plan(
     if status.finished:
         return _finished(out, job=job, obs=obs)
     if job.suspended:
-        return _suspended(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain)
+        return _suspended(
+            out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain, priority=priority
+        )
     if status.is_true("Suspended"):
         status.start_time = None
         report.set(
@@ -142,10 +155,28 @@ def plan(
         if evicted is not None and released.get(name) != evicted.metadata.uid:
             release[name] = evicted.metadata.uid
     out.delete_pods.extend(obs.extra_pods)
-    _gang(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain, release=release, moves=moves)
+    _gang(
+        out,
+        job=job,
+        plugin=plugin,
+        obs=obs,
+        cluster_domain=cluster_domain,
+        release=release,
+        moves=moves,
+        priority=priority,
+    )
     out.held = {name: res.metadata.uid for name, res in held.items()}
     _services(out, job=job, plugin=plugin, obs=obs, held=held)
-    _creates(out, job=job, plugin=plugin, obs=obs, live=live, held=held, cluster_domain=cluster_domain)
+    _creates(
+        out,
+        job=job,
+        plugin=plugin,
+        obs=obs,
+        live=live,
+        held=held,
+        cluster_domain=cluster_domain,
+        scheduling=scheduling,
+    )
     out.launch = progress(
         report,
         replicas=obs.replicas,
@@ -153,9 +184,19 @@ def plan(
         pod_group=pg,
         restarting=bool(restarted or stopped),
     )
+    if priority.missing is not None and pg is None and status.phase in ("", "Created", "Queuing"):
+        report.set(
+            "Queuing",
+            reason="PriorityClassNotFound",
+            message=f"{report.name} is queuing: PriorityClass {priority.missing!r} ({priority.field}) "
+            "does not exist; create it to go on.",
+            warning=True,
+        )
     replica_statuses(job, status, replicas=obs.replicas, live=live)
     out.status = status_changes(job.status, status, now=now)
     out.requeue = deadline_after(job, status, now=now)
+    if priority.missing is not None:
+        out.requeue = min(out.requeue or MISSING_CLASS_RECHECK, MISSING_CLASS_RECHECK)
     return out
 
 
@@ -266,20 +307,25 @@ def _gang(
     cluster_domain: str,
     release: dict[str, str],
     moves: dict[str, str],
+    priority: ResolvedPriority | None = None,
 ) -> None:
-    """Create the PodGroup, or plan the change of its spec (job generation, requests)."""
+    """Create the PodGroup, or plan the change of its spec (job generation, requests). A job
+    whose PriorityClass is missing gets no PodGroup and no new spec until the class exists."""
     pg = obs.pod_group
     generation = str(job.metadata.generation)
+    missing = priority is not None and priority.missing is not None
     if pg is None:
-        if not obs.leftovers and obs.stale_group is None:  # an earlier gang's placement is not ours
+        if not obs.leftovers and obs.stale_group is None and not missing:  # an earlier gang's is not ours
             out.create_pod_group = build_pod_group(
-                job, plugin, cluster_domain=cluster_domain, preferred_nodes=moves
+                job, plugin, cluster_domain=cluster_domain, preferred_nodes=moves, priority=priority
             )
         return
-    respec = pg.metadata.annotations.get(ANNOTATION_JOB_GENERATION) != generation
+    respec = pg.metadata.annotations.get(ANNOTATION_JOB_GENERATION) != generation and not missing
     existing = {name: res.metadata.uid for name, res in obs.reservations.items()}
     out.pod_group = PodGroupChange(
-        spec=pod_group_spec(job, plugin, cluster_domain=cluster_domain) if respec else None,
+        spec=pod_group_spec(job, plugin, cluster_domain=cluster_domain, priority=priority)
+        if respec
+        else None,
         generation=generation,
         preferred=moves,
         release=release,
@@ -320,6 +366,7 @@ def _creates(
     live: dict[str, Pod],
     held: dict[str, Reservation],
     cluster_domain: str,
+    scheduling: PodScheduling,
 ) -> None:
     """The pods to create now: the gang is Placed (its minimum before any pod starts), start order."""
     pg = obs.pod_group
@@ -339,7 +386,8 @@ def _creates(
         if pod is not None:
             phases.setdefault(rep.role, {})[rep.index] = pod.status.phase
     for rep in wanted:
-        if can_start(rep.role, deps=deps, replicas=replicas, phases=phases):
+        # a gang scheduler places a group only once its minimum of pods exists: no start order then
+        if scheduling.delegated or can_start(rep.role, deps=deps, replicas=replicas, phases=phases):
             res = held[rep.name]
             out.create_pods.append(
                 build_pod(
@@ -351,6 +399,7 @@ def _creates(
                     host_port=_reserved_port(job, res),
                     cluster_domain=cluster_domain,
                     peers=held,
+                    scheduling=scheduling,
                 )
             )
 
@@ -359,7 +408,13 @@ def _creates(
 
 
 def _suspended(
-    out: Plan, *, job: TrainingJob, plugin: WorkloadPlugin, obs: Observed, cluster_domain: str
+    out: Plan,
+    *,
+    job: TrainingJob,
+    plugin: WorkloadPlugin,
+    obs: Observed,
+    cluster_domain: str,
+    priority: ResolvedPriority,
 ) -> Plan:
     """Stop every pod and release every Reservation; the job and its PodGroup (spec.suspend) stay."""
     report = out.report
@@ -371,7 +426,16 @@ def _suspended(
     out.delete_pods.extend(r.pod for r in obs.replicas if r.pod is not None)
     out.delete_pods.extend(obs.extra_pods)
     release = {name: res.metadata.uid for name, res in obs.reservations.items()}
-    _gang(out, job=job, plugin=plugin, obs=obs, cluster_domain=cluster_domain, release=release, moves={})
+    _gang(
+        out,
+        job=job,
+        plugin=plugin,
+        obs=obs,
+        cluster_domain=cluster_domain,
+        release=release,
+        moves={},
+        priority=priority,
+    )
     out.status = status_changes(job.status, status, now=report.now)
     return out
 

@@ -2,8 +2,8 @@
 
 Per role the replicas, the minimum to place together and the *rendered* pod template (so the
 scheduler sees exactly what the pods will request: code-sync and MPI init containers, host
-network, node selectors, tolerations), plus the job-level minimum, queue, priority, gang group and
-suspension. The operator owns the spec; the scheduler alone owns the status (Pending / Placed /
+network, node selectors, tolerations), plus the job-level minimum, queue, priority (resolved
+through PriorityClass objects by the caller), gang group and suspension. The operator owns the spec; the scheduler alone owns the status (Pending / Placed /
 Suspended, `evictions`) and the Reservations.
 
 The operator's requests to the scheduler are spec fields: `release` (pod name -> uid of a
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from gpuyard.apis.jobkinds import ANNOTATION_GANG_GROUP, PyTorchJob, TrainingJob
 from gpuyard.apis.meta import ObjectMeta
+from gpuyard.apis.priorityclasses import ResolvedPriority
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION, LABEL_PREEMPTIBLE, LABEL_QUOTA_NAME
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, GangRole, PodGroup, PodGroupSpec
 from gpuyard.controllers.materializing import owner_reference, render_template
@@ -42,6 +43,8 @@ PLACEMENT_ANNOTATIONS = (
     "gpuyard.io/topology-required",
     "gpuyard.io/topology-preferred",
     "gpuyard.io/flexible-shape",
+    "gpuyard.io/migratable",  # the rescheduler: "false" never moves
+    "gpuyard.io/checkpoint-interval",  # the rescheduler: the cost of moving
 )
 
 
@@ -85,7 +88,10 @@ def pod_group_spec(
     *,
     cluster_domain: str = "",
     preferred_nodes: dict[str, str] | None = None,
+    priority: ResolvedPriority | None = None,
 ) -> PodGroupSpec:
+    """The PodGroup spec of `job`; `priority`: its priority resolved through the PriorityClass
+    objects (`apis/priorityclasses.py`), else the scheduling policy's `priority` as written."""
     policy = job.run_policy
     sched = policy.scheduling_policy
     roles = []
@@ -108,8 +114,14 @@ def pod_group_spec(
         roles=roles,
         min_available=sched.min_available if sched is not None else None,
         queue=job.queue,
-        priority=(sched.priority or 0) if sched is not None else 0,
-        priority_class_name=(sched.priority_class_name or sched.priority_class)
+        priority=priority.value
+        if priority is not None
+        else (sched.priority or 0)
+        if sched is not None
+        else 0,
+        priority_class_name=priority.class_name
+        if priority is not None
+        else (sched.priority_class_name or sched.priority_class)
         if sched is not None
         else None,
         gang_group=gang_group,
@@ -125,6 +137,7 @@ def build_pod_group(
     *,
     cluster_domain: str = "",
     preferred_nodes: dict[str, str] | None = None,
+    priority: ResolvedPriority | None = None,
 ) -> PodGroup:
     labels, annotations = quota_metadata(job)
     return PodGroup(
@@ -135,7 +148,9 @@ def build_pod_group(
             annotations={**annotations, ANNOTATION_JOB_GENERATION: str(job.metadata.generation)},
             owner_references=[owner_reference(job)],
         ),
-        spec=pod_group_spec(job, plugin, cluster_domain=cluster_domain, preferred_nodes=preferred_nodes),
+        spec=pod_group_spec(
+            job, plugin, cluster_domain=cluster_domain, preferred_nodes=preferred_nodes, priority=priority
+        ),
     )
 
 

@@ -6,17 +6,20 @@ plan out through the writer (`applying.py`). A job that is gone has its pods, se
 and events deleted (the scheduler collects the PodGroup's Reservations).
 
 The reconciler watches every job kind, and the pods, Reservations and PodGroups labelled with a
-job's name, so any change to what a job owns brings its key back. All timing uses the clock.
+job's name, so any change to what a job owns brings its key back; a PriorityClass change brings
+back the jobs that name it (their priority is resolved through it). All timing uses the clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from gpuyard.apis.jobkinds import KIND_INFO, find_job
+from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.meta import Resource
+from gpuyard.apis.priorityclasses import PriorityClass, named_class
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.controllers.applying import Applier
+from gpuyard.controllers.delegating import PodScheduling
 from gpuyard.controllers.metrics import job_metrics
 from gpuyard.controllers.observing import observe
 from gpuyard.controllers.planning import plan
@@ -43,12 +46,14 @@ class JobReconciler:
         self.store = ctx.store
         self.clock = ctx.clock
         self.settings = ctx.settings.operator
+        self.scheduling = PodScheduling.from_settings(ctx.settings.scheduler)
         self.concurrency = concurrency or self.settings.concurrency
         self.watches: Sequence[Watch] = (
             *(Watch(kind) for kind in KIND_INFO),
             Watch("Pod", _job_key),
             Watch("Reservation", _job_key),
             Watch("PodGroup"),
+            *((Watch("PriorityClass", self._jobs_naming),) if "PriorityClass" in ctx.store.kinds() else ()),
         )
         self.metrics = job_metrics(ctx.registry)
         self.applier = Applier(store=ctx.store, writer=ctx.writer, metrics=self.metrics)
@@ -67,5 +72,19 @@ class JobReconciler:
             observed=observe(self.store, job),
             now=self.clock.utcnow(),
             cluster_domain=self.settings.cluster_domain,
+            scheduling=self.scheduling,
+            priority_classes=self.store.list_of(PriorityClass)
+            if "PriorityClass" in self.store.kinds()
+            else (),
         )
         return await self.applier.apply(job, decided)
+
+    def _jobs_naming(self, obj: object) -> list[ObjectKey]:
+        """The jobs that name a PriorityClass that was created, changed or deleted."""
+        name = getattr(getattr(obj, "metadata", None), "name", None)
+        out: list[ObjectKey] = []
+        for kind in KIND_INFO:
+            for job in self.store.list(kind):
+                if isinstance(job, TrainingJob) and named_class(job)[0] == name:
+                    out.append((job.metadata.namespace, job.metadata.name))
+        return out

@@ -7,8 +7,9 @@ next transition is due (`Requeue(after=...)` on the clock):
     Pending --(start delay)--> Running --(duration)--> Succeeded | Failed(exit code)
 
 Per pod, annotations override the scenario defaults: `fake.gpuyard.io/duration` (seconds or a
-Go-style duration such as `40s` or `1h30m`, read by `gpuyard.apis.durations.parse_duration`;
-`inf` runs forever), `fake.gpuyard.io/exit-code`, `fake.gpuyard.io/start-delay`. Because the
+Go-style duration such as `40s` or `1h30m`; `inf` runs forever), `fake.gpuyard.io/exit-code`,
+`fake.gpuyard.io/start-delay`, read by `gpuyard.devices.fakepods` (which `gpuyard fake-nodes`
+shares). Because the
 decision depends only on the stored pod and the clock, a restarted process resumes every pod
 exactly where it was. The kubelet is the only writer of pod status, and it writes it through
 the fake cluster's writer (`patch_status`, on the resourceVersion it read).
@@ -22,45 +23,14 @@ from datetime import datetime
 from typing import cast
 
 from gpuyard.apis.core import ContainerState, ContainerStatus, Node, Pod
-from gpuyard.apis.durations import (
-    ANNOTATION_DURATION,
-    ANNOTATION_EXIT_CODE,
-    ANNOTATION_START_DELAY,
-    parse_duration,
-    parse_pod_duration,
-)
+from gpuyard.devices.fakepods import exit_reason, pod_script
 from gpuyard.devices.scenarios import KubeletDefaults
 from gpuyard.state.clock import Clock
 from gpuyard.state.store import Conflict, NotFound, Store
 from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
 from gpuyard.state.writing import Writer
 
-__all__ = [
-    "FakeKubelet",
-    "exit_reason",
-    "terminate",
-]
-
-
-def _duration(annotations: dict[str, str], key: str, default: float | None) -> float | None:
-    """The annotation's duration (seconds, Go-style `40s`, `1h30m`; `inf` for the run time: None,
-    forever), or the default when absent or unreadable: submit refuses unreadable ones, so only
-    an object written past validation can hold one."""
-    raw = annotations.get(key)
-    if raw is None:
-        return default
-    try:
-        return parse_pod_duration(raw) if key == ANNOTATION_DURATION else parse_duration(raw)
-    except ValueError:
-        return default
-
-
-def exit_reason(exit_code: int) -> str:
-    """The container's termination reason for an exit code, as the kubelet reports it: 0 is
-    `Completed`, 137 (SIGKILL, what the OOM killer sends) `OOMKilled`, any other `Error`."""
-    if exit_code == 0:
-        return "Completed"
-    return "OOMKilled" if exit_code == 137 else "Error"
+__all__ = ["FakeKubelet", "terminate"]
 
 
 def terminate(
@@ -133,9 +103,9 @@ class FakeKubelet:
         if node is None or not node.ready:
             return None  # the node controller fails pods of lost nodes
         now = self.clock.now()
-        ann = pod.metadata.annotations
+        script = pod_script(pod.metadata.annotations, self.defaults)
         if pod.status.phase == "Pending":
-            delay = _duration(ann, ANNOTATION_START_DELAY, self.defaults.start_delay) or 0.0
+            delay = script.start_delay
             created = pod.metadata.creation_timestamp.timestamp() if pod.metadata.creation_timestamp else now
             due = created + delay
             if now < due:
@@ -154,19 +124,14 @@ class FakeKubelet:
                 for c in pod.spec.containers
             ]
             pod = await self._write_status(pod, running)
-        duration = _duration(ann, ANNOTATION_DURATION, self.defaults.duration)
+        duration = script.duration
         if duration is None:
             return None  # runs until deleted or crashed
         started = pod.status.start_time.timestamp() if pod.status.start_time else now
         due = started + duration
         if now < due:
             return Requeue(after=due - now)
-        code_raw = ann.get(ANNOTATION_EXIT_CODE)
-        exit_code = (
-            int(code_raw)
-            if code_raw is not None and code_raw.lstrip("-").isdigit()
-            else self.defaults.exit_code
-        )
+        exit_code = script.exit_code
         done = pod.clone()
         terminate(
             done,

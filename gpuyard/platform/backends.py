@@ -12,6 +12,7 @@ an import-linter contract keeps it so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuyard.devices.scenarios import Scenario, load_scenario
 from gpuyard.fakecluster import FakeCluster
@@ -19,7 +20,10 @@ from gpuyard.state.backend import ClusterBackend
 from gpuyard.state.config import ConfigError, Settings
 from gpuyard.state.context import Context
 
-__all__ = ["AVAILABLE", "BackendPlan", "build_backend", "plan_backend"]
+if TYPE_CHECKING:
+    from gpuyard.kubecluster.fakenodes import FakeNodes
+
+__all__ = ["AVAILABLE", "BackendPlan", "build_backend", "plan_backend", "start_fake_nodes"]
 
 AVAILABLE = ("fake",)  # backend.kind values this build can run
 
@@ -58,3 +62,13 @@ def build_backend(ctx: Context, plan: BackendPlan) -> ClusterBackend:
     ctx.backend = backend
     ctx.writer = backend.writer
     return backend
+
+
+async def start_fake_nodes(
+    *, kubeconfig: str | None, scenario: Scenario, heartbeat: float = 10.0
+) -> FakeNodes:
+    """`gpuyard fake-nodes`: the scenario's nodes and kubelets for the API server of `kubeconfig`
+    (imported here, lazily: the Kubernetes extra may be absent where only the fake cluster runs)."""
+    from gpuyard.kubecluster.fakenodes import FakeNodes, connect
+
+    return FakeNodes(await connect(kubeconfig), scenario=scenario, heartbeat=heartbeat)

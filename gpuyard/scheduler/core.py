@@ -59,6 +59,7 @@ from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.preempting import Reclaimer
 from gpuyard.scheduler.quota import FairQueue
 from gpuyard.scheduler.recording import Key, QuotaParking, Recorder, is_complete
+from gpuyard.scheduler.rescheduling import Rescheduler
 from gpuyard.scheduler.snapshot import Snapshot
 
 __all__ = ["WATCHED", "SchedulerState"]
@@ -119,6 +120,7 @@ class SchedulerState:
         self._gone: set[Key] = set()  # PodGroups deleted since the last step
         self._uids: dict[Key, str] = {}  # PodGroup -> the uid whose Reservations it holds
         self._walk: Walk | None = None
+        self.rescheduler: Rescheduler | None = None  # the defragmenting rescheduler (`rescheduling`)
         self._left_ready = 0
         self._seen_epoch = -1
 
@@ -209,6 +211,8 @@ class SchedulerState:
         self.now, self.utcnow = now, utcnow
         self._sync()
         walk = self._walk
+        if walk is None and self.rescheduler is not None and self.rescheduler.due(now):
+            self.rescheduler.tick(self)
         if walk is None:
             self.cycles += 1
             retry_partial(self)
@@ -274,14 +278,18 @@ class SchedulerState:
                 self._dirty["PodGroup"].add((decision.namespace, res.spec.pod_group))
 
     def next_due(self, now: float) -> tuple[bool, float | None]:
-        """Whether jobs are ready now (a backoff ended), and when the next backoff or reclaim
-        delay ends (the loop sleeps until then, or until a change)."""
+        """Whether jobs are ready now (a backoff ended, a rescheduler run is due), and when the
+        next backoff, reclaim delay or rescheduler run is due (the loop sleeps until then, or
+        until a change)."""
         due = self.queue.release_due(now)
-        if len(self.queue) > self._left_ready:
+        if len(self.queue) > self._left_ready or (self.rescheduler is not None and self.rescheduler.due(now)):
             return True, due
-        reclaim = self.reclaimer.next_due(now)
-        if reclaim is not None:
-            due = reclaim if due is None else min(due, reclaim)
+        for other in (
+            self.reclaimer.next_due(now),
+            self.rescheduler.next_due(now) if self.rescheduler else None,
+        ):
+            if other is not None:
+                due = other if due is None else min(due, other)
         return False, due
 
     def stats(self) -> dict[str, Any]:
@@ -297,6 +305,10 @@ class SchedulerState:
         """`attempting` recorded these in the snapshot; their store echo is not news."""
         for res in reservations:
             self._assumed[(res.metadata.namespace, res.metadata.name)] = res
+
+    def forget_reservation(self, ns: str, name: str, uid: str) -> None:
+        """Decide to delete a Reservation of the scheduler's own (the rescheduler's moves)."""
+        self._delete(ns, name, uid)
 
     def evicting(self, pg: PodGroup) -> bool:
         """Pods of `pg` the scheduler asked to stop still hold their Reservations."""
@@ -432,6 +444,8 @@ class SchedulerState:
             if pod in held and res is not None and res.metadata.uid == uid:
                 self._delete(key[0], pod, uid)
         held = self.snapshot.placed_pods(key)
+        if self.rescheduler is not None:  # a migrating pod whose old place is gone takes its new one
+            held = self.rescheduler.promote(self, pg, held)
         view = rec.view(pg)
         if view.evictions:
             left = {p: why for p, why in view.evictions.items() if p in held}

@@ -41,6 +41,7 @@ from gpuyard.scheduler.gatekeeping import Admission
 from gpuyard.scheduler.metrics import SchedulerMetrics
 from gpuyard.scheduler.profiles import profile_from_settings
 from gpuyard.scheduler.quota import FairQueue
+from gpuyard.scheduler.rescheduling import Rescheduler
 from gpuyard.scheduler.snapshot import Snapshot
 from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists, Gone, NotFound, StoreError, WatchEvent
@@ -75,6 +76,8 @@ class SchedulerLoop:
         )
         self.synced = asyncio.Event()
         self._wake = asyncio.Event()
+        self.state.rescheduler = Rescheduler(ctx.settings.scheduler.rescheduler, registry=ctx.registry)
+        self.state.rescheduler.attach(ctx.store, wake=self._wake.set)
         self._relist = True
         self._changes: list[WatchEvent] = []
 

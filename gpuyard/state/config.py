@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "BackendConfig",
     "ConfigError",
     "OperatorConfig",
+    "ReschedulerConfig",
     "SchedulerConfig",
     "ServerConfig",
     "Settings",
@@ -73,6 +74,30 @@ class OperatorConfig(Section):
     concurrency: int = Field(default=4, ge=1)
 
 
+class ReschedulerConfig(Section):
+    """The defragmenting rescheduler (`scheduler/rescheduling.py`): off unless enabled."""
+
+    enabled: bool = Field(
+        default=False, description="Run the rescheduler periodically in the scheduler loop."
+    )
+    interval: float = Field(default=60.0, gt=0, description="Seconds between two periodic runs.")
+    min_wait: float = Field(
+        default=60.0, ge=0, description="Seconds a job waits on fragmentation before others move for it."
+    )
+    max_migrations_per_cycle: int = Field(default=4, ge=0, description="Jobs moved per run at most.")
+    max_migrations_per_job_per_hour: int = Field(
+        default=1, ge=0, description="Moves of one job per hour at most."
+    )
+    max_gpu_hours_lost_per_hour: float = Field(
+        default=4.0, ge=0, description="GPU-hours of work thrown away by moves per hour at most."
+    )
+    hold_timeout: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds the freed room is held for the waiting job while moves finish.",
+    )
+
+
 class SchedulerConfig(Section):
     profile: str = "default"
     plugins: dict[str, float] = Field(default_factory=dict, description="Score plugin name -> weight.")
@@ -87,6 +112,34 @@ class SchedulerConfig(Section):
         ge=0,
         description="Seconds a quota owed its min waits before borrowed jobs are preempted (Koordinator: 120).",
     )
+    rescheduler: ReschedulerConfig = Field(default_factory=ReschedulerConfig)
+    # --- pods' scheduler and delegate mode (docs/kubernetes.md) ---
+    name: str = Field(
+        default="gpuyard",
+        min_length=1,
+        description="schedulerName of the pods gpuyard places (kube-scheduler leaves them alone).",
+    )
+    mode: Literal["gpuyard", "delegate"] = Field(
+        default="gpuyard",
+        description="gpuyard: gpuyard places and binds pods; delegate: a gang scheduler places them.",
+    )
+    gang_scheduler: Literal["volcano", "coscheduling", "koordinator"] | None = Field(
+        default=None, description="The gang scheduler pods are handed to in delegate mode."
+    )
+    delegate_scheduler_name: str | None = Field(
+        default=None,
+        description="schedulerName of delegated pods (default: volcano, scheduler-plugins-scheduler, "
+        "koord-scheduler).",
+    )
+
+    @model_validator(mode="after")
+    def _delegate_needs_gang_scheduler(self) -> SchedulerConfig:
+        if self.mode == "delegate" and self.gang_scheduler is None:
+            raise ValueError(
+                "scheduler.gang_scheduler is required when scheduler.mode is delegate; "
+                "allowed: volcano, coscheduling, koordinator"
+            )
+        return self
 
 
 class LoggingConfig(Section):

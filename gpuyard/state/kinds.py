@@ -10,6 +10,7 @@ from gpuyard.apis.core import Event, Node, Pod, Service
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.jobkinds import JOB_KINDS
 from gpuyard.apis.meta import Resource
+from gpuyard.apis.priorityclasses import PRIORITY_CLASS_KINDS
 from gpuyard.apis.quotakinds import QUOTA_KINDS
 from gpuyard.apis.resourceclasses import RESOURCE_CLASS_KINDS
 from gpuyard.apis.scheduling import PodGroup, Reservation
@@ -26,6 +27,7 @@ JOURNALED_KINDS: list[type[Resource]] = [
     Reservation,
     *JOB_KINDS,
     *RESOURCE_CLASS_KINDS,
+    *PRIORITY_CLASS_KINDS,
     *(cls for cls, _ in QUOTA_KINDS),
 ]
 # Kinds that are rebuilt from the others or are only informational.

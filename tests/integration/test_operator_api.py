@@ -273,7 +273,7 @@ async def test_job_routes_are_in_the_openapi_document(api: Any) -> None:
     doc = await (await api.get("/api/v1/openapi.json")).json()
     paths = doc["paths"]
     assert set(paths["/api/v1/jobs"]) == {"get", "post"}
-    assert set(paths["/api/v1/namespaces/{ns}/jobs/{name}"]) == {"get", "delete"}
+    assert set(paths["/api/v1/namespaces/{ns}/jobs/{name}"]) == {"get", "delete", "patch", "put"}
     assert "get" in paths["/api/v1/namespaces/{ns}/jobs/{name}/pods"]
     assert "get" in paths["/api/v1/namespaces/{ns}/jobs/{name}/events"]
     assert set(paths["/api/v1/jobs"]["post"]["requestBody"]["content"]) == {

@@ -288,6 +288,24 @@ async def test_binding_sets_the_node_once(kube: Any) -> None:
     assert (await core.read_namespaced_pod("a", "default")).spec.node_name == "gpu-1"
 
 
+async def test_the_bindings_collection_binds_too(kube: Any) -> None:
+    core = client.CoreV1Api(kube)
+    await core.create_namespaced_pod("default", pod("b"))
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "b"},
+        "target": {"kind": "Node", "name": "gpu-3"},
+    }
+    answer = await core.create_namespaced_binding("default", binding, _preload_content=False)
+    assert answer.status == 201
+    answer.release()
+    assert (await core.read_namespaced_pod("b", "default")).spec.node_name == "gpu-3"
+    again = await core.create_namespaced_binding("default", binding, _preload_content=False)
+    assert again.status == 409
+    again.release()
+
+
 async def test_crd_registration_serves_the_custom_resource(kube: Any) -> None:
     custom = client.CustomObjectsApi(kube)
     with pytest.raises(ApiException) as before:
@@ -373,7 +391,7 @@ async def test_deleting_an_owner_collects_its_dependents(kube: Any) -> None:
     await custom.delete_namespaced_custom_object(
         "kubeflow.org", "v1", "default", "tfjobs", "j", propagation_policy="Background"
     )
-    for _ in range(50):
+    for _ in range(250):
         names = [p.metadata.name for p in (await core.list_namespaced_pod("default")).items]
         if names == ["unrelated"]:
             break

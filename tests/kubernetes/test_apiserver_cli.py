@@ -10,7 +10,10 @@ import socket
 import sys
 from pathlib import Path
 
+from click.testing import CliRunner
 from kubernetes_asyncio import client, config
+
+from gpuyard.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,14 +51,15 @@ async def test_serves_with_a_kubeconfig_and_stops_on_sigterm(tmp_path: Path) -> 
     assert proc.returncode == 0
 
 
-async def test_bad_input_exits_2_and_a_busy_port_exits_1(tmp_path: Path) -> None:
-    bad = await _spawn("--port", "70000")
-    _, err = await asyncio.wait_for(bad.communicate(), 20)
-    assert bad.returncode == 2 and b"--port" in err
+def test_bad_input_exits_2_and_a_busy_port_exits_1() -> None:
+    runner = CliRunner()
+    bad = runner.invoke(main, ["fake-apiserver", "--port", "70000"])
+    assert bad.exit_code == 2 and "--port" in bad.output
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        taken = await _spawn("--port", str(port))
-        _, err = await asyncio.wait_for(taken.communicate(), 20)
-    assert taken.returncode == 1 and f"cannot listen on 127.0.0.1:{port}".encode() in err
+        taken = runner.invoke(main, ["fake-apiserver", "--port", str(port)])
+    assert taken.exit_code == 1 and f"cannot listen on 127.0.0.1:{port}" in taken.output
+    exposed = runner.invoke(main, ["fake-apiserver", "--host", "0.0.0.0", "--port", "0"])
+    assert exposed.exit_code == 2 and "--token" in exposed.output

@@ -30,7 +30,7 @@ async def test_drop_watches_ends_open_streams(kube: Any, fake_apiserver: Running
 
     task = asyncio.create_task(follow())
     await core.create_namespaced_pod("default", pod("a"))
-    for _ in range(100):
+    for _ in range(500):
         if seen:
             break
         await asyncio.sleep(0.01)
@@ -68,21 +68,32 @@ async def test_a_silent_stream_stays_open_and_sends_nothing(
 ) -> None:
     core = client.CoreV1Api(kube)
     faults = fake_apiserver.server.faults
+    pods = f"{fake_apiserver.url}/api/v1/namespaces/default/pods?watch=true"
+
+    async def opened(count: int) -> None:
+        for _ in range(500):
+            if faults.state()["openWatches"] == count:
+                return
+            await asyncio.sleep(0.01)
+
     async with aiohttp.ClientSession() as http:
-        url = f"{fake_apiserver.url}/api/v1/namespaces/default/pods?watch=true&allowWatchBookmarks=true"
-        async with http.get(url) as resp:
-            for _ in range(100):
-                if faults.state()["openWatches"]:
-                    break
-                await asyncio.sleep(0.01)
+        async with (
+            http.get(pods) as before,
+            http.get(pods) as also_before,
+        ):  # no bookmarks: nothing is sent yet
+            await opened(2)
             faults.go_silent()
-            await core.create_namespaced_pod("default", pod("a"))
-            with pytest.raises(asyncio.TimeoutError):  # no event, no bookmark (they come every 0.2 s)
-                await asyncio.wait_for(resp.content.readline(), 0.6)
-            assert not resp.content.at_eof() and faults.state()["openWatches"] == 1
+            async with http.get(pods + "&allowWatchBookmarks=true") as during:  # opened while silent
+                await opened(3)
+                await core.create_namespaced_pod("default", pod("a"))
+                for stream in (before, also_before, during):
+                    with pytest.raises(asyncio.TimeoutError):  # no event, no bookmark (every 0.2 s)
+                        await asyncio.wait_for(stream.content.readline(), 0.6)
+                    assert not stream.content.at_eof()
+                assert faults.state()["openWatches"] == 3
         faults.go_silent(False)
-        async with http.get(url + "&timeoutSeconds=2") as resp:
-            first = await asyncio.wait_for(resp.content.readline(), 2)
+        async with http.get(pods + "&timeoutSeconds=2") as after:
+            first = await asyncio.wait_for(after.content.readline(), 2)
             assert b'"ADDED"' in first and b'"a"' in first
 
 
@@ -164,3 +175,31 @@ async def test_a_required_token_rejects_others() -> None:
             assert resp.status == 401 and (await resp.json())["reason"] == "Unauthorized"
         async with http.get(f"{server.url}/api/v1/pods", headers={"Authorization": "Bearer s3cret"}) as resp:
             assert resp.status == 200
+
+
+async def test_a_client_resuming_after_a_dropped_stream_misses_nothing(
+    kube: Any, fake_apiserver: RunningApiServer
+) -> None:
+    core = client.CoreV1Api(kube)
+    rv = (await core.list_namespaced_pod("default")).metadata.resource_version
+    w = watch.Watch()
+    seen: list[tuple[str, str]] = []
+    got_one = asyncio.Event()
+
+    async def follow() -> None:  # watches forever: kubernetes-asyncio reconnects from its last version
+        async for event in w.stream(core.list_namespaced_pod, "default", resource_version=rv):
+            seen.append((event["type"], event["raw_object"]["metadata"]["name"]))
+            got_one.set()
+            if len(seen) == 3:
+                return
+
+    task = asyncio.create_task(follow())
+    await core.create_namespaced_pod("default", pod("a"))
+    await asyncio.wait_for(got_one.wait(), 5)
+    fake_apiserver.server.faults.drop_watches()
+    await core.create_namespaced_pod("default", pod("b"))  # written while no stream is open
+    await core.delete_namespaced_pod("a", "default")
+    await asyncio.wait_for(task, 5)
+    await w.close()
+    assert seen == [("ADDED", "a"), ("ADDED", "b"), ("DELETED", "a")]
+    assert fake_apiserver.server.faults.dropped == 1

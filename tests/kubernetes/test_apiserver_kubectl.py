@@ -63,6 +63,21 @@ def _write_crd(tmp: Path) -> Path:
     return path
 
 
+def _podgroup(tmp: Path) -> Path:
+    path = tmp / "pg.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "scheduling.gpuyard.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": "g1"},
+                "spec": {},
+            }
+        )
+    )
+    return path
+
+
 async def _read_line(proc: asyncio.subprocess.Process) -> str:
     assert proc.stdout is not None
     return (await asyncio.wait_for(proc.stdout.readline(), 10)).decode()
@@ -90,10 +105,10 @@ async def test_kubectl_apply_get_watch_describe_delete(
         assert JOB_NAME in await _read_line(watcher)
         fake_apiserver.server.objects.patch(
             fake_apiserver.server.catalog.get("kubeflow.org", "v1", "tfjobs"),
-            "default",
             JOB_NAME,
-            {"status": {"conditions": [{"type": "Running", "status": "True"}]}},
-            "application/merge-patch+json",
+            namespace="default",
+            patch={"status": {"conditions": [{"type": "Running", "status": "True"}]}},
+            content_type="application/merge-patch+json",
             status=True,
         )
         changed = await _read_line(watcher)
@@ -129,6 +144,10 @@ async def test_kubectl_core_kinds(fake_apiserver: RunningApiServer, tmp_path: Pa
     listed = await kubectl("get", "pods", "-A", "-l", "tier=gpu", "--no-headers")
     assert listed.split()[:3] == ["kubedl", "p", "Pending"]
     assert "default" in await kubectl("get", "namespaces")
+    fake_apiserver.server.install_gpuyard_crds()  # PodGroup and the rest, short names included
+    await kubectl("create", "-n", "kubedl", "-f", str(_podgroup(tmp_path)))
+    assert (await kubectl("get", "pg", "-n", "kubedl", "--no-headers")).split()[0] == "g1"
+    assert "NodeTopology" in await kubectl("api-resources", "--api-group", "gpuyard.io")
     await kubectl("delete", "namespace", "kubedl")
     assert "No resources found" in await kubectl("get", "pods", "-A")
 

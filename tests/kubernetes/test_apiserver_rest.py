@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from gpuyard.testing.apiserver import FakeApiServer
 from gpuyard.testing.apiserver.fixture import RunningApiServer
 from tests.kubernetes.conftest import crd_manifest
 
@@ -279,6 +280,7 @@ async def test_tables_for_kubectl(rest: Rest) -> None:
         ("GET", "/api/v1/pods?labelSelector=a%20in%20(b", None, 400, "labelSelector"),
         ("GET", "/api/v1/pods?watch=true&resourceVersion=abc", None, 400, "resourceVersion"),
         ("GET", "/api/v1/pods?continue=garbage", None, 400, "continue"),
+        ("GET", "/api/v1/pods?fieldSelector=spec.containers%3Dx", None, 400, "field label not supported"),
         (
             "POST",
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
@@ -292,6 +294,16 @@ async def test_tables_for_kubectl(rest: Rest) -> None:
             {**crd_manifest(), "spec": {**crd_manifest()["spec"], "scope": "Global"}},
             422,
             "spec.scope",
+        ),
+        (
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            {
+                **crd_manifest(),
+                "spec": {**crd_manifest()["spec"], "versions": [{"served": True, "storage": True}]},
+            },
+            422,
+            "spec.versions[0].name",
         ),
     ],
 )
@@ -313,3 +325,123 @@ async def test_unchanged_writes_make_no_new_version(rest: Rest, fake_apiserver: 
     code, same = await rest("PUT", "/api/v1/namespaces/default/pods/a", created)
     assert code == 200 and same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
     assert fake_apiserver.server.resource_version == before
+
+
+async def test_field_selectors_of_a_crd_are_its_selectable_fields(rest: Rest) -> None:
+    crd = crd_manifest(kind="Queue", plural="queues", short=())
+    crd["spec"]["versions"][0]["selectableFields"] = [{"jsonPath": ".spec.tenant"}]
+    await rest("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    base = "/apis/kubeflow.org/v1/namespaces/default/queues"
+    for name, tenant in (("a", "ml"), ("b", "cv")):
+        await rest(
+            "POST",
+            base,
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "Queue",
+                "metadata": {"name": name},
+                "spec": {"tenant": tenant},
+            },
+        )
+    _, found = await rest("GET", f"{base}?fieldSelector=spec.tenant%3Dcv")
+    assert [o["metadata"]["name"] for o in found["items"]] == ["b"]
+    code, refused = await rest("GET", f"{base}?fieldSelector=spec.other%3Dx")
+    assert code == 400 and "spec.tenant" in refused["message"]
+
+
+async def test_custom_resources_refuse_strategic_merge_patches(rest: Rest) -> None:
+    await rest("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd_manifest())
+    base = "/apis/kubeflow.org/v1/namespaces/default/tfjobs"
+    await rest(
+        "POST",
+        base,
+        {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "j"}, "spec": {}},
+    )
+    code, answer = await rest(
+        "PATCH", f"{base}/j", {"spec": {"x": 1}}, content_type="application/strategic-merge-patch+json"
+    )
+    assert code == 415 and "custom resources" in answer["message"]
+    code, merged = await rest(
+        "PATCH", f"{base}/j", {"spec": {"x": 1}}, content_type="application/merge-patch+json"
+    )
+    assert code == 200 and merged["spec"] == {"x": 1} and merged["metadata"]["generation"] == 2
+
+
+async def test_exact_lists_and_later_pages_show_the_state_at_their_version(rest: Rest) -> None:
+    base = "/api/v1/namespaces/default/pods"
+    for name in ("a", "b", "c"):
+        await rest("POST", base, pod(name, labels={"v": "1"}))
+    _, first = await rest("GET", f"{base}?limit=2")
+    then = first["metadata"]["resourceVersion"]
+    await rest("DELETE", f"{base}/c")
+    await rest(
+        "PATCH",
+        f"{base}/a",
+        {"metadata": {"labels": {"v": "2"}}},
+        content_type="application/merge-patch+json",
+    )
+    await rest("POST", base, pod("d"))
+    _, second = await rest("GET", f"{base}?limit=2&continue={first['metadata']['continue']}")
+    assert [o["metadata"]["name"] for o in second["items"]] == ["c"]  # as of the first page
+    assert second["metadata"]["resourceVersion"] == then
+    _, exact = await rest("GET", f"{base}?resourceVersion={then}&resourceVersionMatch=Exact")
+    assert [(o["metadata"]["name"], o["metadata"]["labels"]["v"]) for o in exact["items"]] == [
+        ("a", "1"),
+        ("b", "1"),
+        ("c", "1"),
+    ]
+    _, now = await rest("GET", base)
+    assert [o["metadata"]["name"] for o in now["items"]] == ["a", "b", "d"]
+    code, _ = await rest("GET", f"{base}?resourceVersion=999999&resourceVersionMatch=Exact")
+    assert code == 504
+
+
+async def test_graceful_pod_deletion_waits_for_the_kubelet() -> None:
+    async with FakeApiServer(graceful_pods=True) as server, aiohttp.ClientSession() as http:
+        rest = Rest(http, server.url)
+        base = "/api/v1/namespaces/default/pods"
+        await rest("POST", base, pod("unbound"))
+        await rest(
+            "POST", base, {**pod("running"), "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}}
+        )
+        await rest("DELETE", f"{base}/unbound")
+        assert (await rest("GET", f"{base}/unbound"))[0] == 404  # never scheduled: goes at once
+        code, marked = await rest("DELETE", f"{base}/running")
+        assert (
+            code == 200
+            and marked["metadata"]["deletionTimestamp"]
+            and marked["metadata"]["deletionGracePeriodSeconds"] == 30
+        )
+        code, status = await rest(
+            "PATCH",
+            f"{base}/running/status",
+            {"status": {"phase": "Succeeded"}},
+            content_type="application/merge-patch+json",
+        )
+        assert code == 200 and status["metadata"]["deletionTimestamp"]  # the kubelet reports; still there
+        await rest("DELETE", f"{base}/running", {"gracePeriodSeconds": 0})
+        assert (await rest("GET", f"{base}/running"))[0] == 404
+
+
+async def test_custom_resources_refuse_unconditional_updates_and_creates_refuse_versions(rest: Rest) -> None:
+    await rest("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd_manifest())
+    base = "/apis/kubeflow.org/v1/namespaces/default/tfjobs"
+    _, job = await rest(
+        "POST",
+        base,
+        {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "j"}, "spec": {}},
+    )
+    unconditional = {**job, "metadata": {"name": "j"}, "spec": {"x": 1}}
+    code, refused = await rest("PUT", f"{base}/j", unconditional)
+    assert code == 422 and "metadata.resourceVersion" in refused["message"]
+    code, _ = await rest("PUT", f"{base}/j", {**job, "spec": {"x": 1}})
+    assert code == 200
+    code, _ = await rest(
+        "PUT", "/api/v1/namespaces/default/pods/p", pod("p")
+    )  # pods allow it, but p is missing
+    assert code == 404
+    await rest("POST", "/api/v1/namespaces/default/pods", pod("p"))
+    code, _ = await rest("PUT", "/api/v1/namespaces/default/pods/p", pod("p"))
+    assert code == 200
+    code, created = await rest("POST", "/api/v1/namespaces/default/pods", pod("q", resourceVersion="7"))
+    assert code == 500 and "resourceVersion should not be set" in created["message"]

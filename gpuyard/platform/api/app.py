@@ -43,6 +43,8 @@ ROUTE_MODULES: list[str] = [
     "gpuyard.platform.api.nodes",
     "gpuyard.platform.api.quotas",
     "gpuyard.platform.api.applying",
+    "gpuyard.platform.api.priorityclasses",
+    "gpuyard.platform.api.rescheduling",
     "gpuyard.platform.api.topologies",
 ]
 

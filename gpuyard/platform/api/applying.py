@@ -1,5 +1,7 @@
-"""`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues, ResourceClasses and
-NodeTopologies (validated by `topologies.parse_node_topology`).
+"""`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues, ResourceClasses,
+PriorityClasses (`scheduling.k8s.io/v1`: value at most 1000000000, no `system-` prefix, one
+`globalDefault`, `value` immutable once created) and NodeTopologies (validated by
+`topologies.parse_node_topology`).
 
 The body is a multi-document YAML (or a JSON list): every document is validated first by
 :func:`apply_documents` (the quotas as one tree: the tree in force with all of the file's quotas
@@ -17,21 +19,23 @@ from typing import Any
 from aiohttp import web
 
 from gpuyard.apis.meta import Resource
+from gpuyard.apis.priorityclasses import PriorityClass, class_problems
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document, validate_quotas
 from gpuyard.apis.quotakinds import ElasticQuota
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
-from gpuyard.platform.api.app import CTX
+from gpuyard.platform.api.app import CTX, writer_of
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas
 from gpuyard.platform.api.openapi import operation
 from gpuyard.platform.api.topologies import parse_node_topology
+from gpuyard.state.context import Context
 from gpuyard.state.store import Store
 from gpuyard.state.writing import write_together
 
 __all__ = ["apply_documents", "setup"]
 
-APPLY_KINDS = ("ElasticQuota", "NodeTopology", "Queue", "ResourceClass", "ResourceQuota")
+APPLY_KINDS = ("ElasticQuota", "NodeTopology", "PriorityClass", "Queue", "ResourceClass", "ResourceQuota")
 APPLY_RESULT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -134,6 +138,9 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
             if topology is not None:
                 out.append(topology)
             continue
+        if kind == "PriorityClass":
+            problems += _priority_class(store, doc, docs, prefix=prefix, name=name, out=out)
+            continue
         if kind == "ResourceClass":
             data = dict(doc)
             data.setdefault("apiVersion", ResourceClass.API_VERSION)
@@ -179,7 +186,80 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
     return out, problems
 
 
-_ORDER = {"NodeTopology": -1, "ResourceClass": 0, "Queue": 1, "ResourceQuota": 2, "ElasticQuota": 3}
+def _priority_class(
+    store: Store, doc: dict[str, Any], docs: list[Any], *, prefix: str, name: str, out: list[Resource]
+) -> list[dict[str, str]]:
+    """Validate one PriorityClass document (appended to `out` when good); its problems."""
+    obj, found = class_problems(doc)
+    where = f"PriorityClass/{name}"
+    if obj is None:
+        return [{"object": where, "field": f"{prefix}{f}", "reason": r} for f, r in found]
+    old = store.get_of(PriorityClass, "", name) if "PriorityClass" in store.kinds() else None
+    if old is not None and old.value != obj.value:
+        return [
+            {
+                "object": where,
+                "field": f"{prefix}value",
+                "reason": f"value is immutable (stored: {old.value}); delete and create the class to change it",
+            }
+        ]
+    if obj.global_default:
+        others = [
+            c.metadata.name
+            for c in (store.list_of(PriorityClass) if "PriorityClass" in store.kinds() else [])
+            if c.global_default and c.metadata.name != name
+        ] + [
+            str((d.get("metadata") or {}).get("name"))
+            for d in docs
+            if isinstance(d, dict)
+            and d is not doc
+            and d.get("kind") == "PriorityClass"
+            and d.get("globalDefault") is True
+        ]
+        if others:
+            return [
+                {
+                    "object": where,
+                    "field": f"{prefix}globalDefault",
+                    "reason": f"only one PriorityClass may be the global default; {others[0]} already is",
+                }
+            ]
+    out.append(obj)
+    return []
+
+
+async def _put_priority_class(ctx: Context, obj: PriorityClass) -> tuple[Resource, str]:
+    """Create the class, or replace its description, policy, default flag, labels and annotations."""
+    old = ctx.store.get_of(PriorityClass, "", obj.metadata.name)
+    writer = writer_of(ctx)
+    if old is None:
+        return await writer.create(obj), "created"
+    same = (old.global_default, old.preemption_policy, old.description, old.metadata.labels) == (
+        obj.global_default,
+        obj.preemption_policy,
+        obj.description,
+        obj.metadata.labels,
+    ) and old.metadata.annotations == obj.metadata.annotations
+    if same:
+        return old, "unchanged"
+    fresh = obj.model_copy(
+        update={
+            "metadata": old.metadata.model_copy(
+                update={"labels": dict(obj.metadata.labels), "annotations": dict(obj.metadata.annotations)}
+            )
+        }
+    )
+    return await writer.update(fresh), "configured"
+
+
+_ORDER = {
+    "NodeTopology": -1,
+    "PriorityClass": 0,
+    "ResourceClass": 0,
+    "Queue": 1,
+    "ResourceQuota": 2,
+    "ElasticQuota": 3,
+}
 
 
 @operation(
@@ -205,7 +285,8 @@ async def apply(request: web.Request) -> web.Response:
     # written together, in order, with nothing in between: the scheduler sees the whole file at
     # once; one journal commit makes it durable before the answer
     results = await write_together(
-        put_object(ctx, obj) for obj in sorted(objects, key=lambda o: _ORDER[o.kind])
+        _put_priority_class(ctx, obj) if isinstance(obj, PriorityClass) else put_object(ctx, obj)
+        for obj in sorted(objects, key=lambda o: _ORDER[o.kind])
     )
     done: list[tuple[Resource, str]] = []
     for result in results:

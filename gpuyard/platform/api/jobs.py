@@ -8,6 +8,14 @@
 * `GET /api/v1/jobs?namespace=&phase=&queue=&kind=` — jobs of every kind.
 * `GET|DELETE /api/v1/namespaces/{ns}/jobs/{name}` — one job; deleting it makes the operator
   delete its PodGroup, reservations, pods and services.
+* `PATCH /api/v1/namespaces/{ns}/jobs/{name}` — a JSON merge patch (RFC 7386; content type
+  `application/merge-patch+json` or `application/json`) of the fields that may change after
+  submit (`apis/jobpatches.py`: labels, annotations, suspend, priority, queue); any other change
+  is a 422 naming the field and nothing is stored; `metadata.resourceVersion` in the patch must
+  be the stored one (409 otherwise). The operator reacts: a suspended job's pods stop and its
+  GPUs are released; resumed, it queues again; a new queue or priority re-queues it there.
+* `PUT /api/v1/namespaces/{ns}/jobs/{name}` — 405 with `Allow: GET, PATCH, DELETE`: a job is
+  changed by a merge patch of the few fields that may change, never replaced whole.
 * `GET /api/v1/namespaces/{ns}/jobs/{name}/pods` and `.../events`.
 
 Handlers read the store and write through the context's writer, and answer once the write is
@@ -23,8 +31,10 @@ from aiohttp import web
 from gpuyard.apis.core import Event, Pod
 from gpuyard.apis.decoding import json_loads
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
+from gpuyard.apis.jobpatches import merge_patch, patch_problems
 from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
 from gpuyard.apis.jobspecs import JobConditionType
+from gpuyard.apis.priorityclasses import unknown_class_problems
 from gpuyard.apis.resourceclasses import validate_gang_request
 from gpuyard.apis.scheduling import (
     ANNOTATION_DEVICES,
@@ -36,7 +46,8 @@ from gpuyard.platform.api.app import CTX, delete_object, writer_of
 from gpuyard.platform.api.auth import Action, allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
-from gpuyard.state.store import AlreadyExists
+from gpuyard.platform.api.priorityclasses import all_classes
+from gpuyard.state.store import AlreadyExists, Conflict
 from gpuyard.state.writing import create_all
 
 __all__ = ["pod_view", "setup", "summarize"]
@@ -156,6 +167,8 @@ async def submit(request: web.Request) -> web.Response:
             continue
         for problem in validate_gang_request(job, store=ctx.store):  # could this job ever be placed?
             problems.append({"field": prefix + problem.field, "reason": problem.reason})
+        for detail in unknown_class_problems(job, all_classes(ctx.store).values()):
+            problems.append({"field": prefix + detail["field"], "reason": detail["reason"]})
         jobs.append(job)
     if problems:
         what = "job" if not multi else f"{len(docs)} documents"
@@ -265,6 +278,96 @@ async def delete_job(request: web.Request) -> web.Response:
     )
 
 
+PATCH_TYPES = ("application/merge-patch+json", "application/json")
+
+
+@operation(
+    "Change a job: a JSON merge patch of labels, annotations, suspend, priority or queue",
+    tags=["jobs"],
+    body={"type": "object", "description": "RFC 7386 merge patch of the job"},
+    body_content_types=PATCH_TYPES,
+    response=JOB_SCHEMA,
+    errors=[400, 404, 409, 415, 422],
+)
+async def patch_job(request: web.Request) -> web.Response:
+    import json
+
+    if request.content_type not in PATCH_TYPES:
+        raise ApiError(
+            415,
+            f"unsupported content type {request.content_type!r}; allowed: {', '.join(PATCH_TYPES)}",
+            details=[{"field": "Content-Type", "reason": f"allowed: {', '.join(PATCH_TYPES)}"}],
+        )
+    job = _job(request, "write")
+    ctx = request.app[CTX]
+    try:
+        patch = json_loads((await request.read()).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(
+            400, f"the patch is not JSON: {exc}", details=[{"field": "<body>", "reason": str(exc)}]
+        ) from None
+    if not isinstance(patch, dict):
+        raise ApiError(
+            400,
+            "a merge patch must be a JSON object",
+            details=[{"field": "<body>", "reason": "expected an object"}],
+        )
+    wanted_rv = (
+        (patch.get("metadata") or {}).get("resourceVersion")
+        if isinstance(patch.get("metadata"), dict)
+        else None
+    )
+    if wanted_rv is not None and str(wanted_rv) != job.metadata.resource_version:
+        raise ApiError(
+            409,
+            f"job {job.metadata.namespace}/{job.metadata.name} changed: resourceVersion {wanted_rv} is stale "
+            f"(current {job.metadata.resource_version}); nothing was changed",
+            details=[{"field": "metadata.resourceVersion", "reason": "stale"}],
+        )
+    before = job.to_dict()
+    before.pop("status", None)
+    after = merge_patch(before, patch)
+    problems = patch_problems(before, after)
+    if problems:
+        raise ApiError(422, f"{problems[0]['reason']}; nothing was changed", details=problems)
+    if after == before:
+        return web.json_response(summarize(job))
+    try:
+        updated = parse_job(after)
+    except JobValidationError as exc:
+        raise ApiError(
+            422, f"invalid patch: {exc.message}; nothing was changed", details=exc.details
+        ) from None
+    problems = unknown_class_problems(updated, all_classes(ctx.store).values())
+    if problems:
+        raise ApiError(422, f"{problems[0]['reason']}; nothing was changed", details=problems)
+    updated.metadata = job.metadata.model_copy(
+        update={"labels": updated.metadata.labels, "annotations": updated.metadata.annotations}
+    )
+    try:
+        stored = await writer_of(ctx).update(updated)
+    except Conflict as exc:
+        raise ApiError(409, f"{exc}; nothing was changed") from None
+    assert isinstance(stored, TrainingJob)
+    return web.json_response(summarize(stored))
+
+
+@operation(
+    "Not allowed: a job is changed with PATCH (405, `Allow: GET, PATCH, DELETE`)", tags=["jobs"], errors=[405]
+)
+async def put_job(request: web.Request) -> web.Response:
+    _job(request, "write")
+    message = (
+        "a job is changed with PATCH (a JSON merge patch of labels, annotations, suspend, priority, "
+        "queue), not replaced with PUT"
+    )
+    return web.json_response(
+        {"error": {"code": 405, "message": message, "details": []}},
+        status=405,
+        headers={"Allow": "GET, PATCH, DELETE"},
+    )
+
+
 @operation(
     "The pods of a job, with node, host port, GPUs and env", tags=["jobs"], response=LIST_SCHEMA, errors=[404]
 )
@@ -304,5 +407,7 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/api/v1/jobs", list_jobs)
     app.router.add_get("/api/v1/namespaces/{ns}/jobs/{name}", get_job)
     app.router.add_delete("/api/v1/namespaces/{ns}/jobs/{name}", delete_job)
+    app.router.add_patch("/api/v1/namespaces/{ns}/jobs/{name}", patch_job)
+    app.router.add_put("/api/v1/namespaces/{ns}/jobs/{name}", put_job)
     app.router.add_get("/api/v1/namespaces/{ns}/jobs/{name}/pods", job_pods)
     app.router.add_get("/api/v1/namespaces/{ns}/jobs/{name}/events", job_events)

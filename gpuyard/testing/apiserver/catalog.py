@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuyard.testing.apiserver.errors import ApiError
+from gpuyard.testing.apiserver.selecting import BUILTIN_FIELDS
 
 __all__ = ["Catalog", "Resource", "version_priority"]
 
@@ -28,7 +29,7 @@ _SKIPPED_GROUPS = {"metrics.k8s.io", "gateway.networking.k8s.io"}  # aggregated 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Resource:
     """One served REST resource (one group/version/plural)."""
 
@@ -44,6 +45,7 @@ class Resource:
     subresources: frozenset[str] = frozenset()
     crd: str | None = None  # the name of the CustomResourceDefinition serving it
     printer_columns: tuple[dict[str, Any], ...] = ()
+    selectable_fields: frozenset[str] = frozenset()  # field labels beyond metadata.name/namespace
 
     @property
     def key(self) -> tuple[str, str]:
@@ -72,21 +74,25 @@ def version_priority(version: str) -> tuple[int, int, int, str]:
 
 
 def _extra_builtins() -> list[Resource]:
-    """Built-in resources the bundled discovery data lacks."""
-    dra = "resource.k8s.io"
+    """Built-in resources the bundled discovery data lacks: `resource.k8s.io/v1` (DRA)."""
+
+    def dra(plural: str, kind: str, *, namespaced: bool, status: bool = False) -> Resource:
+        return Resource(
+            group="resource.k8s.io",
+            version="v1",
+            plural=plural,
+            kind=kind,
+            singular=kind.lower(),
+            namespaced=namespaced,
+            subresources=frozenset({"status"} if status else ()),
+            selectable_fields=BUILTIN_FIELDS.get(("resource.k8s.io", plural), frozenset()),
+        )
+
     return [
-        Resource(dra, "v1", "resourceslices", "ResourceSlice", "resourceslice", False),
-        Resource(
-            dra,
-            "v1",
-            "resourceclaims",
-            "ResourceClaim",
-            "resourceclaim",
-            True,
-            subresources=frozenset({"status"}),
-        ),
-        Resource(dra, "v1", "resourceclaimtemplates", "ResourceClaimTemplate", "resourceclaimtemplate", True),
-        Resource(dra, "v1", "deviceclasses", "DeviceClass", "deviceclass", False),
+        dra("resourceslices", "ResourceSlice", namespaced=False),
+        dra("resourceclaims", "ResourceClaim", namespaced=True, status=True),
+        dra("resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True),
+        dra("deviceclasses", "DeviceClass", namespaced=False),
     ]
 
 
@@ -106,9 +112,9 @@ def _bundled() -> tuple[Resource, ...]:
             continue
         out.append(
             Resource(
-                group,
-                version,
-                plural,
+                group=group,
+                version=version,
+                plural=plural,
                 kind=info.kind or plural.capitalize(),
                 singular=info.singular or plural,
                 namespaced=bool(info.namespaced),
@@ -116,6 +122,7 @@ def _bundled() -> tuple[Resource, ...]:
                 short_names=tuple(sorted(info.shortnames)),
                 categories=tuple(sorted(info.categories)),
                 subresources=frozenset(info.subresources),
+                selectable_fields=BUILTIN_FIELDS.get((group, plural), frozenset()),
             )
         )
     return tuple(out)
@@ -180,7 +187,7 @@ class Catalog:
         versions = spec.get("versions") or []
 
         def bad(field_path: str, why: str) -> ApiError:
-            return ApiError.invalid("CustomResourceDefinition", name, field_path, why)
+            return ApiError.invalid("CustomResourceDefinition", name, field=field_path, why=why)
 
         if not group or "." not in group:
             raise bad("spec.group", "should be a domain with at least one dot")
@@ -196,6 +203,11 @@ class Catalog:
             raise bad("spec.versions", "must have exactly one version marked as storage version")
         if sum(1 for v in versions if v.get("storage")) != 1:
             raise bad("spec.versions", "must have exactly one version marked as storage version")
+        for i, v in enumerate(versions):
+            if not re.fullmatch(
+                r"v\d+((alpha|beta)\d+)?|[a-z0-9]([-a-z0-9]*[a-z0-9])?", str(v.get("name") or "")
+            ):
+                raise bad(f"spec.versions[{i}].name", "Required value: a lowercase DNS-1035 label such as v1")
         self.unregister_crd(name)
         out = []
         for v in versions:
@@ -203,9 +215,9 @@ class Catalog:
                 continue
             subs = v.get("subresources") or {}
             res = Resource(
-                group,
-                v.get("name", ""),
-                plural,
+                group=group,
+                version=v.get("name", ""),
+                plural=plural,
                 kind=kind,
                 singular=names.get("singular") or kind.lower(),
                 namespaced=scope == "Namespaced",
@@ -214,6 +226,9 @@ class Catalog:
                 subresources=frozenset({"status"} if "status" in subs else ()),
                 crd=name,
                 printer_columns=tuple(v.get("additionalPrinterColumns") or ()),
+                selectable_fields=frozenset(
+                    str(f.get("jsonPath", "")).lstrip(".") for f in v.get("selectableFields") or ()
+                ),
             )
             self.resources[(res.group, res.version, res.plural)] = res
             out.append(res)

@@ -5,8 +5,7 @@ The CRDs gpuyard ships (`configs/deploy/crds/`, structural schemas from the pyda
 cluster should get; these register the same group/version/plural/scope/names/status subresource, so a
 test can stand up the resources without those files:
 
-    for crd in minimal_crds():
-        server.objects.create(server.catalog.get("apiextensions.k8s.io", "v1", "customresourcedefinitions"), None, crd)
+    server.install_crds(minimal_crds())  # or `gpuyard fake-apiserver --gpuyard-crds`
 """
 
 from __future__ import annotations

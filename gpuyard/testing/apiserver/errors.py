@@ -74,7 +74,7 @@ class ApiError(Exception):
         )
 
     @classmethod
-    def invalid(cls, kind: str, name: str, field: str, why: str) -> ApiError:
+    def invalid(cls, kind: str, name: str, *, field: str, why: str) -> ApiError:
         return cls(
             422,
             f'{kind} "{name}" is invalid: {field}: {why}',

@@ -4,14 +4,13 @@ subresource, `pods/binding` and `pods/eviction`, with the metadata rules of a re
 - `metadata`: `uid`, `creationTimestamp`, `generation` (1 at creation, bumped when anything but
   metadata and status changes), `generateName`, `resourceVersion` (from `storage.py`).
 - optimistic concurrency: a write carrying a `metadata.resourceVersion` other than the stored one is a
-  409 Conflict; a write that changes nothing is answered with the stored object and no new version.
+  409 Conflict; a create carrying one is refused (500, as etcd storage answers); a PUT of a custom
+  resource or a CRD without one is a 422 (they allow no unconditional update); a write that changes nothing is answered with the stored object and no new version.
 - kinds with a `status` subresource: writes of the main resource keep the stored `.status`; writes of
   `/status` change only `.status` (custom resources and pods are created without the given status).
-- delete: finalizers hold an object (it gets a `deletionTimestamp`) until an update removes the last
-  one; `propagationPolicy` Background (default) and Foreground delete dependents (by
-  `ownerReferences`) after / before the owner, Orphan strips the owner reference from them.
-- `CustomResourceDefinition`s register and unregister their resources in the catalog; `Namespace`
-  deletion deletes what was in it.
+- delete: by the rules of `deleting.py` (DeleteOptions, finalizers, graceful pod deletion, garbage
+  collection); an update removing the last finalizer of a deleted object removes it.
+- `CustomResourceDefinition`s register (and, deleted, unregister) their resources in the catalog.
 
 Everything here is synchronous: one write is one atomic step of the event loop.
 """
@@ -25,10 +24,10 @@ import re
 import secrets
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from gpuyard.testing.apiserver.catalog import Catalog, Resource
+from gpuyard.testing.apiserver.deleting import CRDS, NAMESPACES, PODS, Deletion, now_iso
 from gpuyard.testing.apiserver.errors import ApiError
 from gpuyard.testing.apiserver.patching import apply_patch
 from gpuyard.testing.apiserver.selecting import Matcher
@@ -38,9 +37,6 @@ __all__ = ["ObjectApi"]
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
-_NAMESPACES = ("", "namespaces")
-_PODS = ("", "pods")
 _SYSTEM_FIELDS = (
     "uid",
     "creationTimestamp",
@@ -49,10 +45,6 @@ _SYSTEM_FIELDS = (
     "deletionTimestamp",
     "managedFields",
 )
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _spec_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -67,18 +59,25 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
 class ObjectApi:
     """Object semantics over `Storage`, resources from `Catalog`."""
 
-    def __init__(self, storage: Storage, catalog: Catalog, *, schedule_gc: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        catalog: Catalog,
+        *,
+        schedule_gc: Callable[[], None],
+        graceful_pods: bool = False,
+    ) -> None:
         self.storage = storage
         self.catalog = catalog
-        self._schedule_gc = schedule_gc
+        self.deletion = Deletion(storage, catalog, schedule_gc=schedule_gc, graceful_pods=graceful_pods)
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             ns_res = catalog.get("", "v1", "namespaces")
-            self.create(ns_res, None, {"metadata": {"name": ns}})
+            self.create(ns_res, {"metadata": {"name": ns}})
 
     # --- reads ------------------------------------------------------------------------------------
 
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        obj = self.storage.get(res.key, namespace or "" if res.namespaced else "", name)
+    def get(self, res: Resource, name: str, *, namespace: str | None = None) -> dict[str, Any]:
+        obj = self.storage.get(res.key, name, namespace=(namespace or "") if res.namespaced else "")
         if obj is None:
             raise ApiError.not_found(res.plural, name, group=res.group)
         return obj
@@ -86,42 +85,52 @@ class ObjectApi:
     def list(
         self,
         res: Resource,
-        namespace: str | None,
         *,
+        namespace: str | None = None,
         match: Matcher | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
         resource_version: str | None = None,
         resource_version_match: str | None = None,
     ) -> dict[str, Any]:
-        """A `<Kind>List` with `metadata.resourceVersion`, paged by `limit` / `continue`."""
+        """A `<Kind>List` with `metadata.resourceVersion`, paged by `limit` / `continue`: the objects
+        now, or as they were at `resource_version` with `resourceVersionMatch=Exact` (and for every
+        page after the first, at the first page's version), rebuilt from the history."""
         list_rv = self.storage.rv
+        at: int | None = None
         if resource_version_match == "Exact":
-            rv = _parse_rv(resource_version, "resourceVersion")
-            if rv is None:
+            at = _parse_rv(resource_version, "resourceVersion")
+            if at is None:
                 raise ApiError.bad_request("resourceVersionMatch=Exact needs a resourceVersion")
-            if rv < self.storage.compacted:
-                raise ApiError.gone(
-                    f"The resourceVersion for the provided list is too old: {rv} ({self.storage.compacted})"
+            if at > self.storage.rv:
+                raise ApiError(
+                    504, f"Too large resource version: {at}, current: {self.storage.rv}", reason="Timeout"
                 )
         elif resource_version_match not in (None, "", "NotOlderThan"):
             raise ApiError.bad_request(
                 f"resourceVersionMatch: Unsupported value: {resource_version_match!r}: supported values: Exact, NotOlderThan"
             )
-        items = [
-            o
-            for o in self.storage.items(res.key, namespace if res.namespaced else None)
-            if match is None or match(o)
-        ]
-        start = 0
-        if continue_token:
-            token = _decode_continue(continue_token)
+        token = _decode_continue(continue_token) if continue_token else None
+        if token is not None:
             if token["rv"] < self.storage.compacted:
                 raise ApiError.gone(
                     "The provided continue parameter is too old to display a consistent list result. "
                     "You can start a new list without the continue parameter."
                 )
-            list_rv = token["rv"]
+            at = token["rv"]
+        scope = namespace if res.namespaced else None
+        if at is None:
+            found = self.storage.items(res.key, scope)
+        else:
+            if at < self.storage.compacted:
+                raise ApiError.gone(
+                    f"The resourceVersion for the provided list is too old: {at} ({self.storage.compacted})"
+                )
+            found = self.storage.items_at(res.key, at, namespace=scope)
+            list_rv = at
+        items = [o for o in found if match is None or match(o)]
+        start = 0
+        if token is not None:
             after = tuple(token["after"])
             start = next((i for i, o in enumerate(items) if _order_key(o) > after), len(items))
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
@@ -147,7 +156,7 @@ class ObjectApi:
 
     # --- create -----------------------------------------------------------------------------------
 
-    def create(self, res: Resource, namespace: str | None, body: Any) -> dict[str, Any]:
+    def create(self, res: Resource, body: Any, *, namespace: str | None = None) -> dict[str, Any]:
         obj = self._check_body(res, body)
         meta = dict(_meta(obj))
         name = meta.get("name") or ""
@@ -155,12 +164,16 @@ class ObjectApi:
             name = meta["generateName"] + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(5))
         if not name:
             raise ApiError.invalid(
-                res.kind, "", "metadata.name", "Required value: name or generateName is required"
+                res.kind, "", field="metadata.name", why="Required value: name or generateName is required"
             )
         _check_name(res, name)
-        ns = self._namespace_for(res, namespace, meta, name)
-        if self.storage.get(res.key, ns, name) is not None:
+        ns = self._namespace_for(res, namespace=namespace, meta=meta, name=name)
+        if self.storage.get(res.key, name, namespace=ns) is not None:
             raise ApiError.already_exists(res.plural, name, group=res.group)
+        if meta.get("resourceVersion"):
+            raise ApiError(
+                500, "Internal error occurred: resourceVersion should not be set on objects to be created"
+            )
         for f in _SYSTEM_FIELDS:
             meta.pop(f, None)
         meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_iso(), generation=1)
@@ -169,16 +182,16 @@ class ObjectApi:
         else:
             meta.pop("namespace", None)
         obj = {**obj, "apiVersion": res.api_version, "kind": res.kind, "metadata": meta}
-        if res.has_status and (res.crd or res.key == _PODS):
+        if res.has_status and (res.crd or res.key == PODS):
             obj.pop("status", None)
-        if res.key == _PODS:
+        if res.key == PODS:
             obj["status"] = {"phase": "Pending"}
-        elif res.key == _NAMESPACES:
+        elif res.key == NAMESPACES:
             obj["status"] = {"phase": "Active"}
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
-        elif res.key == _CRDS:
+        elif res.key == CRDS:
             obj = self._establish_crd(obj)
-        return self.storage.commit(res.key, "ADDED", obj)
+        return self.storage.commit(res.key, obj, event_type="ADDED")
 
     def _check_body(self, res: Resource, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -197,7 +210,7 @@ class ObjectApi:
             raise ApiError.bad_request("metadata: must be an object")
         return copy.deepcopy(body)
 
-    def _namespace_for(self, res: Resource, namespace: str | None, meta: dict[str, Any], name: str) -> str:
+    def _namespace_for(self, res: Resource, *, namespace: str | None, meta: dict[str, Any], name: str) -> str:
         if not res.namespaced:
             return ""
         given = meta.get("namespace")
@@ -207,7 +220,7 @@ class ObjectApi:
             )
         ns = namespace or given or ""
         if not ns:
-            raise ApiError.invalid(res.kind, name, "metadata.namespace", "Required value")
+            raise ApiError.invalid(res.kind, name, field="metadata.namespace", why="Required value")
         return str(ns)
 
     def _establish_crd(self, crd: dict[str, Any]) -> dict[str, Any]:
@@ -230,10 +243,10 @@ class ObjectApi:
     # --- update -----------------------------------------------------------------------------------
 
     def replace(
-        self, res: Resource, namespace: str | None, name: str, body: Any, *, status: bool = False
+        self, res: Resource, name: str, *, body: Any, namespace: str | None = None, status: bool = False
     ) -> dict[str, Any]:
         """PUT of the object (`status=False`) or of its `status` subresource."""
-        current = self.get(res, namespace, name)
+        current = self.get(res, name, namespace=namespace)
         new = self._check_body(res, body)
         given = _meta(new)
         if given.get("name") and given["name"] != name:
@@ -241,29 +254,37 @@ class ObjectApi:
                 f"the name of the object ({given['name']}) does not match the name on the URL ({name})"
             )
         given_rv = given.get("resourceVersion")
+        if given_rv in (None, "") and (res.crd or res.key == CRDS):
+            # custom resources and CRDs refuse unconditional updates (AllowUnconditionalUpdate false)
+            raise ApiError.invalid(
+                res.kind,
+                name,
+                field="metadata.resourceVersion",
+                why="Invalid value: 0x0: must be specified for an update",
+            )
         if given_rv not in (None, "") and str(given_rv) != _meta(current).get("resourceVersion"):
             raise ApiError.conflict(res.plural, name, group=res.group)
-        return self._write(res, current, new, status=status)
+        return self._write(res, current=current, new=new, status=status)
 
     def patch(
         self,
         res: Resource,
-        namespace: str | None,
         name: str,
+        *,
         patch: Any,
         content_type: str,
-        *,
+        namespace: str | None = None,
         status: bool = False,
     ) -> dict[str, Any]:
-        current = self.get(res, namespace, name)
-        patched = apply_patch(current, patch, content_type)
+        current = self.get(res, name, namespace=namespace)
+        patched = apply_patch(current, patch, content_type=content_type, strategic_ok=res.crd is None)
         given_rv = _meta(patched).get("resourceVersion")
         if given_rv not in (None, "") and str(given_rv) != _meta(current).get("resourceVersion"):
             raise ApiError.conflict(res.plural, name, group=res.group)
-        return self._write(res, current, self._check_body(res, patched), status=status)
+        return self._write(res, current=current, new=self._check_body(res, patched), status=status)
 
     def _write(
-        self, res: Resource, current: dict[str, Any], new: dict[str, Any], *, status: bool
+        self, res: Resource, *, current: dict[str, Any], new: dict[str, Any], status: bool
     ) -> dict[str, Any]:
         cur_meta = _meta(current)
         if status:
@@ -295,30 +316,32 @@ class ObjectApi:
                     obj.pop("status", None)
             if _spec_of(obj) != _spec_of(current):
                 meta["generation"] = int(cur_meta.get("generation") or 0) + 1
-            if res.key == _PODS:
+            if res.key == PODS:
                 _check_pod_update(current, obj)
         meta_now = {**_meta(obj), "resourceVersion": cur_meta.get("resourceVersion")}
         obj["metadata"] = meta_now
         if obj == current:
             return current  # a no-op write: no new version, no event
-        if res.key == _CRDS and not status:
+        if res.key == CRDS and not status:
             obj = {**self._establish_crd(obj)}
-        if meta_now.get("deletionTimestamp") and not meta_now.get("finalizers"):
-            self._remove(res, obj)
+        released = cur_meta.get("finalizers") and not meta_now.get("finalizers")
+        waiting_for_kubelet = int(meta_now.get("deletionGracePeriodSeconds") or 0) > 0
+        if meta_now.get("deletionTimestamp") and released and not waiting_for_kubelet:
+            self.deletion.remove(res, obj)
             return obj
-        return self.storage.commit(res.key, "MODIFIED", obj)
+        return self.storage.commit(res.key, obj, event_type="MODIFIED")
 
     # --- subresources -----------------------------------------------------------------------------
 
-    def bind(self, res: Resource, namespace: str | None, name: str, body: Any) -> dict[str, Any]:
+    def bind(self, res: Resource, name: str, *, body: Any, namespace: str | None = None) -> dict[str, Any]:
         """`pods/{name}/binding`: set `spec.nodeName`; 409 when the pod is already bound."""
         if (
             not isinstance(body, dict)
             or not isinstance(body.get("target"), dict)
             or not body["target"].get("name")
         ):
-            raise ApiError.invalid("Binding", name, "target.name", "Required value")
-        pod = self.get(res, namespace, name)
+            raise ApiError.invalid("Binding", name, field="target.name", why="Required value")
+        pod = self.get(res, name, namespace=namespace)
         node = body["target"]["name"]
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound:
@@ -334,100 +357,22 @@ class ObjectApi:
         )
         status["conditions"] = conditions
         obj = {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}, "status": status}
-        return self.storage.commit(res.key, "MODIFIED", obj)
+        return self.storage.commit(res.key, obj, event_type="MODIFIED")
 
-    def evict(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+    def evict(self, res: Resource, name: str, *, namespace: str | None = None) -> dict[str, Any]:
         """`pods/{name}/eviction`: delete the pod (PodDisruptionBudgets are not consulted)."""
-        return self.delete(res, namespace, name)
+        return self.delete(res, name, namespace=namespace)
 
     # --- delete -----------------------------------------------------------------------------------
 
-    def delete(self, res: Resource, namespace: str | None, name: str, options: Any = None) -> dict[str, Any]:
-        current = self.get(res, namespace, name)
-        opts = options if isinstance(options, dict) else {}
-        pre = opts.get("preconditions") or {}
-        meta = _meta(current)
-        if pre.get("uid") and pre["uid"] != meta.get("uid"):
-            raise ApiError.conflict(
-                res.plural,
-                name,
-                group=res.group,
-                why=f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
-            )
-        if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
-            raise ApiError.conflict(
-                res.plural,
-                name,
-                group=res.group,
-                why=f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, ResourceVersion in object meta: {meta.get('resourceVersion')}",
-            )
-        policy = opts.get("propagationPolicy") or ("Orphan" if opts.get("orphanDependents") else "Background")
-        if policy not in ("Background", "Foreground", "Orphan"):
-            raise ApiError.bad_request(
-                f"propagationPolicy: Unsupported value: {policy!r}: supported values: Background, Foreground, Orphan"
-            )
-        uid = meta.get("uid")
-        if policy == "Orphan":
-            self._orphan(uid)
-        elif policy == "Foreground":
-            self.collect_garbage(gone={uid})
-        if meta.get("finalizers"):
-            if meta.get("deletionTimestamp"):
-                return current
-            marked = {
-                **current,
-                "metadata": {**meta, "deletionTimestamp": now_iso(), "deletionGracePeriodSeconds": 0},
-            }
-            return self.storage.commit(res.key, "MODIFIED", marked)
-        self._remove(res, current)
-        return current
+    def delete(
+        self, res: Resource, name: str, *, namespace: str | None = None, options: Any = None
+    ) -> dict[str, Any]:
+        """Delete by the rules of `deleting.py`; the object as it was last."""
+        return self.deletion.delete(res, self.get(res, name, namespace=namespace), options)
 
-    def _remove(self, res: Resource, obj: dict[str, Any]) -> None:
-        meta = _meta(obj)
-        if res.key == _NAMESPACES:
-            for r in {r.key for r in self.catalog.resources.values() if r.namespaced}:
-                self.storage.drop_resource(r, meta.get("name"))
-        elif res.key == _CRDS:
-            for r in {r.key for r in self.catalog.resources.values() if r.crd == meta.get("name")}:
-                self.storage.drop_resource(r)
-            self.catalog.unregister_crd(meta.get("name") or "")
-        self.storage.commit(res.key, "DELETED", obj)
-        self._schedule_gc()
-
-    def _orphan(self, uid: str | None) -> None:
-        for key, obj in list(self.storage.all_objects()):
-            refs = _meta(obj).get("ownerReferences") or []
-            kept = [r for r in refs if r.get("uid") != uid]
-            if len(kept) != len(refs):
-                meta = {**_meta(obj), "ownerReferences": kept}
-                if not kept:
-                    meta.pop("ownerReferences")
-                self.storage.commit(key, "MODIFIED", {**obj, "metadata": meta})
-
-    def collect_garbage(self, *, gone: set[str | None] | None = None) -> int:
-        """Delete the objects none of whose owners exist any more (and, with `gone`, the dependents of
-        those uids); the number deleted. Repeats until nothing more is orphaned."""
-        deleted = 0
-        while True:
-            alive = {_meta(o).get("uid") for _, o in self.storage.all_objects()} - (gone or set())
-            victims = []
-            for key, obj in self.storage.all_objects():
-                refs = _meta(obj).get("ownerReferences") or []
-                if refs and not any(r.get("uid") in alive for r in refs):
-                    victims.append((key, obj))
-            if not victims:
-                return deleted
-            for key, obj in victims:
-                res = next((r for r in self.catalog.resources.values() if r.key == key), None)
-                if res is None:
-                    continue
-                if _meta(obj).get("finalizers"):
-                    if not _meta(obj).get("deletionTimestamp"):
-                        meta = {**_meta(obj), "deletionTimestamp": now_iso(), "deletionGracePeriodSeconds": 0}
-                        self.storage.commit(key, "MODIFIED", {**obj, "metadata": meta})
-                    continue
-                self.storage.commit(key, "DELETED", obj)
-                deleted += 1
+    def collect_garbage(self) -> int:
+        return self.deletion.collect_garbage()
 
 
 def _check_name(res: Resource, name: str) -> None:
@@ -435,8 +380,8 @@ def _check_name(res: Resource, name: str) -> None:
         raise ApiError.invalid(
             res.kind,
             name,
-            "metadata.name",
-            f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+            field="metadata.name",
+            why=f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
             "characters, '-' or '.', and must start and end with an alphanumeric character",
         )
 
@@ -447,8 +392,8 @@ def _check_pod_update(current: dict[str, Any], new: dict[str, Any]) -> None:
         raise ApiError.invalid(
             "Pod",
             _meta(current).get("name", ""),
-            "spec.nodeName",
-            "Forbidden: pod updates may not change the node",
+            field="spec.nodeName",
+            why="Forbidden: pod updates may not change the node",
         )
 
 

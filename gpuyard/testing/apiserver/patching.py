@@ -1,6 +1,7 @@
 """The PATCH flavours the test API server accepts: JSON merge patch (RFC 7386), JSON patch (RFC 6902)
 and strategic merge patch, treated as a merge patch whose lists replace the stored ones (the
-`$`-directives kubectl adds, such as `$setElementOrder/containers`, are dropped). Server-side apply
+`$`-directives kubectl adds, such as `$setElementOrder/containers`, are dropped); custom resources
+refuse strategic merge patches with a 415, as on a real server. Server-side apply
 (`application/apply-patch+yaml`) is answered 415.
 """
 
@@ -128,9 +129,19 @@ def json_patch(target: Any, ops: Any) -> Any:
     return doc
 
 
-def apply_patch(target: dict[str, Any], patch: Any, content_type: str) -> dict[str, Any]:
-    """The object after the patch; 415 for a content type other than the three above."""
+def apply_patch(
+    target: dict[str, Any], patch: Any, *, content_type: str, strategic_ok: bool = True
+) -> dict[str, Any]:
+    """The object after the patch; 415 for a content type other than the three above, and for a
+    strategic merge patch where it is not `strategic_ok` (custom resources, as on a real server)."""
     media = content_type.split(";")[0].strip().lower()
+    if media == STRATEGIC and not strategic_ok:
+        raise ApiError(
+            415,
+            "the body of the request was in an unknown format - accepted media types include: "
+            f"{JSON_PATCH}, {MERGE} (strategic merge patch is not supported for custom resources)",
+            reason="UnsupportedMediaType",
+        )
     if media == MERGE:
         out = merge_patch(target, patch)
     elif media == STRATEGIC:

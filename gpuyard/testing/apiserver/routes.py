@@ -164,16 +164,11 @@ class Handler:
         if parts[:2] == ["openapi", "v3"]:
             if len(parts) == 2:
                 return _json(root_document(catalog))
-            group, version = (
-                ("", parts[3])
-                if parts[2] == "api" and len(parts) == 4
-                else (parts[3], parts[4])
-                if len(parts) == 5
-                else ("", "")
-            )
-            if not version:
-                raise ApiError(404, _NOT_FOUND, reason="NotFound")
-            return _json(group_version_document(catalog, group, version))
+            if parts[2:3] == ["api"] and len(parts) == 4:  # /openapi/v3/api/v1
+                return _json(group_version_document(catalog, "", parts[3]))
+            if parts[2:3] == ["apis"] and len(parts) == 5:  # /openapi/v3/apis/{group}/{version}
+                return _json(group_version_document(catalog, parts[3], parts[4]))
+            raise ApiError(404, _NOT_FOUND, reason="NotFound")
         if parts[0] == "api":
             if len(parts) == 1:
                 return self._discovery(request, core=True)
@@ -181,7 +176,7 @@ class Handler:
                 raise ApiError(404, _NOT_FOUND, reason="NotFound")
             if len(parts) == 2:
                 return _json(catalog.resource_list("", "v1"))
-            return await self._resource_request(request, "", "v1", parts[2:])
+            return await self._resource_request(request, group="", version="v1", parts=parts[2:])
         if parts[0] == "apis":
             if len(parts) == 1:
                 return self._discovery(request, core=False)
@@ -189,7 +184,7 @@ class Handler:
                 return _json(catalog.api_group(parts[1]))
             if len(parts) == 3:
                 return _json(catalog.resource_list(parts[1], parts[2]))
-            return await self._resource_request(request, parts[1], parts[2], parts[3:])
+            return await self._resource_request(request, group=parts[1], version=parts[2], parts=parts[3:])
         raise ApiError(404, _NOT_FOUND, reason="NotFound")
 
     def _discovery(self, request: web.Request, *, core: bool) -> web.Response:
@@ -234,7 +229,7 @@ class Handler:
     # --- resources --------------------------------------------------------------------------------
 
     async def _resource_request(
-        self, request: web.Request, group: str, version: str, parts: list[str]
+        self, request: web.Request, *, group: str, version: str, parts: list[str]
     ) -> web.StreamResponse:
         namespace = None
         if (
@@ -266,7 +261,7 @@ class Handler:
                 )
             if "dryRun" in request.query:
                 raise ApiError.bad_request("dryRun: not supported by this test API server")
-            response = await self._execute(request, target, verb)
+            response = await self._execute(request, target=target, verb=verb)
             code = response.status
             return response
         except ApiError as exc:
@@ -314,15 +309,15 @@ class Handler:
         except (ValueError, yaml.YAMLError) as exc:
             raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
 
-    def _match(self, request: web.Request) -> Matcher | None:
+    def _match(self, request: web.Request, res: Resource) -> Matcher | None:
         labels = label_selector(request.query.get("labelSelector"))
-        fields = field_selector(request.query.get("fieldSelector"))
+        fields = field_selector(request.query.get("fieldSelector"), allowed=res.selectable_fields)
         if labels is None or fields is None:
             return labels or fields
         return lambda obj: labels(obj) and fields(obj)
 
     def _answer(
-        self, request: web.Request, res: Resource, obj: dict[str, Any], status: int = 200
+        self, request: web.Request, res: Resource, *, obj: dict[str, Any], status: int = 200
     ) -> web.Response:
         rendered = self.server.objects.render(res, obj)
         if wants_table(request.headers.get("Accept", "")):
@@ -338,11 +333,11 @@ class Handler:
             )
         return _json(rendered, status)
 
-    async def _execute(self, request: web.Request, target: Target, verb: str) -> web.StreamResponse:
+    async def _execute(self, request: web.Request, *, target: Target, verb: str) -> web.StreamResponse:
         objects, res, ns, name = self.server.objects, target.res, target.namespace, target.name
         q = request.query
         if verb == "watch":
-            watch = WatchRequest.from_query(q, res=res, namespace=ns, match=self._match(request))
+            watch = WatchRequest.from_query(q, res=res, namespace=ns, match=self._match(request, res))
             return await serve_watch(
                 request, self.server, watch, as_table=wants_table(request.headers.get("Accept", ""))
             )
@@ -350,8 +345,8 @@ class Handler:
             limit = q.get("limit")
             listed = objects.list(
                 res,
-                ns,
-                match=self._match(request),
+                namespace=ns,
+                match=self._match(request, res),
                 limit=int(limit) if limit and limit.isdigit() else None,
                 continue_token=q.get("continue"),
                 resource_version=q.get("resourceVersion"),
@@ -368,21 +363,32 @@ class Handler:
                 )
             return _json(listed)
         if verb == "get":
-            return self._answer(request, res, objects.get(res, ns, name or ""))
+            return self._answer(request, res, obj=objects.get(res, name or "", namespace=ns))
         body = await self._body(request)
         if verb == "create":
+            if name is None and res.key == ("", "bindings"):  # the older form of pods/{name}/binding
+                pods = self.server.catalog.get("", "v1", "pods")
+                pod_name = (
+                    ((body or {}).get("metadata") or {}).get("name") if isinstance(body, dict) else None
+                )
+                if not pod_name:
+                    raise ApiError.invalid(
+                        "Binding", "", field="metadata.name", why="Required value: the pod's name"
+                    )
+                objects.bind(pods, pod_name, body=body, namespace=ns)
+                return _json(status_body(code=201, message=""), 201)
             if name is None:
-                return self._answer(request, res, objects.create(res, ns, body), 201)
+                return self._answer(request, res, obj=objects.create(res, body, namespace=ns), status=201)
             if target.sub == "binding":
-                objects.bind(res, ns, name, body)
+                objects.bind(res, name, body=body, namespace=ns)
                 return _json(status_body(code=201, message=""), 201)
             if target.sub == "eviction":
-                objects.evict(res, ns, name)
+                objects.evict(res, name, namespace=ns)
                 return _json(status_body(code=201, message=""), 201)
             raise ApiError(405, f"POST is not allowed on {request.path}", reason="MethodNotAllowed")
         if name is None:
             if verb == "deletecollection":
-                return _json(self._delete_collection(request, res, ns, body))
+                return _json(self._delete_collection(request, res, namespace=ns, body=body))
             raise ApiError(405, f"{request.method} is not allowed on a collection", reason="MethodNotAllowed")
         if target.sub not in (None, "status"):
             raise ApiError(
@@ -390,27 +396,35 @@ class Handler:
             )
         status = target.sub == "status"
         if verb == "update":
-            return self._answer(request, res, objects.replace(res, ns, name, body, status=status))
+            return self._answer(
+                request, res, obj=objects.replace(res, name, body=body, namespace=ns, status=status)
+            )
         if verb == "patch":
             return self._answer(
-                request, res, objects.patch(res, ns, name, body, request.content_type, status=status)
+                request,
+                res,
+                obj=objects.patch(
+                    res, name, patch=body, content_type=request.content_type, namespace=ns, status=status
+                ),
             )
         options = body if isinstance(body, dict) else {}
         if "propagationPolicy" in q:
             options = {**options, "propagationPolicy": q["propagationPolicy"]}
-        return self._answer(request, res, objects.delete(res, ns, name, options))
+        return self._answer(request, res, obj=objects.delete(res, name, namespace=ns, options=options))
 
     def _delete_collection(
-        self, request: web.Request, res: Resource, ns: str | None, body: Any
+        self, request: web.Request, res: Resource, *, namespace: str | None, body: Any
     ) -> dict[str, Any]:
-        listed = self.server.objects.list(res, ns, match=self._match(request))
+        listed = self.server.objects.list(res, namespace=namespace, match=self._match(request, res))
         options = body if isinstance(body, dict) else {}
         gone = []
         for obj in listed["items"]:
             meta = obj.get("metadata") or {}
             try:
                 gone.append(
-                    self.server.objects.delete(res, meta.get("namespace"), meta.get("name", ""), options)
+                    self.server.objects.delete(
+                        res, meta.get("name", ""), namespace=meta.get("namespace"), options=options
+                    )
                 )
             except ApiError as exc:
                 if exc.code != 404:

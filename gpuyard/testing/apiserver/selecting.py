@@ -1,9 +1,10 @@
 """Label and field selectors, as LIST and WATCH take them (`?labelSelector=...&fieldSelector=...`).
 
 Label selectors: `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x,y)`, `a` (exists), `!a` (absent),
-joined by commas. Field selectors: `path=value`, `path==value`, `path!=value` on any dotted path of the
-object (`metadata.name`, `metadata.namespace`, `spec.nodeName`, `status.phase`, `involvedObject.uid`,
-...); a missing field compares as the empty string. A malformed selector is a 400 naming it.
+joined by commas. Field selectors: `path=value`, `path==value`, `path!=value` on the field labels a real
+API server supports for the resource (`metadata.name`, `metadata.namespace` everywhere; pods'
+`spec.nodeName`, `status.phase`, ...; events' `involvedObject.*`; a CRD's `selectableFields`); a missing
+field compares as the empty string, an unsupported one is a 400. A malformed selector is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from gpuyard.testing.apiserver.errors import ApiError
 
-__all__ = ["Matcher", "field_selector", "label_selector"]
+__all__ = ["BUILTIN_FIELDS", "Matcher", "field_selector", "label_selector"]
 
 Matcher = Callable[[dict[str, Any]], bool]
 
@@ -102,8 +103,52 @@ def field_value(obj: dict[str, Any], path: str) -> str:
     return str(cur)
 
 
-def field_selector(text: str | None) -> Matcher | None:
-    """A predicate over objects for a field selector; None for an empty one."""
+_COMMON_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
+# the field labels a real API server accepts per built-in resource, (group, plural) -> fields
+BUILTIN_FIELDS: dict[tuple[str, str], frozenset[str]] = {
+    ("", "pods"): frozenset(
+        {
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        }
+    ),
+    ("", "events"): frozenset(
+        {
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        }
+    ),
+    ("", "nodes"): frozenset({"spec.unschedulable"}),
+    ("", "namespaces"): frozenset({"status.phase"}),
+    ("", "secrets"): frozenset({"type"}),
+    ("", "replicationcontrollers"): frozenset({"status.replicas"}),
+    ("apps", "replicasets"): frozenset({"status.replicas"}),
+    ("batch", "jobs"): frozenset({"status.successful"}),
+    ("resource.k8s.io", "resourceslices"): frozenset({"spec.nodeName", "spec.driver"}),
+    ("events.k8s.io", "events"): frozenset(
+        {"regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid", "reason", "type"}
+    ),
+}
+
+
+def field_selector(text: str | None, *, allowed: frozenset[str] = frozenset()) -> Matcher | None:
+    """A predicate over objects for a field selector; None for an empty one. A field other than
+    `metadata.name`, `metadata.namespace` and `allowed` is a 400, as on a real server."""
     if not text or not text.strip():
         return None
     requirements: list[tuple[str, bool, str]] = []
@@ -114,6 +159,10 @@ def field_selector(text: str | None) -> Matcher | None:
                 f"invalid fieldSelector term {term.strip()!r}: expected path=value, path==value or path!=value"
             )
         path, op, value = m.groups()
+        if path not in _COMMON_FIELDS and path not in allowed:
+            raise ApiError.bad_request(
+                f"field label not supported: {path} (this resource supports: {', '.join(sorted(_COMMON_FIELDS | allowed))})"
+            )
         requirements.append((path, op != "!=", value))
 
     def match(obj: dict[str, Any]) -> bool:

@@ -48,6 +48,7 @@ class FakeApiServer:
         max_watch_seconds: float = 1800.0,
         history_limit: int = 10_000,
         gc_delay: float = 0.0,
+        graceful_pods: bool = False,
     ) -> None:
         if bookmark_interval <= 0:
             raise ValueError(f"bookmark_interval: must be > 0 seconds, got {bookmark_interval}")
@@ -61,7 +62,9 @@ class FakeApiServer:
         self.gc_delay = gc_delay
         self.storage = Storage(history_limit=history_limit)
         self.catalog = Catalog.builtin()
-        self.objects = ObjectApi(self.storage, self.catalog, schedule_gc=self._schedule_gc)
+        self.objects = ObjectApi(
+            self.storage, self.catalog, schedule_gc=self._schedule_gc, graceful_pods=graceful_pods
+        )
         self.faults = Faults(self.storage)
         self.audit: list[AuditRecord] | None = [] if audit else None
         self._runner: web.AppRunner | None = None
@@ -160,10 +163,15 @@ class FakeApiServer:
         res = self.catalog.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         for crd in crds:
             name = (crd.get("metadata") or {}).get("name", "")
-            if self.storage.get(res.key, "", name) is None:
-                self.objects.create(res, None, crd)
+            current = self.storage.get(res.key, name)
+            if current is None:
+                self.objects.create(res, crd)
             else:
-                self.objects.replace(res, None, name, crd)
+                meta = {
+                    **(crd.get("metadata") or {}),
+                    "resourceVersion": current["metadata"]["resourceVersion"],
+                }
+                self.objects.replace(res, name, body={**crd, "metadata": meta})
 
     def install_gpuyard_crds(self) -> None:
         """Serve gpuyard's custom resources with the minimal CRDs of `crds.py` (open schemas)."""

@@ -90,7 +90,7 @@ class Storage:
 
     # --- reads ------------------------------------------------------------------------------------
 
-    def get(self, resource: ResourceKey, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, resource: ResourceKey, name: str, *, namespace: str = "") -> dict[str, Any] | None:
         return self._objects.get(resource, {}).get((namespace, name))
 
     def items(self, resource: ResourceKey, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -98,6 +98,25 @@ class Storage:
         found = self._objects.get(resource, {})
         keys = sorted(k for k in found if namespace is None or k[0] == namespace)
         return [found[k] for k in keys]
+
+    def items_at(
+        self, resource: ResourceKey, rv: int, *, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The objects of a resource as they were at version `rv` (not older than `compacted`): the
+        current ones with every later event of the history undone."""
+        state = {k: o for k, o in self._objects.get(resource, {}).items()}
+        for event in reversed(self.history):
+            if event.rv <= rv:
+                break
+            if event.resource != resource:
+                continue
+            meta = event.obj.get("metadata") or {}
+            key = (meta.get("namespace") or "", meta.get("name") or "")
+            if event.old is None:
+                state.pop(key, None)
+            else:
+                state[key] = event.old
+        return [state[k] for k in sorted(state) if namespace is None or k[0] == namespace]
 
     def all_objects(self) -> Iterator[tuple[ResourceKey, dict[str, Any]]]:
         for resource, objs in self._objects.items():
@@ -112,7 +131,7 @@ class Storage:
 
     # --- writes -----------------------------------------------------------------------------------
 
-    def commit(self, resource: ResourceKey, type_: str, obj: dict[str, Any]) -> dict[str, Any]:
+    def commit(self, resource: ResourceKey, obj: dict[str, Any], *, event_type: str) -> dict[str, Any]:
         """Store (or, for DELETED, remove) `obj` at the next resourceVersion and publish the event."""
         self.rv += 1
         meta = dict(obj.get("metadata") or {})
@@ -121,11 +140,11 @@ class Storage:
         key = (meta.get("namespace") or "", meta.get("name") or "")
         bucket = self._objects.setdefault(resource, {})
         old = bucket.get(key)
-        if type_ == "DELETED":
+        if event_type == "DELETED":
             bucket.pop(key, None)
         else:
             bucket[key] = stored
-        event = Event(self.rv, resource, type_, stored, old)
+        event = Event(self.rv, resource, event_type, stored, old)
         if len(self.history) >= self.history_limit:
             self.compacted = self.history.popleft().rv
         self.history.append(event)
@@ -135,7 +154,7 @@ class Storage:
 
     def drop_resource(self, resource: ResourceKey, namespace: str | None = None) -> list[dict[str, Any]]:
         """Delete every object of a resource (in one namespace), each with a DELETED event."""
-        gone = [self.commit(resource, "DELETED", obj) for obj in self.items(resource, namespace)]
+        gone = [self.commit(resource, obj, event_type="DELETED") for obj in self.items(resource, namespace)]
         if namespace is None:
             self._objects.pop(resource, None)
         return gone

@@ -24,11 +24,15 @@ def test_pod_is_bound_with_devices_labels_and_never_restarts_in_place() -> None:
     assert pod.metadata.name == "mnist-worker-2" and pod.metadata.namespace == "kubedl"
     assert pod.spec.node_name == "node-a" and pod.spec.restart_policy == "Never"
     assert pod.metadata.owner_references[0].kind == "TFJob"
-    assert pod.metadata.labels == {
+    assert pod.spec.scheduler_name == "gpuyard"
+    assert pod.metadata.labels == {  # KubeDL's and Kubeflow's labels, whichever group the job is in
         "group-name": "training.kubedl.io",
         "job-name": "mnist",
         "replica-type": "worker",
         "replica-index": "2",
+        "training.kubeflow.org/job-name": "mnist",
+        "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": "2",
     }
     assert pod.metadata.annotations["fake.gpuyard.io/duration"] == "120"  # template annotations kept
     devices = json.loads(pod.metadata.annotations[ANNOTATION_DEVICES])

@@ -1,0 +1,348 @@
+"""`gpuyard install`: the CRDs and deploy manifests that run gpuyard on a Kubernetes cluster.
+
+`gpuyard install --print` writes every object as one multi-document YAML stream for
+`kubectl apply --server-side -f -`: the CRDs (:mod:`gpuyard.apis.crds`), then the Namespace,
+ServiceAccount, least-privilege ClusterRole (:data:`RULES`: exactly the verbs gpuyard uses on each
+resource) and its binding, the Role for the leader-election Lease in gpuyard's namespace, the
+Deployment (two replicas: one leader, one standby), the Service of the HTTP API and metrics, and
+a ServiceMonitor for the Prometheus operator. The files under `configs/deploy/` are the same
+objects with the default options (`--write-crds DIR`, `--write-manifests DIR`; `make deploy`);
+a test regenerates them and validates each against the Kubernetes schemas.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuyard.apis.crds import crds, dump_yaml, write_crds
+from gpuyard.apis.jobkinds import KIND_INFO
+from gpuyard.apis.resources import API_RESOURCES
+from gpuyard.cli.common import fail
+
+__all__ = ["DEFAULT_IMAGE", "DEFAULT_NAMESPACE", "RULES", "install", "manifests", "write_manifests"]
+
+DEFAULT_NAMESPACE = "gpuyard-system"
+DEFAULT_IMAGE_REPO = "ghcr.io/gpuyard/gpuyard"
+NAME = "gpuyard"
+PORT = 8080
+TOKENS_SECRET = "gpuyard-api-tokens"
+LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": NAME}
+
+READ = ("get", "list", "watch")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+RULES: dict[str, tuple[str, ...]] = {
+    # kind or kind/subresource -> verbs. Reads are what the informers LIST and WATCH (and GET to
+    # re-read after a 409); writes are what the operator, the scheduler and the backend write.
+    "Node": READ,
+    "Pod": (*READ, "create", "delete"),  # the operator creates and stops pods
+    "Pod/binding": ("create",),  # the scheduler binds pods to the node it chose
+    "Pod/status": ("patch",),  # the backend fails the pods of a lost node (NodeLost)
+    "Service": (*READ, "create", "update", "delete"),
+    "Event": (*READ, "create", "update", "patch", "delete"),
+    "ResourceQuota": READ,
+    "PodDisruptionBudget": READ,
+    "PriorityClass": READ,  # a job's priorityClassName
+    "TrainingJob": (*READ, "delete"),  # every job kind; delete: ttlSecondsAfterFinished
+    "TrainingJob/status": ("patch", "update"),
+    "PodGroup": (*READ, "create", "update", "patch", "delete"),
+    "PodGroup/status": ("patch", "update"),
+    "Reservation": (*READ, "create", "delete"),
+    "ResourceClass": (*READ, "create", "update", "delete"),  # one default class per GPU model
+    "NodeTopology": READ,
+    "Queue": READ,
+    "Queue/status": ("patch", "update"),
+    "ElasticQuota": READ,
+    "ElasticQuota/status": ("patch", "update"),
+}
+"""What gpuyard's ServiceAccount may do, cluster-wide. `TrainingJob` stands for every job kind of
+every group in :data:`gpuyard.apis.resources.API_RESOURCES`."""
+
+LEASE_VERBS = ("get", "create", "update")  # leader election, in gpuyard's own namespace
+# built-in kinds gpuyard reads that apis/resources.py may not list
+_BUILT_IN = {
+    "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
+    "PriorityClass": ("scheduling.k8s.io", "priorityclasses"),
+}
+
+
+def default_image() -> str:
+    try:
+        tag = version("gpuyard")
+    except PackageNotFoundError:
+        tag = "latest"
+    return f"{DEFAULT_IMAGE_REPO}:{tag}"
+
+
+DEFAULT_IMAGE = default_image()
+
+
+def _targets(kind: str) -> list[tuple[str, str]]:
+    """(group, plural) of every resource `kind` in RULES stands for."""
+    if kind == "TrainingJob":
+        return [(r.group, r.plural) for r in API_RESOURCES if r.kind in KIND_INFO]
+    found = [(r.group, r.plural) for r in API_RESOURCES if r.kind == kind]
+    return found or ([_BUILT_IN[kind]] if kind in _BUILT_IN else [])
+
+
+def cluster_rules() -> list[dict[str, Any]]:
+    """The ClusterRole's rules: one per (group, verbs), resources sorted, so the diff stays small."""
+    grouped: dict[tuple[str, tuple[str, ...]], set[str]] = {}
+    for entry, verbs in RULES.items():
+        kind, _, sub = entry.partition("/")
+        targets = _targets(kind)
+        if not targets:
+            raise KeyError(f"RULES: {kind!r} is served by no resource in apis/resources.py")
+        for group, plural in targets:
+            grouped.setdefault((group, verbs), set()).add(f"{plural}/{sub}" if sub else plural)
+    return [
+        {"apiGroups": [group], "resources": sorted(resources), "verbs": list(verbs)}
+        for (group, verbs), resources in sorted(grouped.items(), key=lambda kv: (kv[0][0], kv[0][1]))
+    ]
+
+
+def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(LABELS)
+    return meta
+
+
+def _deployment(*, namespace: str, image: str, insecure: bool) -> dict[str, Any]:
+    args = ["serve", "--backend", "kubernetes", "--host", "0.0.0.0", "--port", str(PORT)]
+    args += ["--data-dir", "/var/lib/gpuyard"]
+    env: list[dict[str, Any]] = [
+        {"name": "GPUYARD__LOGGING__FORMAT", "value": "json"},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    if insecure:
+        args.append("--insecure")
+    else:  # API tokens (server.tokens) as JSON, from a Secret the operator of the cluster creates
+        env.append(
+            {
+                "name": "GPUYARD__SERVER__TOKENS",
+                "valueFrom": {"secretKeyRef": {"name": TOKENS_SECRET, "key": "tokens.json"}},
+            }
+        )
+    probe = {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10, "failureThreshold": 3}
+    container = {
+        "name": NAME,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": args,
+        "env": env,
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "livenessProbe": {**probe, "initialDelaySeconds": 5},
+        "readinessProbe": {**probe, "httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "512Mi"},
+            "limits": {"cpu": "2", "memory": "2Gi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/var/lib/gpuyard"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    selector = {"app.kubernetes.io/name": NAME}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(NAME, namespace),
+        "spec": {
+            "replicas": 2,  # one leader reconciles and binds; the standby serves reads and takes over
+            "selector": {"matchLabels": selector},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+            "template": {
+                "metadata": {"labels": dict(LABELS)},
+                "spec": {
+                    "serviceAccountName": NAME,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "fsGroup": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": [{"name": "data", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
+                    "affinity": {
+                        "podAntiAffinity": {
+                            "preferredDuringSchedulingIgnoredDuringExecution": [
+                                {
+                                    "weight": 100,
+                                    "podAffinityTerm": {
+                                        "labelSelector": {"matchLabels": selector},
+                                        "topologyKey": "kubernetes.io/hostname",
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                },
+            },
+        },
+    }
+
+
+def manifests(
+    *, namespace: str = DEFAULT_NAMESPACE, image: str = DEFAULT_IMAGE, insecure: bool = False
+) -> list[dict[str, Any]]:
+    """Every object but the CRDs, in the order `kubectl apply` needs them."""
+    subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}]
+    selector = {"app.kubernetes.io/name": NAME}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(namespace)},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, namespace)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": _meta(NAME),
+            "rules": cluster_rules(),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": _meta(NAME),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+            "subjects": subject,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(f"{NAME}-leader-election", namespace),
+            "rules": [
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": list(LEASE_VERBS)}
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(f"{NAME}-leader-election", namespace),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": f"{NAME}-leader-election",
+            },
+            "subjects": subject,
+        },
+        _deployment(namespace=namespace, image=image, insecure=insecure),
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(NAME, namespace),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": selector,
+                "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
+            },
+        },
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "ServiceMonitor",
+            "metadata": _meta(NAME, namespace),
+            "spec": {
+                "selector": {"matchLabels": selector},
+                "namespaceSelector": {"matchNames": [namespace]},
+                "endpoints": [{"port": "http", "path": "/metrics", "interval": "30s"}],
+            },
+        },
+    ]
+
+
+MANIFEST_FILES = {
+    "Namespace": "namespace.yaml",
+    "ServiceAccount": "rbac.yaml",
+    "ClusterRole": "rbac.yaml",
+    "ClusterRoleBinding": "rbac.yaml",
+    "Role": "rbac.yaml",
+    "RoleBinding": "rbac.yaml",
+    "Deployment": "deployment.yaml",
+    "Service": "service.yaml",
+    "ServiceMonitor": "servicemonitor.yaml",
+}
+
+
+def stream(objects: list[dict[str, Any]]) -> str:
+    """One multi-document YAML stream."""
+    return "---\n".join(dump_yaml(o) for o in objects)
+
+
+def write_manifests(directory: Path) -> list[Path]:
+    """Write the default manifests (not the CRDs) into `directory`, grouped per file."""
+    files: dict[str, list[dict[str, Any]]] = {}
+    for obj in manifests(image=f"{DEFAULT_IMAGE_REPO}:latest"):
+        files.setdefault(MANIFEST_FILES[obj["kind"]], []).append(obj)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, objects in files.items():
+        path = directory / name
+        path.write_text(stream(objects))
+        paths.append(path)
+    return paths
+
+
+@click.command()
+@click.option("--print", "print_", is_flag=True, help="Write every object to stdout as one YAML stream.")
+@click.option("--crds-only", is_flag=True, help="Only the CustomResourceDefinitions.")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="gpuyard's namespace.")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="gpuyard's container image.")
+@click.option(
+    "--insecure", is_flag=True, help=f"Serve the API without tokens (else from Secret {TOKENS_SECRET})."
+)
+@click.option(
+    "--write-crds", "crd_dir", type=click.Path(file_okay=False), help="Write one file per CRD here."
+)
+@click.option(
+    "--write-manifests",
+    "manifest_dir",
+    type=click.Path(file_okay=False),
+    help="Write the default deploy manifests (not the CRDs) here.",
+)
+def install(
+    print_: bool,
+    crds_only: bool,
+    namespace: str,
+    image: str,
+    insecure: bool,
+    crd_dir: str | None,
+    manifest_dir: str | None,
+) -> None:
+    """Print (or write) gpuyard's CRDs and deploy manifests.
+
+    \b
+    gpuyard install --print | kubectl apply --server-side -f -
+    """
+    if not _DNS_LABEL.fullmatch(namespace):
+        fail(
+            f"--namespace: {namespace!r} is not a valid namespace name; allowed: at most 63 lower-case "
+            "letters, digits and '-', starting and ending with a letter or digit"
+        )
+    if crd_dir is None and manifest_dir is None and not print_:
+        fail(
+            "nothing to do: pass --print (| kubectl apply --server-side -f -), --write-crds DIR or --write-manifests DIR"
+        )
+    if crd_dir is not None:
+        for path in write_crds(Path(crd_dir)):
+            click.echo(f"wrote {path}", err=True)
+    if manifest_dir is not None:
+        for path in write_manifests(Path(manifest_dir)):
+            click.echo(f"wrote {path}", err=True)
+    if print_:
+        objects = crds()
+        if not crds_only:
+            objects += manifests(namespace=namespace, image=image, insecure=insecure)
+        sys.stdout.write(stream(objects))

@@ -1,0 +1,293 @@
+"""`gpuyard fake-nodes`: a scenario's GPU nodes and their kubelets, played on any API server.
+
+KWOK does this for plain nodes; these nodes carry GPUs and RDMA NICs. :class:`FakeNodes`
+
+1. registers the scenario's Node objects (created, or their status replaced when they exist) and a
+   `NodeTopology` per node (skipped, with a warning, where the CRD is not installed);
+2. renews each node's heartbeat Lease in `kube-node-lease` and its Ready condition;
+3. plays the kubelet of every pod bound to one of its nodes (`spec.nodeName`): it watches pods,
+   and for each it runs the script of its `fake.gpuyard.io/*` annotations on the real clock
+   (`gpuyard.devices.fakepods`, shared with the embedded fake cluster), writing the pod status
+   through the `status` subresource: Pending -> Running -> Succeeded | Failed with the exit code;
+4. takes fault injection: :meth:`FakeNodes.fail_node` (NotReady, its pods fail with `NodeLost`),
+   :meth:`FakeNodes.recover_node`, :meth:`FakeNodes.fail_gpu` (the GPU's health in the node's
+   NodeTopology and its `gpuyard.io/unhealthy-gpus` annotation; the pods holding that GPU fail
+   with `DeviceUnhealthy`).
+
+It speaks the API server through `kubernetes_asyncio` and nothing else; the CLI
+(`gpuyard/cli/fakenodes.py`) adds the admin HTTP port for faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpuyard.apis.core import Pod
+from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unhealthy
+from gpuyard.devices.fakepods import exit_reason, pod_script
+from gpuyard.devices.scenarios import Scenario
+from gpuyard.kubecluster.fakenodes.objects import (
+    NODE_LEASE_NAMESPACE,
+    node_lease,
+    node_objects,
+    pod_gpus,
+    ready_condition,
+    running_status,
+    terminated_status,
+    topology_objects,
+)
+
+__all__ = ["FakeNodes", "connect"]
+
+log = structlog.get_logger(__name__)
+TERMINAL = ("Succeeded", "Failed")
+
+
+async def connect(kubeconfig: str | None) -> client.ApiClient:
+    """An API client for the cluster of `kubeconfig` (its current context)."""
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class FakeNodes:
+    """The scenario's nodes and their kubelets on the API server `api` talks to."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        scenario: Scenario,
+        heartbeat: float = 10.0,
+        now: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.leases = client.CoordinationV1Api(api)
+        self.scenario = scenario
+        self.heartbeat = heartbeat
+        self.now = now
+        self.names = {n.metadata.name for n in scenario.nodes()}
+        self.ready = dict.fromkeys(self.names, True)
+        self.unhealthy: dict[str, set[int]] = {name: set() for name in self.names}
+        self.playing: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.pods: dict[tuple[str, str], Pod] = {}
+        self.registered = asyncio.Event()
+
+    # --- nodes -----------------------------------------------------------------------------------
+
+    async def register(self) -> None:
+        """Create the nodes (or refresh the status of those that exist) and their topologies."""
+        for node in node_objects(self.scenario, now=self.now()):
+            name = node["metadata"]["name"]
+            body: Any = node  # the client takes plain dicts as well as its models
+            try:
+                await self.core.create_node(body=body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                await self.core.patch_node_status(name, body={"status": body["status"]})
+        for body in topology_objects(self.scenario):
+            try:
+                await self.custom.create_cluster_custom_object(
+                    "gpuyard.io", "v1alpha1", "nodetopologies", body=body
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    log.warning("fakenodes.no_topology_crd", hint="gpuyard install --print --crds-only")
+                    break
+                if exc.status != 409:
+                    raise
+        self.registered.set()
+        log.info("fakenodes.registered", nodes=len(self.names), scenario=self.scenario.name)
+
+    async def _renew(self, name: str) -> None:
+        lease: Any = node_lease(name, now=self.now())
+        try:
+            await self.leases.patch_namespaced_lease(name, NODE_LEASE_NAMESPACE, body={"spec": lease["spec"]})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            await self.leases.create_namespaced_lease(NODE_LEASE_NAMESPACE, body=lease)
+        if self.ready[name]:
+            await self._set_ready(name, ready=True)
+
+    async def _set_ready(self, name: str, *, ready: bool, reason: str = "", message: str = "") -> None:
+        condition = ready_condition(ready=ready, now=self.now(), reason=reason, message=message)
+        await self.core.patch_node_status(name, body={"status": {"conditions": [condition]}})
+
+    async def heartbeats(self) -> None:
+        """Renew every node's Lease (and Ready condition) every `heartbeat` seconds."""
+        while True:
+            for name in sorted(self.names):
+                try:
+                    await self._renew(name)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the API server is away: try again at the next beat
+                    log.warning("fakenodes.heartbeat_failed", node=name, error=str(exc)[:200])
+            await asyncio.sleep(self.heartbeat)
+
+    # --- kubelets --------------------------------------------------------------------------------
+
+    async def watch_pods(self) -> None:
+        """Play every pod bound to one of the nodes; re-watch when the stream ends."""
+        while True:
+            stream = watch.Watch()
+            try:
+                async for event in stream.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=300):
+                    raw = self.api.sanitize_for_serialization(event["object"])
+                    self._seen(event["type"], Pod.model_validate(raw))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a broken stream, a refused connection: watch again shortly
+                log.warning("fakenodes.watch_failed", error=str(exc)[:200])
+                await asyncio.sleep(1.0)
+            finally:
+                stream.stop()
+
+    def _seen(self, kind: str, pod: Pod) -> None:
+        key = (pod.metadata.namespace, pod.metadata.name)
+        if kind == "DELETED" or pod.spec.node_name not in self.names:
+            task = self.playing.pop(key, None)
+            self.pods.pop(key, None)
+            if task is not None:
+                task.cancel()
+            return
+        self.pods[key] = pod
+        if key in self.playing or pod.status.phase in TERMINAL:
+            return
+        if not self.ready[pod.spec.node_name or ""]:
+            return
+        task = asyncio.create_task(self._play(pod), name=f"fake-kubelet {key[0]}/{key[1]}")
+        self.playing[key] = task
+        task.add_done_callback(functools.partial(self._done, key))
+
+    def _done(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self.playing.get(key) is task:
+            del self.playing[key]
+
+    async def _status(self, pod: Pod, status: dict[str, Any]) -> None:
+        await self.core.patch_namespaced_pod_status(
+            pod.metadata.name, pod.metadata.namespace, body={"status": status}
+        )
+
+    async def _play(self, pod: Pod) -> None:
+        """Pending -> Running -> Succeeded | Failed, on the clock of the pod's script."""
+        script = pod_script(pod.metadata.annotations, self.scenario.kubelet)
+        try:
+            if pod.status.phase == "Pending":
+                await asyncio.sleep(script.start_delay)
+                await self._status(pod, running_status(pod, now=self.now()))
+            if script.duration is None:
+                return  # runs until deleted or failed
+            started = pod.status.start_time  # a pod seen again (a new watch) runs only what is left
+            elapsed = (self.now() - started).total_seconds() if started is not None else 0.0
+            await asyncio.sleep(max(0.0, script.duration - elapsed))
+            code = script.exit_code
+            await self._status(
+                pod, terminated_status(pod, exit_code=code, reason=exit_reason(code), now=self.now())
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # deleted meanwhile: nothing to report
+                log.warning("fakenodes.status_failed", pod=pod.metadata.name, status=exc.status)
+
+    async def _fail(self, pods: list[Pod], *, reason: str, message: str) -> int:
+        for pod in pods:
+            task = self.playing.pop((pod.metadata.namespace, pod.metadata.name), None)
+            if task is not None:
+                task.cancel()
+            with contextlib.suppress(ApiException):
+                await self._status(
+                    pod, terminated_status(pod, exit_code=137, reason=reason, message=message, now=self.now())
+                )
+        return len(pods)
+
+    def _active_on(self, node: str) -> list[Pod]:
+        return [p for p in self.pods.values() if p.spec.node_name == node and p.status.phase not in TERMINAL]
+
+    # --- faults ----------------------------------------------------------------------------------
+
+    def _known(self, node: str) -> None:
+        if node not in self.names:
+            raise KeyError(
+                f"node {node!r} is not one of the fake nodes; nodes: {', '.join(sorted(self.names))}"
+            )
+
+    async def fail_node(self, node: str) -> int:
+        """The node turns NotReady and its pods fail (`NodeLost`). Returns the pods failed."""
+        self._known(node)
+        self.ready[node] = False
+        await self._set_ready(node, ready=False, reason="NodeLost", message="fault injected")
+        failed = await self._fail(self._active_on(node), reason="NodeLost", message=f"node {node} failed")
+        log.info("fakenodes.node_failed", node=node, pods_failed=failed)
+        return failed
+
+    async def recover_node(self, node: str) -> None:
+        self._known(node)
+        self.ready[node] = True
+        await self._set_ready(node, ready=True)
+        for pod in list(self.pods.values()):
+            if pod.spec.node_name == node:
+                self._seen("MODIFIED", pod)
+
+    async def fail_gpu(self, node: str, index: int) -> int:
+        """GPU `index` of `node` turns unhealthy; the pods holding it fail (`DeviceUnhealthy`)."""
+        self._known(node)
+        self.unhealthy[node].add(index)
+        annotations = {ANNOTATION_UNHEALTHY_GPUS: format_unhealthy(self.unhealthy[node])}
+        await self.core.patch_node(node, body={"metadata": {"annotations": annotations}})
+        await self._topology_health(node)
+        victims = [p for p in self._active_on(node) if index in pod_gpus(p)]
+        return await self._fail(victims, reason="DeviceUnhealthy", message=f"GPU {index} of {node} failed")
+
+    async def recover_gpu(self, node: str, index: int) -> None:
+        """GPU `index` of `node` is healthy again."""
+        self._known(node)
+        self.unhealthy[node].discard(index)
+        annotations = {ANNOTATION_UNHEALTHY_GPUS: format_unhealthy(self.unhealthy[node]) or None}
+        await self.core.patch_node(node, body={"metadata": {"annotations": annotations}})
+        await self._topology_health(node)
+
+    async def _topology_health(self, node: str) -> None:
+        """The node's NodeTopology says which GPUs are unhealthy (where the CRD and object exist)."""
+        try:
+            topo = await self.custom.get_cluster_custom_object(
+                "gpuyard.io", "v1alpha1", "nodetopologies", node
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        for gpu in topo.get("spec", {}).get("gpus", []):
+            gpu["health"] = "Unhealthy" if gpu.get("index") in self.unhealthy[node] else "Healthy"
+        await self.custom.replace_cluster_custom_object(
+            "gpuyard.io", "v1alpha1", "nodetopologies", node, topo
+        )
+
+    # --- the whole ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Register the nodes, then keep their heartbeats and kubelets going until cancelled."""
+        await self.register()
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.heartbeats(), name="fake-nodes heartbeats")
+                group.create_task(self.watch_pods(), name="fake-nodes kubelets")
+        finally:
+            for task in list(self.playing.values()):
+                task.cancel()
