@@ -10,7 +10,8 @@
 * **ResourceQuota** (`v1`): per-namespace hard limits (`requests.cpu`, `nvidia.com/gpu`,
   `count/jobs`, per GPU class `nvidia.tesla.k80`, ...).
 * **Queue** (`gpuyard.io/v1alpha1`): a tenant queue's weight for fair share, its queueing
-  strategy, the most jobs it may run and its aging settings.
+  strategy, the most jobs it may run, its aging settings and the namespaces whose jobs may name
+  it (`spec.namespaces`, the tenant binding the API enforces).
 
 This module holds the models and the label/annotation keys (of quotas and of the jobs charged to
 them); validation and parsing of a submitted document are in :mod:`gpuyard.apis.quota`, which
@@ -23,8 +24,9 @@ import json
 from decimal import Decimal
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from gpuyard.apis.durations import parse_duration
 from gpuyard.apis.meta import K8sModel, Resource, StrictK8sModel
 from gpuyard.apis.quantity import Quantity, QuantityError, parse_quantity
 
@@ -213,6 +215,34 @@ class QueueSpec(StrictK8sModel):
     max_running_jobs: int | None = Field(default=None, ge=0)
     aging: AgingSpec | None = Field(default=None, description="Default: the platform's aging settings.")
     description: str = ""
+    preemption_policy: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = Field(
+        default="LowerPriority",
+        description="Which running jobs a waiting job of this queue may preempt (Kueue's "
+        "withinClusterQueue): Never; LowerPriority (default); LowerOrNewerEqualPriority (also jobs "
+        "of equal priority that started after it was submitted).",
+    )
+    preempt_min_runtime: str | float | None = Field(
+        default=None,
+        description="Jobs of this queue that have run less than this are not preempted "
+        "(a duration: 10m, 1h30m, or seconds).",
+    )
+
+    @field_validator("preempt_min_runtime")
+    @classmethod
+    def _duration(cls, value: str | float | None) -> str | float | None:
+        if value is None:
+            return None
+        parse_duration(value)  # ValueError names the allowed forms (negative ones included)
+        return value
+
+    def min_runtime_seconds(self) -> float:
+        return parse_duration(self.preempt_min_runtime) if self.preempt_min_runtime is not None else 0.0
+
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces whose jobs may name this queue in schedulingPolicy.queue ('*': any); "
+        "a tenant's job may always use the queue named after its namespace (tenant binding, set by an admin).",
+    )
 
 
 class QueueStatus(K8sModel):

@@ -84,6 +84,7 @@ API_RESOURCES: tuple[ApiResource, ...] = (
     ApiResource("Service", "", "v1", "services", short_names=("svc",)),
     ApiResource("Event", "", "v1", "events", short_names=("ev",), status_subresource=False),
     ApiResource("ResourceQuota", "", "v1", "resourcequotas", short_names=("quota",)),
+    ApiResource("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", short_names=("pdb",)),
     *_job_resources(),
     ApiResource(
         "PodGroup",

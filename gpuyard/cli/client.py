@@ -12,7 +12,10 @@ the config file. The config file is `$GPUYARD_CONFIG` or `~/.config/gpuyard/conf
     server: http://gpuyard.example:8080
     token: s3cr3t
 
-`stream()` follows a Server-Sent Events watch and yields `(event, data)` pairs.
+`stream()` follows a Server-Sent Events watch and yields `(event, data)` pairs. Lists are fetched
+whole (`list_all`): pages of `chunk_size` items, following `metadata.continue`. `Warning` headers
+of the answers (e.g. `299 - "unknown field \"spec.bogusField\""`) are collected in `warnings`, for
+the CLI to print.
 """
 
 from __future__ import annotations
@@ -38,9 +41,13 @@ __all__ = [
     "default_token",
     "error_line",
     "load_client_config",
+    "warning_text",
 ]
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
+DEFAULT_CHUNK_SIZE = 500  # the server's default page size
+MAX_PAGES = 10_000  # a list longer than this many pages is a server fault, not data
+FIELD_VALIDATION = ("strict", "warn", "ignore")  # `--validate`, sent as ?fieldValidation=Strict|Warn|Ignore
 
 
 def config_path() -> Path:
@@ -147,7 +154,14 @@ def error_line(status: int, body: bytes) -> str:
 class ApiClient:
     """The gpuyard API over HTTP: one short-lived connection per call, no state between calls."""
 
-    def __init__(self, server: str | None = None, *, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        server: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> None:
         file: dict[str, str] = {}
         self._config_error: ClientError | None = None
         if server is None or token is None:
@@ -160,6 +174,10 @@ class ApiClient:
         ).rstrip("/")
         self.token = token if token is not None else (os.environ.get("GPUYARD_TOKEN") or file.get("token"))
         self.timeout = timeout
+        self.chunk_size = chunk_size
+        self.warnings: list[str] = []
+        """The text of every `Warning` header answered so far (Kubernetes' `299 - "text"` form)."""
+        """Items per page when a list is fetched whole (`list_all`); the server allows 1..5000."""
 
     @contextmanager
     def _open(
@@ -202,6 +220,7 @@ class ApiClient:
                             summary=summary,
                             details=details,
                         )
+                    self.warnings += [warning_text(w) for w in response.headers.get_list("Warning")]
                     yield response
                 finally:
                     response.close()
@@ -265,17 +284,47 @@ class ApiClient:
                 f"the server at {self.server} answered with something that is not JSON", exit_code=1
             ) from None
 
+    def list_all(self, path: str, *, query: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+        """Every item of a paged list route: pages of `chunk_size` items, following `metadata.continue`.
+
+        The answer has the shape of one page: `items` (all of them) and the first page's
+        `metadata.resourceVersion` (a watch from it misses nothing that happened while paging)."""
+        items: list[Any] = []
+        first: dict[str, Any] | None = None
+        token: str | None = None
+        for _ in range(MAX_PAGES):
+            page = self.request(
+                "GET", path, query={**(query or {}), "limit": str(self.chunk_size), "continue": token}
+            )
+            page = page if isinstance(page, dict) else {}
+            first = first if first is not None else page
+            items += page.get("items", [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+        else:
+            raise ClientError(f"{path}: more than {MAX_PAGES} pages; is the server looping?", exit_code=1)
+        meta = dict((first or {}).get("metadata") or {})
+        meta["continue"] = None
+        out = {**(first or {}), "items": items, "metadata": meta}
+        return out
+
     # --- job endpoints ---------------------------------------------------------------------------
 
-    def submit(self, text: str) -> Any:
-        return self.request("POST", "/api/v1/jobs", body=text.encode(), content_type="application/yaml")
+    def submit(self, text: str, *, validate: str | None = None) -> Any:
+        """Submit job documents; `validate` (strict|warn|ignore) is the server's field validation."""
+        return self.request(
+            "POST",
+            "/api/v1/jobs",
+            body=text.encode(),
+            content_type="application/yaml",
+            query={"fieldValidation": _field_validation(validate)},
+        )
 
     def jobs(
         self, *, namespace: str | None = None, phase: str | None = None, queue: str | None = None
     ) -> Any:
-        return self.request(
-            "GET", "/api/v1/jobs", query={"namespace": namespace, "phase": phase, "queue": queue}
-        )
+        return self.list_all("/api/v1/jobs", query={"namespace": namespace, "phase": phase, "queue": queue})
 
     def job(self, namespace: str, name: str) -> Any:
         return self.request("GET", f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}")
@@ -284,27 +333,27 @@ class ApiClient:
         return self.request("DELETE", f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}")
 
     def job_pods(self, namespace: str, name: str) -> Any:
-        return self.request("GET", f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}/pods")
+        return self.list_all(f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}/pods")
 
     def job_events(self, namespace: str, name: str) -> Any:
-        return self.request("GET", f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}/events")
+        return self.list_all(f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}/events")
 
     # --- cluster endpoints -----------------------------------------------------------------------
 
     def nodes(self, *, selector: str | None = None) -> Any:
-        return self.request("GET", "/api/v1/nodes", query={"labelSelector": selector})
+        return self.list_all("/api/v1/nodes", query={"labelSelector": selector})
 
     def node_usage(self, *, selector: str | None = None) -> Any:
-        return self.request("GET", "/api/v1/usage/nodes", query={"labelSelector": selector})
+        return self.list_all("/api/v1/usage/nodes", query={"labelSelector": selector})
 
     def summary(self) -> Any:
         return self.request("GET", "/api/v1/summary")
 
     def resource_classes(self) -> Any:
-        return self.request("GET", "/api/v1/resourceclasses")
+        return self.list_all("/api/v1/resourceclasses")
 
     def reservations(self, *, namespace: str | None = None, node: str | None = None) -> Any:
-        return self.request("GET", "/api/v1/reservations", query={"namespace": namespace, "node": node})
+        return self.list_all("/api/v1/reservations", query={"namespace": namespace, "node": node})
 
     # --- fault injection (fake backend) ----------------------------------------------------------
 
@@ -322,6 +371,25 @@ class ApiClient:
 
     def fail_next_creates(self, count: int) -> Any:
         return self.request("POST", "/api/v1/fake/pods:failNextCreates", query={"count": str(count)})
+
+
+def warning_text(header: str) -> str:
+    """The text of a `Warning: 299 - "text"` header (RFC 7234), unquoted; other forms as they are."""
+    code, _, rest = header.partition(" ")
+    agent, _, text = rest.partition(" ")
+    if code.isdigit() and agent and len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    return header
+
+
+def _field_validation(validate: str | None) -> str | None:
+    if validate is None:
+        return None
+    if validate.lower() not in FIELD_VALIDATION:
+        raise ClientError(
+            f"--validate must be one of {', '.join(FIELD_VALIDATION)}; got {validate!r}", exit_code=2
+        )
+    return validate.capitalize()
 
 
 def _q(part: str) -> str:

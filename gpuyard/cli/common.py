@@ -1,5 +1,6 @@
 """What every client command shares: one-line errors with exit codes, the `--server` /
-`--token` / `-o` options, reading YAML files, and mounting sub-commands into the root group.
+`--token` / `-o` / `--validate` options, the server's warnings on stderr, reading YAML files, and
+mounting sub-commands into the root group.
 
 Exit codes: 2 for bad input (a 4xx answer, an unreadable or malformed file), 1 for server or
 network errors (`ClientError.exit_code` carries which).
@@ -16,9 +17,18 @@ import click
 import yaml
 
 from gpuyard.apis.decoding import DocumentLimitError, yaml_load_all
-from gpuyard.cli.client import ClientError
+from gpuyard.cli.client import ApiClient, ClientError
 
-__all__ = ["OUTPUTS", "call", "client_options", "fail", "mount", "read_yaml_files"]
+__all__ = [
+    "OUTPUTS",
+    "call",
+    "client_options",
+    "fail",
+    "mount",
+    "print_warnings",
+    "read_yaml_files",
+    "validate_option",
+]
 
 OUTPUTS = click.Choice(["table", "wide", "json", "yaml"])
 
@@ -49,6 +59,24 @@ def client_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "-o", "--output", type=OUTPUTS, default="table", show_default=True, help="Output format."
     )(fn)
+
+
+def validate_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`--validate strict|warn|ignore` (kubectl's): what the server does with unknown fields."""
+    return click.option(
+        "--validate",
+        type=click.Choice(["strict", "warn", "ignore"], case_sensitive=False),
+        default="warn",
+        show_default=True,
+        help="Unknown fields: strict refuses the request naming them, warn accepts it and prints "
+        "a warning per field, ignore accepts it silently.",
+    )(fn)
+
+
+def print_warnings(client: ApiClient) -> None:
+    """Print the server's `Warning` headers (unknown fields, ...) on stderr, one line each."""
+    for text in client.warnings:
+        click.echo(f"warning: {text}", err=True)
 
 
 def read_yaml_files(files: Iterable[str]) -> list[tuple[str, str, list[Any]]]:

@@ -22,7 +22,15 @@ import click
 from gpuyard.apis.jobs import JobValidationError, load_documents
 from gpuyard.apis.jobspecs import JobConditionType
 from gpuyard.cli.client import ApiClient, ClientError, join_error
-from gpuyard.cli.common import call, client_options, fail, mount, read_yaml_files
+from gpuyard.cli.common import (
+    call,
+    client_options,
+    fail,
+    mount,
+    print_warnings,
+    read_yaml_files,
+    validate_option,
+)
 from gpuyard.cli.output import age, emit
 from gpuyard.cli.output import table as print_table
 
@@ -64,7 +72,8 @@ def _locate(detail: tuple[str, str], origin: list[tuple[str, int, int]]) -> tupl
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
 @client_options
-def submit(files: tuple[str, ...], output: str, server: str | None, token: str | None) -> None:
+@validate_option
+def submit(files: tuple[str, ...], output: str, server: str | None, token: str | None, validate: str) -> None:
     """Submit job files (KubeDL or Kubeflow YAML/JSON, multi-document); all or nothing."""
     texts = []
     origin: list[tuple[str, int, int]] = []  # per document of the body: file, index in it, its count
@@ -76,12 +85,14 @@ def submit(files: tuple[str, ...], output: str, server: str | None, token: str |
         origin += [(f, i, count) for i in range(count)]
         texts.append(text)
     body = "\n---\n".join(texts)  # one request: every document of every file, all or nothing
+    client = ApiClient(server, token=token)
     try:
-        result = ApiClient(server, token=token).submit(body)
+        result = client.submit(body, validate=validate)
     except ClientError as exc:
         if not exc.details:
             fail(exc.message, exc.exit_code)
         fail(join_error(exc.summary, [_locate(d, origin) for d in exc.details]), exc.exit_code)
+    print_warnings(client)
     items = result.get("items", [])
 
     def table(_wide: bool = False) -> None:

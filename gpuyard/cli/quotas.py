@@ -26,7 +26,15 @@ import click
 
 from gpuyard.apis.quantity import QuantityError, parse_quantity
 from gpuyard.cli.client import ApiClient, ClientError
-from gpuyard.cli.common import call, client_options, fail, mount, read_yaml_files
+from gpuyard.cli.common import (
+    call,
+    client_options,
+    fail,
+    mount,
+    print_warnings,
+    read_yaml_files,
+    validate_option,
+)
 from gpuyard.cli.output import emit as _emit
 from gpuyard.cli.output import table as _print_table
 
@@ -83,8 +91,9 @@ def _read_documents(files: tuple[str, ...]) -> tuple[list[Any], list[tuple[str, 
     help="YAML/JSON file of ElasticQuota, ResourceQuota, Queue, ResourceClass, PriorityClass (`-` for stdin); repeatable.",
 )
 @client_options
-def apply(files: tuple[str, ...], output: str, server: str | None, token: str | None) -> None:
-    """Create or replace quotas, resource quotas, queues, resource and priority classes, all or nothing."""
+@validate_option
+def apply(files: tuple[str, ...], output: str, server: str | None, token: str | None, validate: str) -> None:
+    """Create or replace quotas, resource quotas, queues, resource and priority classes, PDBs, all or nothing."""
     docs, origin = _read_documents(files)
     if not docs:
         fail(f"no documents in {', '.join(files)}", 2)
@@ -95,6 +104,7 @@ def apply(files: tuple[str, ...], output: str, server: str | None, token: str | 
             "/api/v1/apply",
             body=json.dumps(docs, default=str).encode(),
             content_type="application/json",
+            query={"fieldValidation": validate.capitalize()},
         )
     except ClientError as exc:
 
@@ -106,6 +116,7 @@ def apply(files: tuple[str, ...], output: str, server: str | None, token: str | 
             return f"{f}: documents[{j}]: "
 
         fail(_DOC_RE.sub(where, exc.message), exc.exit_code)
+    print_warnings(client)
     applied = (result or {}).get("applied", [])
     if output in ("json", "yaml"):
         _emit(applied, output, lambda wide: None)

@@ -1,19 +1,50 @@
-"""Prometheus metrics of the platform core, on an injected `CollectorRegistry`.
+"""Prometheus metrics of the platform core, on an injected `CollectorRegistry`, and their exposition.
 
 Components create their own metrics on `ctx.registry`; this module holds the ones the runtime
-owns: reconcile durations, work-queue depth, store size and event-loop lag.
+owns: reconcile durations, work-queue depth, store size and event-loop lag. `/metrics` answers
+with :func:`exposition`: every series for admins and the `metrics` role; for anyone else (a public
+scrape, `server.metrics_public`) the series that name a tenant (a label in
+:data:`TENANT_LABELS`: per-quota usage, queue depths, ...) are left out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from gpuyard.state.store import Store
 
-__all__ = ["CoreMetrics"]
+__all__ = ["TENANT_LABELS", "CoreMetrics", "exposition"]
+
+TENANT_LABELS = frozenset({"queue", "quota", "namespace", "tenant", "team", "user", "job", "pod"})
+"""A series with one of these labels describes one tenant: only admins see it."""
+
+
+class _WithoutTenants:
+    """A collector view of `registry` without the series that carry a tenant label."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            kept = [s for s in family.samples if TENANT_LABELS.isdisjoint(s.labels)]
+            if not kept and family.samples:
+                continue
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            out.samples = kept
+            yield out
+
+
+def exposition(registry: CollectorRegistry, *, tenant_detail: bool) -> bytes:
+    """The text exposition of `registry`; without per-tenant series unless `tenant_detail`."""
+    if tenant_detail:
+        return generate_latest(registry)
+    return generate_latest(_WithoutTenants(registry))
 
 
 class CoreMetrics:

@@ -149,6 +149,14 @@ class Ledger:
             return {}
         return {name: e.alloc.node for name, e in members.items()}
 
+    def group_allocs(self, group: tuple[str, str]) -> list[Alloc]:
+        """What a PodGroup's Reservations take (applied or not)."""
+        return [e.alloc for e in self._by_group.get(group, {}).values()]
+
+    def groups(self) -> list[tuple[str, str]]:
+        """Every PodGroup holding at least one Reservation."""
+        return list(self._by_group)
+
     def group_gpus(self, group: tuple[str, str]) -> dict[str, int]:
         """GPUs a PodGroup's Reservations hold, per node (shares count as one GPU)."""
         out: dict[str, int] = {}

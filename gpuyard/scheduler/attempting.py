@@ -17,6 +17,7 @@ synchronous: between taking a job and recording its placement nothing else runs.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -24,12 +25,14 @@ import structlog
 from gpuyard.apis.resourceclasses import RequestError
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.assuming import assume
+from gpuyard.scheduler.backfilling import never_fits, plan_head
 from gpuyard.scheduler.decisions import PlaceGang
 from gpuyard.scheduler.framework import CycleState
 from gpuyard.scheduler.gang_requests import GangRequest, PodShape, build_gang
 from gpuyard.scheduler.gatekeeping import JobShape
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.placing import place
+from gpuyard.scheduler.preemption.priority import preempt_for
 from gpuyard.scheduler.recording import Key, is_complete
 
 if TYPE_CHECKING:
@@ -64,6 +67,12 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
     state.positions[key] = walk.seen.get(job.queue, 0)
     walk.seen[job.queue] = state.positions[key] + 1
     state.parking.unpark(key)
+    pg = state.objects.get_of(PodGroup, *key)
+    if isinstance(pg, PodGroup) and state.evicting(pg):
+        # its stopped pods still hold their room; its `Preempted` status stands until released
+        candidates.blocked(job, "", reserve=False)
+        state.queue.park(key, epoch=state.epoch(), reserve=False)
+        return
     try:
         shape = adm.shape(key)
         known = walk.verdicts.get(shape) if shape is not None else None
@@ -72,13 +81,30 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
             candidates.blocked(job, reason, reserve=False)
             quota_blocked(state, key, reason, shape=shape)
             outcome = None
+            if (
+                not reason.startswith("ResourceQuota")
+                and not adm.owed(key)
+                and preempt_for(state, key, quota_blocked=True)
+            ):
+                walk.verdicts.clear()
         else:
-            outcome = schedule_one(state, key)
+            # the first job of the cycle that waits for room becomes the protected head
+            head = candidates.head is None and state.queue.backfill
+            outcome = schedule_one(state, key, head=head)
             if outcome is None:  # gone, suspended, or nothing to place: a change brings it back
                 state.queue.park(key, epoch=state.epoch(), reserve=False)
             if isinstance(outcome, Placement):
                 candidates.placed(job)
                 walk.verdicts.clear()
+            elif (
+                outcome is not None
+                and outcome.reason == "Unschedulable"
+                and not outcome.message.startswith("can never fit")
+                and preempt_for(state, key)
+            ):
+                candidates.blocked(job, outcome.full_message(), reserve=False)
+                walk.verdicts.clear()
+                outcome = None  # no reclaim on top: the room is coming
             else:
                 why = outcome.full_message() if outcome is not None else ""
                 candidates.blocked(job, why, reserve=outcome is not None)
@@ -132,6 +158,7 @@ def maybe_reclaim(state: SchedulerState, key: Key, *, owed: bool | None = None) 
         objects=state.objects,
         recorder=state.recorder,
         owed=owed,
+        state=state,
     )
     return bool(victims)
 
@@ -176,9 +203,12 @@ def backoff(state: SchedulerState, pg: PodGroup, message: str) -> None:
     log.warning("job.assume_failed", job=f"{key[0]}/{key[1]}", error=message, retry_in=delay)
 
 
-def schedule_one(state: SchedulerState, key: Key) -> Placement | Unschedulable | None:
+def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Placement | Unschedulable | None:
     """Try to place the PodGroup `key` (and its gang group) now; None when there is nothing to
-    place (gone, suspended, complete, or stopped pods still hold their room)."""
+    place (gone, suspended, complete, or stopped pods still hold their room).
+
+    Room held for other gangs (`holds`) is not free to it. `head`: it is the cycle's protected
+    head; if it does not fit, the room of its planned placement is held for it (`backfilling`)."""
     started = time.perf_counter()
     objects = state.objects
     pg = objects.get_of(PodGroup, *key)
@@ -207,14 +237,28 @@ def schedule_one(state: SchedulerState, key: Key) -> Placement | Unschedulable |
         return result
     if not gang.parts:
         return None
-    signature = _signature(gang)
+    mine = {m.key[1:] for m in members}
+    holder = any(state.holds.get(k) is not None for k in mine)
+    signature = None if holder else _signature(gang)  # its own hold makes its answer its own
+    token = (snap.epoch, state.holds.version)
     cached = state.no_fit.get(signature) if signature is not None else None
-    if cached is not None and cached[0] == snap.epoch:
-        _not_placed(state, members, cached[1])
-        return cached[1]
-    outcome: Placement | Unschedulable = place(
-        snap, gang, state.profile, state=CycleState(snap, gang, state.profile)
-    )
+    if cached is not None and cached[0] == token:
+        result = _why_waiting(state, key, gang, cached[1], signature=signature, head=head, members=mine)
+        _not_placed(state, members, result)
+        return result
+    cycle = CycleState(snap, gang, state.profile)
+    if state.holds:
+        tracked = state.admission.jobs.get(key)
+        duration = tracked.job.expected_duration if tracked is not None else None
+        held = state.holds.arrays(
+            snap.node_rows.index,
+            snap.n,
+            exclude=mine,
+            ends_at=state.now + duration if duration is not None else None,
+        )
+        if held is not None:
+            cycle.data["held"] = held
+    outcome: Placement | Unschedulable = place(snap, gang, state.profile, state=cycle)
     if isinstance(outcome, Placement) and not outcome.pods:  # nothing required, nothing fits
         n = len(outcome.deferred)
         outcome = Unschedulable(
@@ -228,10 +272,44 @@ def schedule_one(state: SchedulerState, key: Key) -> Placement | Unschedulable |
         if signature is not None:
             if len(state.no_fit) > 10_000:
                 state.no_fit.clear()
-            state.no_fit[signature] = (snap.epoch, outcome)
+            state.no_fit[signature] = (token, outcome)
+        outcome = _why_waiting(state, key, gang, outcome, signature=signature, head=head, members=mine)
         _not_placed(state, members, outcome)
     state.observe(started, outcome)
     return outcome
+
+
+def _why_waiting(
+    state: SchedulerState,
+    key: Key,
+    gang: GangRequest,
+    result: Unschedulable,
+    *,
+    signature: GangSignature | None,
+    head: bool,
+    members: set[Key],
+) -> Unschedulable:
+    """The explanation of a gang that does not fit now, completed: "can never fit on this
+    cluster: ..." when no empty cluster of these nodes could hold it, and for the head the room
+    held for its planned placement (`backfilling`)."""
+    if result.reason != "Unschedulable":
+        return result
+    if result.message.startswith("can never fit"):  # `place` found it out already
+        for k in members:
+            state.holds.drop(k)
+        return result
+    if signature is not None or head:
+        never = never_fits(state, gang, signature)
+        if never is not None:
+            for k in members:
+                state.holds.drop(k)
+            return replace(result, message=never, notes=[])
+    if not head:
+        return result
+    note = plan_head(state, key, gang, members=members)
+    if not note:
+        return result
+    return replace(result, notes=[*result.notes, f"({note})"])
 
 
 def _commit(state: SchedulerState, members: list[PodGroup], placement: Placement) -> None:
@@ -253,6 +331,8 @@ def _commit(state: SchedulerState, members: list[PodGroup], placement: Placement
         by_member[k] = by_member.get(k, 0) + 1
     for m in members:
         key: Key = m.key[1:]
+        state.holds.drop(key)  # its nomination or backfill hold is used now
+        state.preempting.pop(key, None)
         rec.failures.pop(key, None)
         held_pods = state.snapshot.placed_pods(key)
         state.admission.start(key, now=now)

@@ -53,6 +53,7 @@ from gpuyard.scheduler.framework import Profile
 from gpuyard.scheduler.gang_requests import ShapeCache
 from gpuyard.scheduler.gatekeeping import Admission
 from gpuyard.scheduler.grouping import GangGroups
+from gpuyard.scheduler.holds import Holds
 from gpuyard.scheduler.metrics import SchedulerMetrics
 from gpuyard.scheduler.objects import ObjectCache
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
@@ -75,6 +76,7 @@ WATCHED = (
     "ElasticQuota",
     "ResourceQuota",
     "Queue",
+    "PodDisruptionBudget",
 )
 STEP_JOBS = 32
 """Jobs per `step`: the loop writes their decisions and takes new changes between slices."""
@@ -91,6 +93,8 @@ class SchedulerState:
         reclaim_delay: float = 0.0,
         events: bool = True,
         metrics: SchedulerMetrics | None = None,
+        backfill_hold_seconds: float = 3600.0,
+        nomination_seconds: float = 300.0,
     ) -> None:
         self.profile = profile
         self.port_range = port_range
@@ -109,7 +113,15 @@ class SchedulerState:
         self.now = 0.0
         self.utcnow = datetime.fromtimestamp(0, UTC)
         self.shapes: ShapeCache = {}
-        self.no_fit: dict[GangSignature, tuple[int, Unschedulable]] = {}
+        self.no_fit: dict[GangSignature, tuple[tuple[int, int], Unschedulable]] = {}
+        self.never_fit: dict[object, tuple[tuple[int, int], str | None]] = {}  # per shape and nodes
+        self.head_plans: dict[Key, tuple[tuple[int, int], str, float]] = {}  # head's plan, state, time
+        self.holds = Holds()  # room held for nominated preemptors and the backfill head
+        self.preempting: dict[Key, set[Key]] = {}  # preemptor -> its victims still stopping
+        self.preempt_tried: dict[Key, int] = {}  # preemptor -> epoch of its last search
+        self.lowest_running: tuple[int, int | None] | None = None  # (epoch, lowest running priority)
+        self.backfill_hold_seconds = backfill_hold_seconds
+        self.nomination_seconds = nomination_seconds
         self.partial: dict[Key, int] = {}  # running jobs with pods still to place -> epoch last tried
         self.positions: dict[Key, int] = {}  # this cycle: a candidate's position in its queue
         self.generation: dict[Key, int] = {}  # generation at the last attempt
@@ -136,7 +148,7 @@ class SchedulerState:
 
     def epoch(self) -> int:
         """Grows when capacity (snapshot) or quota room (admission) may have grown."""
-        return self.snapshot.epoch + self.admission.epoch
+        return self.snapshot.epoch + self.admission.epoch + self.holds.released
 
     # --- input -----------------------------------------------------------------------------------
 
@@ -159,6 +171,11 @@ class SchedulerState:
         )
         self.admission.load(nodes=cache.list_of(Node), classes=classes, topologies=topologies)
         self.no_fit.clear()
+        self.never_fit.clear()
+        self.head_plans.clear()
+        self.holds = Holds()
+        self.preempting.clear()
+        self.preempt_tried.clear()
         self.partial.clear()
         self.parking.clear()
         self.recorder.clear()
@@ -209,6 +226,7 @@ class SchedulerState:
     def step(self, *, now: float, utcnow: datetime, limit: int = STEP_JOBS) -> list[Decision]:
         """Act on the changes, then try up to `limit` more jobs of the current walk."""
         self.now, self.utcnow = now, utcnow
+        self.holds.expire(now)
         self._sync()
         walk = self._walk
         if walk is None and self.rescheduler is not None and self.rescheduler.due(now):
@@ -217,6 +235,7 @@ class SchedulerState:
             self.cycles += 1
             retry_partial(self)
             walk = self._walk = Walk(self.queue.candidates(now))
+            walk.candidates.by_placement = True  # the head holds room on real nodes (`backfilling`)
             self.positions.clear()
         else:
             walk.verdicts.clear()  # the state changed between slices
@@ -286,6 +305,7 @@ class SchedulerState:
             return True, due
         for other in (
             self.reclaimer.next_due(now),
+            self.holds.next_due(),
             self.rescheduler.next_due(now) if self.rescheduler else None,
         ):
             if other is not None:
@@ -419,6 +439,11 @@ class SchedulerState:
             res = self.objects.get_of(Reservation, key[0], pod)
             self._delete(key[0], pod, res.metadata.uid if res is not None else "")
         self.admission.forget(key)
+        self.holds.drop(key)
+        self.head_plans.pop(key, None)
+        self.preempting.pop(key, None)
+        self.preempt_tried.pop(key, None)
+        self._released_victim(key)
         self.reclaimer.forget(key)
         self.reclaimer.released(key)
         self.recorder.forget(key)
@@ -428,6 +453,13 @@ class SchedulerState:
         self._uids.pop(key, None)
         self.parking.unpark(key)
         self.groups.forget(key)
+
+    def _released_victim(self, victim: Key) -> None:
+        """A victim's evicted Reservations are all gone (or it is gone)."""
+        for owner, victims in list(self.preempting.items()):
+            victims.discard(victim)
+            if not victims:
+                del self.preempting[owner]
 
     def _consider(self, pg: PodGroup, *, from_event: bool = False) -> None:
         """Honour releases and clear done evictions; queue a PodGroup that has pods without a
@@ -456,6 +488,7 @@ class SchedulerState:
                     adm.requeue(key)
                 return
             self.reclaimer.released(key)
+            self._released_victim(key)
         if pg.spec.suspend:
             adm.forget(key)
             self.partial.pop(key, None)

@@ -9,6 +9,10 @@ selector, ...": each node is blamed on the first filter that rejects it).
 
 `gpu-node-reserve` keeps CPU-only pods out of the CPU and memory a GPU node's idle GPUs will
 need: for each idle GPU its share of the node's CPU/memory (times a configurable fraction).
+
+`held-room` keeps every gang out of the room held for another one (a preemptor's nomination, the
+backfill head's planned placement: `holds`); the cycle puts the held amounts per row in
+`state.data["held"]`, and without them the filter has no opinion.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ __all__ = [
     "DEFAULT_FILTERS",
     "GPUClass",
     "GPUNodeReserve",
+    "HeldRoom",
     "HostPorts",
     "NodeAffinity",
     "NodeReady",
@@ -42,6 +47,7 @@ DEFAULT_FILTERS = (
     "node-resources",
     "host-ports",
     "gpu-node-reserve",
+    "held-room",
 )
 
 
@@ -335,10 +341,55 @@ class GPUNodeReserve:
         )
 
 
+class HeldRoom:
+    """Room held for another gang (`state.data["held"]`: GPUs, milli-CPU, MiB per row) is not free.
+
+    Whole GPUs are counted (a held GPU count is taken off the idle GPUs of the node); shares of a
+    GPU and extended resources are not held.
+    """
+
+    name = "held-room"
+    static = False
+
+    def filter(self, state: CycleState, shape: PodShape) -> np.ndarray | None:
+        held = state.data.get("held")
+        if held is None:
+            return None
+        gpu, cpu, mem = held
+        s = state.snapshot
+        big = np.iinfo(np.int64).max // 2
+        cap = np.full(s.n, big, dtype=np.int64)
+        if shape.gpus and not shape.shared:
+            avail = s.gpu_available(shape.gpu_class, shape.gpu_milli).astype(np.int64)
+            np.minimum(cap, (avail - gpu) // shape.gpus, out=cap)
+        if shape.cpu_milli:
+            np.minimum(cap, (s.cpu_free - cpu) // shape.cpu_milli, out=cap)
+        if shape.mem_mib:
+            np.minimum(cap, (s.mem_free - mem) // shape.mem_mib, out=cap)
+        touched = (gpu > 0) | (cpu > 0) | (mem > 0)
+        return np.where(touched, np.maximum(cap, 0), big)
+
+    def explain(self, state: CycleState, shape: PodShape, failed: np.ndarray) -> str:
+        n = int(failed.sum())
+        return (
+            f"{_nodes(n)} {'keeps its' if n == 1 else 'keep their'} free room for a job that waits ahead "
+            f"of this one (nominated after preemption, or the queue's head that cannot start yet)"
+        )
+
+
 def _no_args(cls: type[N]) -> Callable[[Mapping[str, Any]], N]:
     return no_args(cls, "filter plugin")
 
 
-for _cls in (NodeReady, NodeUnschedulable, NodeAffinity, TaintToleration, GPUClass, NodeResources, HostPorts):
+for _cls in (
+    NodeReady,
+    NodeUnschedulable,
+    NodeAffinity,
+    TaintToleration,
+    GPUClass,
+    NodeResources,
+    HostPorts,
+    HeldRoom,
+):
     register_filter(_cls.name, _no_args(_cls), replace=True)
 register_filter(GPUNodeReserve.name, lambda args: GPUNodeReserve(**args), replace=True)

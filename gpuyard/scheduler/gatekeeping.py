@@ -368,10 +368,14 @@ class Admission:
             return False
         tree.refresh()
         used, lo, rt = tree.used(charge.quota), tree.min(charge.quota), tree.runtime(charge.quota)
+        guaranteed = tree.guaranteed(charge.quota)
+        wanted = {r: a for r, a in charge.usage.items() if a > 0}
+        if not any(r in guaranteed for r in wanted):
+            return False  # nothing it asks for is guaranteed: nothing to take back
+        # every dimension counts: within the min where the quota has one, within the runtime always
         return all(
-            used.get(r, 0) + a <= lo.get(r, 0) and used.get(r, 0) + a <= rt.get(r, 0)
-            for r, a in charge.usage.items()
-            if a > 0
+            (r not in guaranteed or used.get(r, 0) + a <= lo.get(r, 0)) and used.get(r, 0) + a <= rt.get(r, 0)
+            for r, a in wanted.items()
         )
 
     # --- statuses ----------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 `gpuyard_scheduler_cycle_seconds{result}` (a histogram of the time to decide and assume one
 gang), `gpuyard_scheduler_attempts{result}`, `gpuyard_scheduler_placed_pods` and
 `gpuyard_scheduler_pending_podgroups`, on the context's injected registry; the scheduling loop
-(`running`) observes them.
+(`running`) observes them. Preemption counts `gpuyard_preemptions_total{reason}` (priority,
+reclaim, migration: jobs stopped) and `gpuyard_gpu_hours_lost_total` (the work they lose).
 """
 
 from __future__ import annotations
@@ -43,6 +44,17 @@ class SchedulerMetrics:
             "PodGroups waiting in the scheduling queue.",
             registry=registry,
         )
+        self.preemptions = Counter(
+            "gpuyard_preemptions",
+            "Running jobs stopped to make room for another, by reason (priority, reclaim, migration).",
+            ["reason"],
+            registry=registry,
+        )
+        self.gpu_hours_lost = Counter(
+            "gpuyard_gpu_hours_lost",
+            "GPU-hours of work lost by stopped jobs (GPUs x time since start or last checkpoint).",
+            registry=registry,
+        )
         self._children: dict[str, tuple[Any, Any]] = {}
 
     @classmethod
@@ -60,3 +72,8 @@ class SchedulerMetrics:
         children[1].inc()
         if pods:
             self.placed.inc(pods)
+
+    def preempted(self, reason: str, *, gpu_hours: float) -> None:
+        self.preemptions.labels(reason).inc()
+        if gpu_hours > 0:
+            self.gpu_hours_lost.inc(gpu_hours)

@@ -2,11 +2,14 @@
 
 When a waiting job fits its quota's min and runtime (`Admission.owed`) but cannot start —
 the cluster has no room, or an ancestor (the cluster itself) is full — the borrowers hold the
-room. For a one-pod job of several GPUs the victims are chosen on one node, so that the room is
-where the pod can use it (`quota.node_victims.plan_node_reclaim`); other jobs, or when no node
-plan exists, get the cluster-wide plan. After `scheduler.reclaim_delay` seconds of that (Koordinator waits 120 s; 0 in tests),
-:class:`Reclaimer` asks the pure :func:`plan_reclaim` for victims (whole gangs, lowest priority
-first, newest first, never non-preemptible ones) and turns the plan into decisions:
+room. After `scheduler.reclaim_delay` seconds of that (Koordinator waits 120 s; 0 in tests),
+:class:`Reclaimer` asks the pure :func:`plan_reclaim` for victims that give the quota back what
+it is owed in every dimension it tracks (whole gangs, lowest priority first, newest first, never
+non-preemptible ones), then checks the plan on the real nodes with the preemption engine
+(:func:`on_nodes`: the owner's whole gang must fit once the victims are gone, topology and shape
+included; if it would not — the freed GPUs lie on other nodes — the engine chooses among the
+borrowers' jobs a set that frees the quota *and* the room, in the engine's order) and turns the
+plan into decisions:
 
 * each victim's PodGroup gets `status.evictions` (pod -> why) for every pod holding a
   Reservation, and goes back to `Pending` (reason `Preempted`). The job operator stops those
@@ -25,25 +28,31 @@ The scheduler never imports the operator; PodGroup status is the only channel.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-import numpy as np
 import structlog
 
-from gpuyard.apis.core import GPU_RESOURCE
+from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.scheduling import PodGroup
+from gpuyard.scheduler.gang_requests import build_gang
 from gpuyard.scheduler.gatekeeping import Admission
 from gpuyard.scheduler.objects import ObjectCache
-from gpuyard.scheduler.quota import ReclaimPlan, RunningJob, plan_reclaim
-from gpuyard.scheduler.quota.node_victims import plan_node_reclaim
+from gpuyard.scheduler.outcomes import Placement
+from gpuyard.scheduler.preemption.budgets import violation_counter
+from gpuyard.scheduler.preemption.evicting import evict
+from gpuyard.scheduler.preemption.fitting import fits_without
+from gpuyard.scheduler.preemption.victims import Candidate, select_victims
+from gpuyard.scheduler.quota import ReclaimPlan, RunningJob, Victim, plan_reclaim
 from gpuyard.scheduler.quota.resources import format_amount
 from gpuyard.scheduler.recording import Recorder
 from gpuyard.scheduler.snapshot import Snapshot
 
-__all__ = ["Reclaimer"]
+if TYPE_CHECKING:
+    from gpuyard.scheduler.core import SchedulerState
+
+__all__ = ["Reclaimer", "on_nodes"]
 
 log = structlog.get_logger(__name__)
 
@@ -99,10 +108,13 @@ class Reclaimer:
         objects: ObjectCache,
         recorder: Recorder,
         owed: bool | None = None,
+        state: SchedulerState | None = None,
     ) -> list[Key]:
         """The waiting job `key` could not start: reclaim for it if it is owed and has waited
         `delay`. Returns the preempted jobs (empty when nothing was done). `owed` is
-        `adm.owed(key)` when the caller already knows it (same shape, same state)."""
+        `adm.owed(key)` when the caller already knows it (same shape, same state). With the
+        core's `state`, the plan is checked on the real nodes (`on_nodes`) and carried out by
+        the shared `evicting.evict`."""
         if not (adm.owed(key) if owed is None else owed):
             self.forget(key)
             return []
@@ -116,45 +128,21 @@ class Reclaimer:
             return []  # one plan per quota per state of the cluster; none while room is coming
         self._tried_epoch[charge.quota] = epoch
         running = adm.running_jobs()
-        # a one-pod job of several GPUs needs the room on one node: take it there if possible
         pg = objects.get_of(PodGroup, *key)
-        plan = self._node_plan(adm, pg, charge.quota, charge.usage, running, snapshot)
-        if plan is None:
-            plan = plan_reclaim(adm.tree, owner=charge.quota, need=charge.usage, running=running)
+        plan = plan_reclaim(adm.tree, owner=charge.quota, need=charge.usage, running=running)
         if not plan.feasible or not plan.victims:
             if plan.reason:
                 log.debug("reclaim.infeasible", job=f"{key[0]}/{key[1]}", reason=plan.reason)
             return []
+        if state is not None and isinstance(pg, PodGroup):
+            found = on_nodes(state, pg, plan, running)
+            if found is None:
+                log.debug("reclaim.no_room_on_nodes", job=f"{key[0]}/{key[1]}")
+                return []
+            plan = found
         return self._execute(
-            adm, key, plan, utcnow=utcnow, snapshot=snapshot, objects=objects, recorder=recorder
+            adm, key, plan, utcnow=utcnow, snapshot=snapshot, objects=objects, recorder=recorder, state=state
         )
-
-    def _node_plan(
-        self,
-        adm: Admission,
-        pg: object,
-        quota: str,
-        usage: Mapping[str, int],
-        running: list[RunningJob],
-        snapshot: Snapshot,
-    ) -> ReclaimPlan | None:
-        """For a one-pod job of plain GPUs without node constraints: victims on one node."""
-        gpus = usage.get(GPU_RESOURCE, 0)
-        if gpus <= 1 or any(r != GPU_RESOURCE and "/" in r and a > 0 for r, a in usage.items()):
-            return None  # one GPU always fits where one is free; class requests are left alone
-        if not isinstance(pg, PodGroup) or sum(r.replicas for r in pg.spec.roles) != 1:
-            return None
-        spec = pg.spec.roles[0].template
-        if spec.node_selector or spec.affinity is not None or spec.tolerations:
-            return None
-        ok = snapshot.alive & snapshot.ready & snapshot.schedulable & ~snapshot.tainted
-        ok &= snapshot.gpu_healthy_count >= gpus
-        names = cast("list[str]", snapshot.names)  # rows in `ok` are alive, and alive rows are named
-        room = {names[r]: int(snapshot.gpu_whole_free[r]) for r in np.flatnonzero(ok)}
-        # asked only with the keys of `running` (`adm.running_jobs()`): (namespace, name) pairs
-        held = cast("Callable[[Hashable], Mapping[str, int]]", snapshot.group_gpus)
-        plan = plan_node_reclaim(adm.tree, owner=quota, gpus=gpus, running=running, held=held, room=room)
-        return plan if plan.feasible and plan.victims else None
 
     def _execute(
         self,
@@ -166,6 +154,7 @@ class Reclaimer:
         snapshot: Snapshot,
         objects: ObjectCache,
         recorder: Recorder,
+        state: SchedulerState | None = None,
     ) -> list[Key]:
         tree = adm.tree
         mins = ", ".join(
@@ -176,12 +165,18 @@ class Reclaimer:
         done: list[Key] = []
         for victim in plan.victims:
             key = cast(Key, victim.job.key)  # running jobs are keyed by (namespace, name)
-            adm.requeue(key)
+            if state is None:
+                adm.requeue(key)
             done.append(key)
             message = (
                 f"reclaimed by quota {plan.owner} ({mins}) for {owner_key[0]}/{owner_key[1]}: {victim.reason}"
             )
             pg = objects.get_of(PodGroup, *key)
+            if state is not None:
+                if snapshot.placed_pods(key):
+                    self.evicting.setdefault(plan.owner, set()).add(key)
+                evict(state, key, message=message, reason="reclaim")
+                continue
             if isinstance(pg, PodGroup):
                 held = snapshot.placed_pods(key)
                 extra: dict[str, object] = {}
@@ -218,3 +213,73 @@ class Reclaimer:
             )
         self.forget(owner_key)
         return done
+
+
+def on_nodes(
+    state: SchedulerState, pg: PodGroup, plan: ReclaimPlan, running: list[RunningJob]
+) -> ReclaimPlan | None:
+    """The quota plan checked on the real nodes (the preemption engine's question): when the
+    owner's gang does not fit with the plan's victims gone (their freed room lies where the gang
+    cannot use it), the engine chooses among the borrowers' jobs a set that frees enough quota
+    *and* lets the gang fit; None when there is none (then nothing is preempted)."""
+    key = (pg.metadata.namespace, pg.metadata.name)
+    snap = state.snapshot
+    members, waiting_for = state.groups.members(pg, lambda k: state.objects.get_of(PodGroup, *k))
+    if waiting_for:
+        return None
+    gang = build_gang(
+        members,
+        placed={m.key[1:]: snap.placed_pods(m.key[1:]) for m in members},
+        classes=snap.class_names,
+        cache=state.shapes,
+    )
+    if not gang.parts:
+        return plan
+    held = state.holds.arrays(snap.node_rows.index, snap.n, exclude={key})
+    gone = [cast(Key, v.job.key) for v in plan.victims]
+    if isinstance(fits_without(snap, gang, state.profile, gone, held=held), Placement):
+        return plan
+    tree, charge = state.admission.tree, state.admission.quotas.charge(key)
+    if charge is None:
+        return None
+    shared = set(tree.path(charge.quota))
+    by_key = {cast(Key, j.key): j for j in running if j.preemptible and j.quota not in shared}
+    candidates = [
+        Candidate(
+            key=k,
+            priority=j.priority,
+            start_time=j.start_time,
+            gpus=sum(snap.group_gpus(k).values()),
+        )
+        for k, j in by_key.items()
+        if snap.placed_pods(k)
+    ]
+
+    def enough(victims: list[Candidate]) -> bool:
+        sub = plan_reclaim(
+            tree, owner=charge.quota, need=charge.usage, running=[by_key[v.key] for v in victims]
+        )
+        return sub.feasible
+
+    labels = {k: dict(t.labels) for k in by_key if (t := state.admission.jobs.get(k)) is not None}
+    budgets = violation_counter(
+        state.objects.list_of(PodDisruptionBudget),
+        {k: (labels.get(k, {}), len(snap.placed_pods(k))) for k in by_key},
+    )
+    chosen = select_victims(
+        snap, gang, state.profile, candidates, enough=enough, held=held, violations=budgets
+    )
+    if chosen is None:
+        return None
+    sub = plan_reclaim(
+        tree, owner=charge.quota, need=charge.usage, running=[by_key[v.key] for v in chosen.victims]
+    )
+    reasons = {cast(Key, v.job.key): v.reason for v in sub.victims}
+    victims = [
+        Victim(
+            by_key[v.key],
+            reasons.get(v.key, f"its room on the nodes is needed; {charge.quota} is owed its min"),
+        )
+        for v in chosen.victims
+    ]
+    return ReclaimPlan(plan.owner, plan.need, plan.shortfall, victims=victims, freed=plan.freed)

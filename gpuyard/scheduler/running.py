@@ -71,6 +71,8 @@ class SchedulerLoop:
             profile=profile or profile_from_settings(ctx.settings),
             port_range=(port_lo, port_hi),
             reclaim_delay=float(getattr(ctx.settings.scheduler, "reclaim_delay", 0.0)),
+            nomination_seconds=float(getattr(ctx.settings.scheduler, "nomination_seconds", 300.0)),
+            backfill_hold_seconds=float(getattr(ctx.settings.scheduler, "backfill_hold_seconds", 3600.0)),
             events=events,
             metrics=SchedulerMetrics.for_registry(ctx.registry),
         )

@@ -184,6 +184,14 @@ class Snapshot:
         """GPUs a PodGroup's Reservations hold, per node (shares count as one GPU)."""
         return self.ledger.group_gpus(group)
 
+    def group_allocs(self, group: tuple[str, str]) -> list[Alloc]:
+        """What a PodGroup's Reservations take (an `Alloc` per pod; `row` -1 when not applied)."""
+        return self.ledger.group_allocs(group)
+
+    def groups(self) -> list[tuple[str, str]]:
+        """Every PodGroup holding at least one Reservation."""
+        return self.ledger.groups()
+
     def workload_counts(self) -> Mapping[tuple[int, int, int], int]:
         """(cpu milli, GPUs, milli per GPU) -> how many GPU reservations have that shape."""
         return self.ledger.workload_counts()

@@ -44,9 +44,19 @@ class TokenConfig(Section):
 
     sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
     user: str = Field(min_length=1)
-    role: Literal["admin", "user", "viewer"] = "user"
+    role: Literal["admin", "user", "viewer", "metrics"] = "user"
     namespaces: list[str] = Field(
         default_factory=list, description='Namespaces this user may use; ["*"] for all.'
+    )
+
+
+class RateLimitConfig(Section):
+    """A token bucket per caller: `requests_per_second` refill, up to `burst` at once."""
+
+    requests_per_second: float = Field(gt=0)
+    burst: int = Field(default=20, ge=1)
+    exempt_loopback: bool = Field(
+        default=True, description="Requests without a token from a loopback address are not limited."
     )
 
 
@@ -56,6 +66,14 @@ class ServerConfig(Section):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     insecure: bool = False
     tokens: list[TokenConfig] = Field(default_factory=list)
+    metrics_public: bool = Field(
+        default=False,
+        description="With tokens: false (default) = /metrics needs an admin or metrics token; true = "
+        "anyone may scrape, and callers without one of those roles get no per-tenant series.",
+    )
+    rate_limit: RateLimitConfig | None = Field(
+        default=None, description="Per-token request rate limit (token bucket); null: unlimited."
+    )
 
 
 class BackendConfig(Section):
@@ -111,6 +129,17 @@ class SchedulerConfig(Section):
         default=0.0,
         ge=0,
         description="Seconds a quota owed its min waits before borrowed jobs are preempted (Koordinator: 120).",
+    )
+    nomination_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long the room freed by preemption stays held for the preemptor (nomination).",
+    )
+    backfill_hold_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How long the queue's head holds the room of its planned placement after it was last "
+        "planned (EASY backfill's time-bounded reservation).",
     )
     rescheduler: ReschedulerConfig = Field(default_factory=ReschedulerConfig)
     # --- pods' scheduler and delegate mode (docs/kubernetes.md) ---

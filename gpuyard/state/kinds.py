@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gpuyard.apis.core import Event, Node, Pod, Service
 from gpuyard.apis.devices import NodeTopology
+from gpuyard.apis.disruption import PDB_KINDS
 from gpuyard.apis.jobkinds import JOB_KINDS
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.priorityclasses import PRIORITY_CLASS_KINDS
@@ -29,6 +30,7 @@ JOURNALED_KINDS: list[type[Resource]] = [
     *RESOURCE_CLASS_KINDS,
     *PRIORITY_CLASS_KINDS,
     *(cls for cls, _ in QUOTA_KINDS),
+    *(cls for cls, _ in PDB_KINDS),
 ]
 # Kinds that are rebuilt from the others or are only informational.
 CORE_KINDS: list[type[Resource]] = [Service, Event]

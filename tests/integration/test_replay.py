@@ -67,8 +67,10 @@ async def test_fifo_keeps_arrival_order_and_priority_lets_the_urgent_job_first(t
     fifo = by_name((await run_replay(trace(tmp_path, rows), scenario=scenario(1), policy="fifo")).jobs)
     prio = by_name((await run_replay(trace(tmp_path, rows), scenario=scenario(1), policy="priority")).jobs)
     assert (fifo["low"].start, fifo["urgent"].start) == (100.0, 200.0)
-    assert (prio["urgent"].start, prio["low"].start) == (100.0, 200.0)
-    assert prio["urgent"].queueing_delay == 98.0 and prio["low"].jct == 299.0
+    # with priorities the urgent job preempts the running priority-0 one on arrival; the preempted
+    # job runs again after it, keeping its place ahead of `low`
+    assert (prio["urgent"].start, prio["first"].finish, prio["low"].start) == (2.0, 202.0, 202.0)
+    assert prio["urgent"].queueing_delay == 0.0 and prio["low"].jct == 301.0
 
 
 async def test_drf_alternates_between_two_queues(tmp_path: Path) -> None:

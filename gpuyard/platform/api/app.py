@@ -1,4 +1,5 @@
-"""Builds the aiohttp application: error middleware, health, metrics, and the API routes.
+"""Builds the aiohttp application: error, redaction (other teams' job names) and auth middleware,
+health, metrics, and the API routes.
 
 State shared with handlers is stored under typed `web.AppKey`s (`CTX`, `READY`). Handlers read
 the store (`stored`) and write only through the context's writer (`writer_of`, `delete_object`),
@@ -7,29 +8,35 @@ which answers once the write is durable.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpuyard.apis.decoding import DocumentLimitError
 from gpuyard.apis.meta import Resource
-from gpuyard.platform.api.auth import make_auth_middleware
+from gpuyard.platform.api.auth import METRICS_ROLES, make_auth_middleware, principal_of
 from gpuyard.platform.api.errors import ApiError, error_response
 from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
+from gpuyard.platform.api.ratelimit import make_rate_limit_middleware
+from gpuyard.platform.api.redaction import NamespaceIndex, make_redaction_middleware
+from gpuyard.platform.metrics import exposition
 from gpuyard.state.context import Context
 from gpuyard.state.store import NotFound
 from gpuyard.state.writing import Writer
 
-__all__ = ["CTX", "READY", "delete_object", "make_app", "stored", "writer_of"]
+__all__ = ["CTX", "NAMESPACES", "READY", "delete_object", "make_app", "stored", "writer_of"]
 
 log = structlog.get_logger(__name__)
 
 CTX: web.AppKey[Context] = web.AppKey("ctx", Context)
 READY = web.AppKey[Callable[[], bool]]("ready")  # a callable is not a class: the type goes in [...]
+NAMESPACES: web.AppKey[NamespaceIndex] = web.AppKey("namespaces", NamespaceIndex)
 
 # Each module exposes `setup(app: web.Application) -> None` adding its routes.
 ROUTE_MODULES: list[str] = [
@@ -43,6 +50,7 @@ ROUTE_MODULES: list[str] = [
     "gpuyard.platform.api.nodes",
     "gpuyard.platform.api.quotas",
     "gpuyard.platform.api.applying",
+    "gpuyard.platform.api.disruption",
     "gpuyard.platform.api.priorityclasses",
     "gpuyard.platform.api.rescheduling",
     "gpuyard.platform.api.topologies",
@@ -63,7 +71,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return error_response(exc.status, exc.reason)
+        response = error_response(exc.status, exc.reason)
+        if "Allow" in exc.headers:  # a 405 says which methods the path has (RFC 9110)
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
     except DocumentLimitError as exc:
         return error_response(exc.status, exc.message, exc.details)
     except json.JSONDecodeError as exc:
@@ -109,24 +120,41 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[CTX].registry)
+    """Prometheus' exposition; per-tenant series only for admin and metrics principals (`auth`)."""
+    detail = principal_of(request).role in METRICS_ROLES
+    body = exposition(request.app[CTX].registry, tenant_detail=detail)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _index_namespaces(app: web.Application) -> AsyncIterator[None]:
+    """Keep the namespace index (for redaction) current while the app serves."""
+    task = asyncio.create_task(app[NAMESPACES].run(), name="namespace-index")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def make_app(ctx: Context, *, ready: Callable[[], bool] = lambda: True) -> web.Application:
     """The application for `ctx`; routes of every module in `ROUTE_MODULES` are added."""
     import importlib
 
+    server = ctx.settings.server
+    limits = [make_rate_limit_middleware(server.rate_limit)] if server.rate_limit is not None else []
     app = web.Application(
         middlewares=[
             make_metrics_middleware(ctx.registry),
             error_middleware,
-            make_auth_middleware(ctx.settings.server.tokens),
+            *limits,
+            make_redaction_middleware(lambda request: request.app[NAMESPACES]),
+            make_auth_middleware(server.tokens, metrics_public=server.metrics_public),
         ],
         client_max_size=ctx.settings.server.max_body_bytes,
     )
     app[CTX] = ctx
     app[READY] = ready
+    app[NAMESPACES] = NamespaceIndex(ctx.store)
+    app.cleanup_ctx.append(_index_namespaces)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -1,13 +1,14 @@
 """`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues, ResourceClasses,
 PriorityClasses (`scheduling.k8s.io/v1`: value at most 1000000000, no `system-` prefix, one
-`globalDefault`, `value` immutable once created) and NodeTopologies (validated by
-`topologies.parse_node_topology`).
+`globalDefault`, `value` immutable once created), PodDisruptionBudgets and NodeTopologies (validated
+by `topologies.parse_node_topology`).
 
 The body is a multi-document YAML (or a JSON list): every document is validated first by
 :func:`apply_documents` (the quotas as one tree: the tree in force with all of the file's quotas
 in it), then all are written together through the writer — ResourceClasses, Queues, ResourceQuotas,
 then ElasticQuotas, one after another with nothing in between — or none is. A problem is a 422 whose `details` name the object and the field
-`documents[I].<field>`. Needs the admin role. Decoding and storing are shared with the quota
+`documents[I].<field>`. Unknown fields follow `?fieldValidation=Strict|Warn|Ignore` (`fields`).
+Needs the admin role. Decoding and storing are shared with the quota
 routes (`manifests`).
 """
 
@@ -17,15 +18,23 @@ from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
 
+from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.priorityclasses import PriorityClass, class_problems
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document, validate_quotas
-from gpuyard.apis.quotakinds import ElasticQuota
+from gpuyard.apis.quotakinds import ElasticQuota, Queue, ResourceQuota
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
 from gpuyard.platform.api.app import CTX, writer_of
 from gpuyard.platform.api.auth import authorize
-from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.errors import ApiError, details_from_validation
+from gpuyard.platform.api.fields import (
+    FIELD_VALIDATION_PARAM,
+    answer_unknown_fields,
+    field_validation,
+    unknown_fields,
+)
 from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas
 from gpuyard.platform.api.openapi import operation
 from gpuyard.platform.api.topologies import parse_node_topology
@@ -35,7 +44,15 @@ from gpuyard.state.writing import write_together
 
 __all__ = ["apply_documents", "setup"]
 
-APPLY_KINDS = ("ElasticQuota", "NodeTopology", "PriorityClass", "Queue", "ResourceClass", "ResourceQuota")
+APPLY_KINDS = (
+    "ElasticQuota",
+    "NodeTopology",
+    "PodDisruptionBudget",
+    "PriorityClass",
+    "Queue",
+    "ResourceClass",
+    "ResourceQuota",
+)
 APPLY_RESULT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -120,7 +137,8 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
             )
             continue
         meta = doc.get("metadata")
-        ns = str(meta.get("namespace") or "") if kind == "ResourceQuota" and isinstance(meta, dict) else ""
+        namespaced = kind in ("ResourceQuota", "PodDisruptionBudget")
+        ns = str(meta.get("namespace") or "") if namespaced and isinstance(meta, dict) else ""
         key = (kind, ns, name)
         if key in seen:
             problems.append(
@@ -161,6 +179,18 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
                 ]
                 continue
             out.append(ResourceClass.model_validate(data))
+            continue
+        if kind == "PodDisruptionBudget":
+            try:
+                budget = PodDisruptionBudget.model_validate(doc)
+            except ValidationError as exc:
+                problems += [
+                    {"object": f"{kind}/{name}", **d}
+                    for d in details_from_validation(exc, prefix=prefix.rstrip("."))
+                ]
+                continue
+            budget.metadata.namespace = budget.metadata.namespace or "default"
+            out.append(budget)
             continue
         data = dict(doc)
         others: list[ElasticQuota] = []
@@ -259,12 +289,23 @@ _ORDER = {
     "Queue": 1,
     "ResourceQuota": 2,
     "ElasticQuota": 3,
+    "PodDisruptionBudget": 4,
+}
+_MODELS: dict[str, type[Resource]] = {
+    "ElasticQuota": ElasticQuota,
+    "PodDisruptionBudget": PodDisruptionBudget,
+    "PriorityClass": PriorityClass,
+    "Queue": Queue,
+    "ResourceClass": ResourceClass,
+    "ResourceQuota": ResourceQuota,
 }
 
 
 @operation(
-    "Apply a policy file: ElasticQuotas, ResourceQuotas, Queues, ResourceClasses, NodeTopologies; all or nothing",
+    "Apply a policy file: ElasticQuotas, ResourceQuotas, Queues, ResourceClasses, PriorityClasses, "
+    "PodDisruptionBudgets and NodeTopologies, all or nothing",
     tags=["quotas"],
+    params=[FIELD_VALIDATION_PARAM],
     body=APPLY_BODY_SCHEMA,
     body_content_types=("application/yaml", "application/json"),
     response=APPLY_RESULT_SCHEMA,
@@ -272,6 +313,7 @@ _ORDER = {
 )
 async def apply(request: web.Request) -> web.Response:
     authorize(request, "admin")
+    mode = field_validation(request)
     store = request.app[CTX].store
     docs = decode_body(await request.read(), max_bytes=request.app[CTX].settings.server.max_body_bytes)
     if not docs:
@@ -281,6 +323,12 @@ async def apply(request: web.Request) -> web.Response:
     objects, problems = apply_documents(store, docs)
     if problems:
         raise ApiError(422, f"{len(problems)} problem(s); nothing was applied", details=problems)
+    unknown: list[str] = []
+    for i, doc in enumerate(docs):
+        model = _MODELS.get(doc.get("kind", "")) if isinstance(doc, dict) else None
+        if model is not None:
+            unknown += unknown_fields(model, doc, prefix=f"documents[{i}].")
+    warnings = answer_unknown_fields(mode, unknown)  # Strict: 422 naming them
     ctx = request.app[CTX]
     # written together, in order, with nothing in between: the scheduler sees the whole file at
     # once; one journal commit makes it durable before the answer
@@ -303,7 +351,10 @@ async def apply(request: web.Request) -> web.Response:
                 "action": action,
             }
         )
-    return web.json_response({"applied": applied})
+    response = web.json_response({"applied": applied})
+    for warning in warnings:
+        response.headers.add("Warning", warning)
+    return response
 
 
 def setup(app: web.Application) -> None:

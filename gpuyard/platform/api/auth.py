@@ -3,9 +3,15 @@
 Tokens are configured by their SHA-256 hash (`server.tokens`: hash -> user, role, namespaces),
 so the config file never holds a usable secret; `gpuyard token hash` prints a token's hash.
 Roles: `admin` does everything (quotas, fault injection), `user` reads and changes jobs in its
-namespaces, `viewer` only reads its namespaces. Comparison is constant-time and tokens never
-reach a log line. With no tokens configured every request is an anonymous admin, and the CLI
-refuses to bind a non-loopback address without `--insecure`.
+namespaces, `viewer` only reads its namespaces, `metrics` may only scrape `/metrics`.
+Comparison is constant-time and tokens never reach a log line. With no tokens configured every
+request is an anonymous admin, and the CLI refuses to bind a non-loopback address without
+`--insecure`.
+
+`/metrics` with tokens configured: an admin or metrics token sees every series; without
+`server.metrics_public` any other caller is refused (401 without a token, 403 with one); with it,
+anyone may scrape, and a caller without one of those roles gets no per-tenant series
+(`platform.metrics.exposition`).
 
 401 means "who are you?" (no or unknown token); 403 means "you may not do this".
 """
@@ -25,6 +31,7 @@ from gpuyard.platform.api.errors import ApiError
 from gpuyard.state.config import TokenConfig
 
 __all__ = [
+    "METRICS_ROLES",
     "PRINCIPAL",
     "Action",
     "Principal",
@@ -37,15 +44,17 @@ __all__ = [
 
 Action = Literal["read", "write", "admin"]
 
-# Paths anyone may call: probes, metrics scraping and the dashboard's static files.
-PUBLIC_PREFIXES = ("/healthz", "/readyz", "/metrics", "/static/")
+# Paths anyone may call: probes and the dashboard's static files (`/metrics`: see above).
+PUBLIC_PREFIXES = ("/healthz", "/readyz", "/static/")
 PUBLIC_EXACT = ("/", "/api/v1/openapi.json")
+METRICS_PATH = "/metrics"
+METRICS_ROLES = frozenset({"admin", "metrics"})  # see every series
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
     user: str
-    role: Literal["admin", "user", "viewer"]
+    role: Literal["admin", "user", "viewer", "metrics"]
     namespaces: frozenset[str]  # "*" = all
 
     def sees(self, namespace: str) -> bool:
@@ -53,6 +62,7 @@ class Principal:
 
 
 ANONYMOUS_ADMIN = Principal(user="anonymous", role="admin", namespaces=frozenset({"*"}))
+ANONYMOUS_SCRAPER = Principal(user="anonymous", role="viewer", namespaces=frozenset())  # public /metrics
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
 
 
@@ -69,7 +79,7 @@ def _lookup(tokens: Iterable[TokenConfig], presented: str) -> Principal | None:
     return found
 
 
-def make_auth_middleware(tokens: list[TokenConfig]) -> Middleware:
+def make_auth_middleware(tokens: list[TokenConfig], *, metrics_public: bool = False) -> Middleware:
     @web.middleware
     async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not tokens:
@@ -81,10 +91,21 @@ def make_auth_middleware(tokens: list[TokenConfig]) -> Middleware:
         header = request.headers.get("Authorization", "")
         scheme, _, presented = header.partition(" ")
         if scheme.lower() != "bearer" or not presented.strip():
+            if path == METRICS_PATH and metrics_public:
+                request[PRINCIPAL] = ANONYMOUS_SCRAPER
+                return await handler(request)
             raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'")
         principal = _lookup(tokens, presented.strip())
         if principal is None:
             raise ApiError(401, "unknown or revoked token")
+        if path == METRICS_PATH and principal.role not in METRICS_ROLES and not metrics_public:
+            raise ApiError(
+                403,
+                f"user {principal.user} ({principal.role}) may not scrape /metrics; it needs the admin "
+                "or metrics role (or server.metrics_public: true)",
+            )
+        if principal.role == "metrics" and path != METRICS_PATH:
+            raise ApiError(403, f"user {principal.user} has the metrics role: it may only scrape /metrics")
         request[PRINCIPAL] = principal
         return await handler(request)
 

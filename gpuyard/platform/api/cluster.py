@@ -21,7 +21,7 @@ from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
-from gpuyard.platform.api.paging import list_body, paginate
+from gpuyard.platform.api.paging import PAGING, list_body, paginate
 from gpuyard.platform.cluster_metrics import PENDING_PHASES, cluster_usage
 from gpuyard.state.store import Store
 
@@ -32,8 +32,7 @@ __all__ = ["setup"]
     "List nodes",
     tags=["cluster"],
     params=[
-        Param("limit", type="integer", description="Page size (1-5000, default 500)."),
-        Param("continue", description="Token from the previous page."),
+        *PAGING,
         Param("labelSelector", description="e.g. gpuyard.io/gpu-model=v100"),
     ],
     errors=[400, 422],
@@ -150,7 +149,7 @@ def cluster_usage_jobs(store: Store, visible: frozenset[str]) -> tuple[dict[str,
 @operation(
     "Per-node use: GPUs, CPU and memory held by reservations, and the job holding each GPU",
     tags=["cluster"],
-    params=[Param("labelSelector", description="e.g. gpuyard.io/gpu-model=v100")],
+    params=[Param("labelSelector", description="e.g. gpuyard.io/gpu-model=v100"), *PAGING],
     response={"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object"}}}},
     errors=[400],
 )
@@ -165,10 +164,12 @@ async def node_usage(request: web.Request) -> web.Response:
         except ValueError as exc:
             raise ApiError(400, str(exc), details=[{"field": "labelSelector", "reason": str(exc)}]) from None
     visible = allowed_namespaces(request)
+    rows = sorted(
+        (n for n in cluster_usage(store).nodes if names is None or n.name in names), key=lambda n: n.name
+    )
+    page, token = paginate(request, rows, key=lambda n: ("", n.name))
     items = []
-    for n in cluster_usage(store).nodes:
-        if names is not None and n.name not in names:
-            continue
+    for n in page:
         row = n.to_dict()
         if visible is not None:  # other tenants' jobs are shown as "other"
             row["holders"] = {
@@ -176,7 +177,9 @@ async def node_usage(request: web.Request) -> web.Response:
                 for idx, hs in row["holders"].items()
             }
         items.append(row)
-    return web.json_response({"items": items, "resourceVersion": str(store.resource_version)})
+    body = list_body(items, next_token=token, resource_version=store.resource_version)
+    body["resourceVersion"] = str(store.resource_version)  # where earlier clients read it
+    return web.json_response(body)
 
 
 def setup(app: web.Application) -> None:

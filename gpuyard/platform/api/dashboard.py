@@ -28,7 +28,7 @@ from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
-from gpuyard.platform.api.paging import list_body, paginate
+from gpuyard.platform.api.paging import PAGING, list_body, paginate
 
 __all__ = ["STATIC_DIR", "setup"]
 
@@ -60,8 +60,7 @@ async def index(request: web.Request) -> web.FileResponse:
         Param("namespace", description="Only this namespace"),
         Param("node", description="Only reservations on this node"),
         Param("jobName", description="Only the reservations of this job (its PodGroup)"),
-        Param("limit", type="integer", description="Page size (1-5000, default 500)."),
-        Param("continue", description="Token from the previous page."),
+        *PAGING,
     ],
     response=RESERVATION_LIST_SCHEMA,
     errors=[400, 422],

@@ -5,7 +5,9 @@
   each offending field path and the allowed values; 409 for a name already taken) and nothing is
   stored. Then all are created together through the writer (:func:`create_all`: one after
   another with nothing in between, one journal commit; if one is refused, none stays).
-* `GET /api/v1/jobs?namespace=&phase=&queue=&kind=` — jobs of every kind.
+  Unknown fields follow `?fieldValidation=` (`fields`); a tenant's job naming a quota or queue
+  its namespace is not bound to is a 403 naming the field (`tenancy`).
+* `GET /api/v1/jobs?namespace=&phase=&queue=&kind=&limit=&continue=` — jobs of every kind, paged.
 * `GET|DELETE /api/v1/namespaces/{ns}/jobs/{name}` — one job; deleting it makes the operator
   delete its PodGroup, reservations, pods and services.
 * `PATCH /api/v1/namespaces/{ns}/jobs/{name}` — a JSON merge patch (RFC 7386; content type
@@ -45,8 +47,17 @@ from gpuyard.apis.scheduling import (
 from gpuyard.platform.api.app import CTX, delete_object, writer_of
 from gpuyard.platform.api.auth import Action, allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.fields import (
+    FIELD_VALIDATION_PARAM,
+    answer_unknown_fields,
+    field_validation,
+    unknown_fields,
+)
+from gpuyard.platform.api.jobschema import job_document_schema
 from gpuyard.platform.api.openapi import Param, operation
+from gpuyard.platform.api.paging import PAGING, event_order, list_body, paginate
 from gpuyard.platform.api.priorityclasses import all_classes
+from gpuyard.platform.api.tenancy import binding_problems
 from gpuyard.state.store import AlreadyExists, Conflict
 from gpuyard.state.writing import create_all
 
@@ -136,13 +147,16 @@ LIST_SCHEMA: dict[str, Any] = {
 @operation(
     "Submit jobs (YAML or JSON, multi-document; all or nothing)",
     tags=["jobs"],
-    body=JOB_SCHEMA,
+    params=[FIELD_VALIDATION_PARAM],
+    body=job_document_schema,
     body_content_types=("application/yaml", "application/json"),
     response=LIST_SCHEMA,
-    errors=[400, 409, 422],
+    errors=[400, 403, 409, 422],
+    created=True,
 )
 async def submit(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
+    mode = field_validation(request)
     raw = await request.read()
     try:
         text = raw.decode("utf-8")
@@ -158,6 +172,7 @@ async def submit(request: web.Request) -> web.Response:
     multi = len(docs) > 1
     jobs: list[TrainingJob] = []
     problems: list[dict[str, str]] = []
+    unknown: list[str] = []
     for i, doc in enumerate(docs):
         prefix = f"documents[{i}]." if multi else ""
         try:
@@ -165,6 +180,7 @@ async def submit(request: web.Request) -> web.Response:
         except JobValidationError as exc:
             problems.extend({"field": prefix + d["field"], "reason": d["reason"]} for d in exc.details)
             continue
+        unknown += unknown_fields(KIND_INFO[job.kind].cls, doc, prefix=prefix)
         for problem in validate_gang_request(job, store=ctx.store):  # could this job ever be placed?
             problems.append({"field": prefix + problem.field, "reason": problem.reason})
         for detail in unknown_class_problems(job, all_classes(ctx.store).values()):
@@ -173,8 +189,17 @@ async def submit(request: web.Request) -> web.Response:
     if problems:
         what = "job" if not multi else f"{len(docs)} documents"
         raise ApiError(422, f"invalid {what}: nothing was stored", details=problems)
-    for job in jobs:
-        authorize(request, "write", job.metadata.namespace)
+    warnings = answer_unknown_fields(mode, unknown)  # Strict: 422 naming them
+    forbidden: list[dict[str, str]] = []
+    for i, job in enumerate(jobs):
+        who = authorize(request, "write", job.metadata.namespace)
+        forbidden += binding_problems(ctx.store, who, job, prefix=f"documents[{i}]." if multi else "")
+    if forbidden:
+        raise ApiError(
+            403,
+            "a job names a quota or queue its namespace may not use: nothing was stored",
+            details=forbidden,
+        )
     conflicts = []
     seen: set[tuple[str, str]] = set()
     for i, job in enumerate(jobs):
@@ -199,7 +224,10 @@ async def submit(request: web.Request) -> web.Response:
         created = await create_all(writer_of(ctx), jobs)
     except AlreadyExists as exc:  # created by someone else since the check above
         raise ApiError(409, f"{exc}: nothing was stored") from None
-    return web.json_response({"items": [summarize(j) for j in created]}, status=201)
+    response = web.json_response({"items": [summarize(j) for j in created]}, status=201)
+    for warning in warnings:
+        response.headers.add("Warning", warning)
+    return response
 
 
 @operation(
@@ -212,6 +240,7 @@ async def submit(request: web.Request) -> web.Response:
         ),
         Param("queue", description="Only jobs of this queue"),
         Param("kind", description="Only this kind (TFJob, PyTorchJob, ...)"),
+        *PAGING,
     ],
     response=LIST_SCHEMA,
     errors=[400],
@@ -249,9 +278,10 @@ async def list_jobs(request: web.Request) -> web.Response:
                 continue
             items.append(job)
     items.sort(key=lambda j: (j.metadata.namespace, j.metadata.name))
-    return web.json_response(
-        {"items": [summarize(j) for j in items], "resourceVersion": str(store.resource_version)}
-    )
+    page, token = paginate(request, items)
+    body = list_body([summarize(j) for j in page], next_token=token, resource_version=store.resource_version)
+    body["resourceVersion"] = str(store.resource_version)  # where earlier clients read it
+    return web.json_response(body)
 
 
 def _job(request: web.Request, action: Action = "read") -> TrainingJob:
@@ -341,6 +371,13 @@ async def patch_job(request: web.Request) -> web.Response:
     problems = unknown_class_problems(updated, all_classes(ctx.store).values())
     if problems:
         raise ApiError(422, f"{problems[0]['reason']}; nothing was changed", details=problems)
+    forbidden = binding_problems(ctx.store, authorize(request, "write", job.metadata.namespace), updated)
+    if forbidden:
+        raise ApiError(
+            403,
+            "the patch names a quota or queue the job's namespace may not use; nothing was changed",
+            details=forbidden,
+        )
     updated.metadata = job.metadata.model_copy(
         update={"labels": updated.metadata.labels, "annotations": updated.metadata.annotations}
     )
@@ -353,7 +390,9 @@ async def patch_job(request: web.Request) -> web.Response:
 
 
 @operation(
-    "Not allowed: a job is changed with PATCH (405, `Allow: GET, PATCH, DELETE`)", tags=["jobs"], errors=[405]
+    "Not allowed: a job is changed with PATCH (405, `Allow: GET, PATCH, DELETE`)",
+    tags=["jobs"],
+    errors=[404, 405],
 )
 async def put_job(request: web.Request) -> web.Response:
     _job(request, "write")
@@ -369,7 +408,11 @@ async def put_job(request: web.Request) -> web.Response:
 
 
 @operation(
-    "The pods of a job, with node, host port, GPUs and env", tags=["jobs"], response=LIST_SCHEMA, errors=[404]
+    "The pods of a job, with node, host port, GPUs and env",
+    tags=["jobs"],
+    params=PAGING,
+    response=LIST_SCHEMA,
+    errors=[404],
 )
 async def job_pods(request: web.Request) -> web.Response:
     job = _job(request)
@@ -381,10 +424,16 @@ async def job_pods(request: web.Request) -> web.Response:
         )
         if any(ref.uid == job.metadata.uid for ref in p.metadata.owner_references)
     ]
-    return web.json_response({"items": [pod_view(p) for p in pods]})
+    pods.sort(key=lambda p: (p.metadata.namespace, p.metadata.name))
+    page, token = paginate(request, pods)
+    return web.json_response(
+        list_body([pod_view(p) for p in page], next_token=token, resource_version=store.resource_version)
+    )
 
 
-@operation("The events of a job, oldest first", tags=["jobs"], response=LIST_SCHEMA, errors=[404])
+@operation(
+    "The events of a job, oldest first", tags=["jobs"], params=PAGING, response=LIST_SCHEMA, errors=[404]
+)
 async def job_events(request: web.Request) -> web.Response:
     job = _job(request)
     store = request.app[CTX].store
@@ -395,10 +444,11 @@ async def job_events(request: web.Request) -> web.Response:
         )
         if e.involved_object.get("uid") == job.metadata.uid
     ]
-    events.sort(key=lambda e: int(e.metadata.resource_version or 0))
+    events.sort(key=event_order)
+    page, token = paginate(request, events, key=event_order)
     # The list's resourceVersion: a watch from it misses nothing that happens after this answer.
     return web.json_response(
-        {"items": [e.to_dict() for e in events], "metadata": {"resourceVersion": str(store.resource_version)}}
+        list_body([e.to_dict() for e in page], next_token=token, resource_version=store.resource_version)
     )
 
 

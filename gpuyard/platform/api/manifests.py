@@ -31,8 +31,7 @@ from gpuyard.apis.quotakinds import API_ELASTIC_QUOTA, API_QUEUE, ElasticQuota
 from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.platform.api.app import CTX, writer_of
 from gpuyard.platform.api.errors import ApiError
-from gpuyard.platform.api.openapi import Param
-from gpuyard.platform.api.paging import list_body, paginate
+from gpuyard.platform.api.paging import PAGING, list_body, paginate
 from gpuyard.state.context import Context
 from gpuyard.state.store import Conflict, Store
 
@@ -71,12 +70,6 @@ def list_schema(ref: str) -> dict[str, Any]:
             },
         },
     }
-
-
-PAGING = [
-    Param("limit", description="Page size (1..5000, default 500).", type="integer"),
-    Param("continue", description="Token from the previous page."),
-]
 
 
 # --- bodies -------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.jobs import pod_view
 from gpuyard.platform.api.openapi import Param, operation
+from gpuyard.platform.api.paging import PAGING, event_order, list_body, paginate
 from gpuyard.state.store import Store
 
 __all__ = ["NODE_PODS_SCHEMA", "TOPOLOGY_SCHEMA", "node_allocations", "node_pods_view", "setup"]
@@ -209,7 +210,7 @@ async def node_pods(request: web.Request) -> web.Response:
 @operation(
     "The events about a node, oldest first",
     tags=["cluster"],
-    params=[Param("name", where="path", description="Node name.", required=True)],
+    params=[Param("name", where="path", description="Node name.", required=True), *PAGING],
     response=EVENTS_SCHEMA,
     errors=[401, 403, 404],
 )
@@ -225,9 +226,10 @@ async def node_events(request: web.Request) -> web.Response:
         and e.involved_object.get("name") == name
         and e.involved_object.get("uid") in (None, "", node.metadata.uid)
     ]
-    events.sort(key=lambda e: int(e.metadata.resource_version or 0))
+    events.sort(key=event_order)
+    page, token = paginate(request, events, key=event_order)
     return web.json_response(
-        {"items": [e.to_dict() for e in events], "metadata": {"resourceVersion": str(store.resource_version)}}
+        list_body([e.to_dict() for e in page], next_token=token, resource_version=store.resource_version)
     )
 
 

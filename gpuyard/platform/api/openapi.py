@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel
 
-__all__ = ["Param", "build_document", "operation", "setup"]
+__all__ = ["Param", "SchemaSource", "build_document", "openapi30", "operation", "register_model", "setup"]
 
 H = TypeVar("H", bound=Callable[..., Any])
 
@@ -42,6 +42,10 @@ ERROR_SCHEMA = {
 }
 
 
+SchemaSource = type[BaseModel] | dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
+"""A model, a literal schema, or a function of the components that returns one (and may register more)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Param:
     name: str
@@ -49,6 +53,20 @@ class Param:
     description: str = ""
     type: str = "string"
     required: bool = False
+    minimum: int | None = None
+    maximum: int | None = None
+    default: int | str | None = None
+    enum: tuple[str, ...] | None = None
+
+    def schema(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        if self.enum is not None:
+            out["enum"] = list(self.enum)
+        for key in ("minimum", "maximum", "default"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
 
 
 @dataclass(slots=True)
@@ -56,11 +74,12 @@ class Operation:
     summary: str
     tags: tuple[str, ...] = ()
     params: tuple[Param, ...] = ()
-    body: type[BaseModel] | dict[str, Any] | None = None
+    body: SchemaSource | None = None
     body_content_types: tuple[str, ...] = ("application/json",)
     response: type[BaseModel] | dict[str, Any] | None = None
     response_content_type: str = "application/json"
     errors: tuple[int, ...] = ()
+    created: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -69,11 +88,12 @@ def operation(
     *,
     tags: Sequence[str] = (),
     params: Sequence[Param] = (),
-    body: type[BaseModel] | dict[str, Any] | None = None,
+    body: SchemaSource | None = None,
     body_content_types: Sequence[str] = ("application/json",),
     response: type[BaseModel] | dict[str, Any] | None = None,
     response_content_type: str = "application/json",
     errors: Sequence[int] = (),
+    created: bool = False,
 ) -> Callable[[H], H]:
     """Attach OpenAPI documentation to a handler (as its `__openapi__` attribute)."""
 
@@ -87,6 +107,7 @@ def operation(
             response=response,
             response_content_type=response_content_type,
             errors=tuple(errors),
+            created=created,
         )
         return handler
 
@@ -101,14 +122,76 @@ def _path_of(resource: web.AbstractResource) -> str:
     return _VAR.sub(lambda m: "{" + m.group(1) + "}", resource.canonical)
 
 
-def _schema(model: type[BaseModel] | dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+def openapi30(schema: Any) -> Any:
+    """A JSON Schema (draft 2020-12, as pydantic writes it) in OpenAPI 3.0's dialect.
+
+    3.0 reads `exclusiveMinimum`/`exclusiveMaximum` as booleans next to `minimum`/`maximum`,
+    has no `null` type (`nullable: true` instead) and no `const`; a generator or validator that
+    reads the document as 3.0 cannot use the 2020-12 spellings.
+    """
+    if isinstance(schema, list):
+        return [openapi30(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: openapi30(v) for k, v in schema.items()}
+    for bound, flag in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        value = out.get(bound)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[flag], out[bound] = value, True
+    if "const" in out:
+        out["enum"] = [out.pop("const")]
+    for combinator in ("anyOf", "oneOf"):
+        options = out.get(combinator)
+        if isinstance(options, list) and {"nullable": True} in options:  # was {"type": "null"}
+            rest = [o for o in options if o != {"nullable": True}]
+            del out[combinator]
+            if len(rest) == 1 and isinstance(rest[0], dict) and "$ref" not in rest[0]:
+                out.update(rest[0])
+            else:
+                out[combinator] = rest
+            out["nullable"] = True
+    if out.get("type") == "null":
+        out.pop("type")
+        out["nullable"] = True
+    return out
+
+
+def _schema(model: SchemaSource, components: dict[str, Any]) -> dict[str, Any]:
     if isinstance(model, dict):
         return model
+    if isinstance(model, type):
+        return register_model(model, components)
+    return model(components)
+
+
+def register_model(model: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
+    """Put `model`'s schema (and its sub-models') in `components`; its `$ref`."""
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}", by_alias=True)
     for name, sub in schema.pop("$defs", {}).items():
-        components.setdefault(name, sub)
-    components.setdefault(model.__name__, schema)
+        components.setdefault(name, openapi30(sub))
+    components.setdefault(model.__name__, openapi30(schema))
     return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _parameters(path: str, op: Operation) -> list[dict[str, Any]]:
+    """Path parameters from the route, then the operation's own (which win over a same-named one)."""
+    declared = {(p.name, p.where) for p in op.params}
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in _VAR.findall(path)
+        if (name, "path") not in declared
+    ]
+    params += [
+        {
+            "name": p.name,
+            "in": p.where,
+            "required": p.required or p.where == "path",
+            "description": p.description,
+            "schema": p.schema(),
+        }
+        for p in op.params
+    ]
+    return params
 
 
 def build_document(app: web.Application, *, version: str = "0.1.0") -> dict[str, Any]:
@@ -128,20 +211,7 @@ def build_document(app: web.Application, *, version: str = "0.1.0") -> dict[str,
             "operationId": route.handler.__name__,
             "tags": list(op.tags),
         }
-        params = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in _VAR.findall(path)
-        ]
-        params += [
-            {
-                "name": p.name,
-                "in": p.where,
-                "required": p.required,
-                "description": p.description,
-                "schema": {"type": p.type},
-            }
-            for p in op.params
-        ]
+        params = _parameters(path, op)
         if params:
             entry["parameters"] = params
         if op.body is not None:
@@ -154,7 +224,16 @@ def build_document(app: web.Application, *, version: str = "0.1.0") -> dict[str,
         if op.response is not None:
             ok["content"] = {op.response_content_type: {"schema": _schema(op.response, components)}}
         responses: dict[str, Any] = {"200": ok}
-        for code in sorted({*op.errors, 401, 403}):
+        if route.method == "PUT":  # create or replace: 201 when it created the object
+            responses["201"] = {**ok, "description": "Created"}
+        if op.created:
+            responses = {"201": {**ok, "description": "Created"}}
+        errors = {*op.errors, 401, 403, 429}
+        if any(p.name == "continue" for p in op.params):
+            errors.add(400)  # a continue token that is not one this server gave out
+        if any(p.name == "limit" for p in op.params):
+            errors.add(422)  # a limit out of range
+        for code in sorted(errors):
             responses[str(code)] = {
                 "description": "error",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},

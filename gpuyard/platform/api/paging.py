@@ -1,7 +1,9 @@
 """List pagination (`limit`, `continue`) and the common list filters, Kubernetes style.
 
 A list is ordered by (namespace, name); the continue token is an opaque, URL-safe encoding of
-the last key returned, so a page boundary stays correct while objects come and go.
+the last key returned, so a page boundary stays correct while objects come and go. Every list
+route pages by default (`limit` 500, at most 5000); a token that does not decode is a 400 naming
+`continue`.
 """
 
 from __future__ import annotations
@@ -15,12 +17,28 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.openapi import Param
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "list_body", "paginate", "parse_limit"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "PAGING", "event_order", "list_body", "paginate", "parse_limit"]
 
 T = TypeVar("T")
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 5000
+
+# The query parameters of every list route, bounded as the handler bounds them. A route that
+# declares them is documented with 400 (a `continue` token this server did not give out) and
+# 422 (a `limit` out of range).
+PAGING = [
+    Param(
+        "limit",
+        type="integer",
+        minimum=1,
+        maximum=MAX_LIMIT,
+        default=DEFAULT_LIMIT,
+        description=f"Page size (1..{MAX_LIMIT}, default {DEFAULT_LIMIT}).",
+    ),
+    Param("continue", description="The token `metadata.continue` of the previous page."),
+]
 
 
 def _encode(key: tuple[str, str]) -> str:
@@ -40,6 +58,11 @@ def _decode(token: str) -> tuple[str, str]:
             details=[{"field": "continue", "reason": "use the token from the previous page"}],
         ) from None
     return ns, name
+
+
+def event_order(event: Any) -> tuple[str, str]:
+    """Events page oldest first: by resourceVersion (zero-padded, so strings sort as numbers)."""
+    return ("", f"{int(event.metadata.resource_version or 0):020d}")
 
 
 def parse_limit(request: web.Request) -> int:

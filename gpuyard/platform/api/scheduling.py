@@ -28,6 +28,7 @@ from gpuyard.platform.api.app import CTX, delete_object, stored, writer_of
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import operation
+from gpuyard.platform.api.paging import PAGING, list_body, paginate
 from gpuyard.state.store import Conflict
 
 __all__ = ["explain_view", "setup"]
@@ -79,13 +80,16 @@ EXPLAIN_SCHEMA: dict[str, Any] = {
 }
 
 
-@operation("List resource classes (GPU types)", tags=["scheduling"], response=CLASS_LIST_SCHEMA)
+@operation(
+    "List resource classes (GPU types)", tags=["scheduling"], params=PAGING, response=CLASS_LIST_SCHEMA
+)
 async def list_classes(request: web.Request) -> web.Response:
     store = request.app[CTX].store
-    items = store.list("ResourceClass")
-    return web.json_response(
-        {"items": [c.to_dict() for c in items], "resourceVersion": str(store.resource_version)}
-    )
+    items = sorted(store.list("ResourceClass"), key=lambda c: (c.metadata.namespace, c.metadata.name))
+    page, token = paginate(request, items)
+    body = list_body([c.to_dict() for c in page], next_token=token, resource_version=store.resource_version)
+    body["resourceVersion"] = str(store.resource_version)  # where earlier clients read it
+    return web.json_response(body)
 
 
 @operation("Get one resource class", tags=["scheduling"], response=ResourceClass, errors=[404])

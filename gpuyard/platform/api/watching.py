@@ -17,10 +17,11 @@ import json
 from aiohttp import web
 
 from gpuyard.apis.jobkinds import JOB_KINDS
-from gpuyard.platform.api.app import CTX
-from gpuyard.platform.api.auth import allowed_namespaces
+from gpuyard.platform.api.app import CTX, NAMESPACES
+from gpuyard.platform.api.auth import allowed_namespaces, principal_of
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
+from gpuyard.platform.api.redaction import redact_object
 from gpuyard.state.store import Gone, WatchEvent
 
 __all__ = ["setup"]
@@ -72,6 +73,7 @@ async def watch(request: web.Request) -> web.StreamResponse:
     since = _since(request)
     namespace = request.query.get("namespace")
     visible = allowed_namespaces(request)
+    who = principal_of(request)
     if since is not None and since > ctx.store.resource_version:
         current = ctx.store.resource_version
         raise ApiError(
@@ -118,7 +120,9 @@ async def watch(request: web.Request) -> web.StreamResponse:
             if ev is None:
                 await response.write(b"event: GONE\ndata: {}\n\n")
                 break
-            payload = json.dumps(ev.object.to_dict(), separators=(",", ":"))
+            payload = json.dumps(
+                redact_object(request.app[NAMESPACES], who, ev.object.to_dict()), separators=(",", ":")
+            )
             await response.write(f"event: {ev.type}\nid: {ev.rv}\ndata: {payload}\n\n".encode())
     except ConnectionResetError:
         pass  # the client went away

@@ -46,6 +46,9 @@ class Candidates:
         self.shadow_time: float | None = None
         self.extra: Vector | None = None
         self._strict_head = False
+        self.by_placement = False
+        """The caller holds the head's room on the real nodes (the scheduler core's `backfilling`):
+        every job may be tried, the placement keeps it off the held room."""
         if fq.backfill:
             parked = fq.parked_head(now)
             if parked is not None:
@@ -83,6 +86,8 @@ class Candidates:
         """How `job` may start with a protected head ahead ("free", "ends", "extra"), or None."""
         head = self.head
         if head is None or not self._fq.backfill:
+            return "free"
+        if self.by_placement:
             return "free"
         need = {r for r, a in head.request.items() if a > 0}
         if not any(job.request.get(r, 0) > 0 for r in need):

@@ -148,6 +148,10 @@ class FairQueue:
             q = self._queues[name] = TenantQueue(self._configs.get(name) or QueueConfig(name))
         return q
 
+    def config_of(self, queue: str) -> QueueConfig:
+        """The queue's settings (defaults for a queue without a Queue object)."""
+        return self._configs.get(queue) or QueueConfig(queue)
+
     def aging_of(self, queue: str) -> Aging:
         cfg = self._configs.get(queue)
         return cfg.aging if cfg is not None and cfg.aging is not None else self._default_aging
@@ -352,6 +356,11 @@ class FairQueue:
 
     def running(self) -> list[QueuedJob]:
         return [r.job for r in self._running.values()]
+
+    def run_times(self, key: Hashable) -> tuple[float, float | None] | None:
+        """A running job's (start, expected end or None); None when it is not running."""
+        run = self._running.get(key)
+        return (run.start, run.end) if run is not None else None
 
     # --- shares and order --------------------------------------------------------------------
 

@@ -73,6 +73,10 @@ class QueueConfig:
     max_running_jobs: int | None = None
     aging: Aging | None = None
     """None: the FairQueue's default aging."""
+    preemption_policy: str = "LowerPriority"
+    """Never | LowerPriority | LowerOrNewerEqualPriority: whom its jobs may preempt."""
+    preempt_min_runtime: float = 0.0
+    """Its jobs are not preempted before they have run this many seconds."""
 
 
 def queue_configs(queues: Iterable[Queue]) -> list[QueueConfig]:
@@ -83,7 +87,13 @@ def queue_configs(queues: Iterable[Queue]) -> list[QueueConfig]:
         aging = None if a is None else Aging(a.interval_seconds, a.step, a.max_boost, a.reserve_after_seconds)
         out.append(
             QueueConfig(
-                q.metadata.name, q.spec.weight, q.spec.queueing_strategy, q.spec.max_running_jobs, aging
+                q.metadata.name,
+                q.spec.weight,
+                q.spec.queueing_strategy,
+                q.spec.max_running_jobs,
+                aging,
+                preemption_policy=q.spec.preemption_policy,
+                preempt_min_runtime=q.spec.min_runtime_seconds(),
             )
         )
     return out

@@ -386,6 +386,14 @@ class QuotaTree:
     def spec(self, name: str) -> QuotaSpec:
         return self._root.spec if name == ROOT_QUOTA else self._nodes[name].spec
 
+    def guaranteed(self, name: str) -> set[str]:
+        """Resources `name`'s `min` names (its guarantee is configured for them). Reclaim is
+        owed only within these; others (CPU, memory of a GPU-only quota) count against the
+        runtime alone."""
+        if name == ROOT_QUOTA or name not in self._nodes:
+            return set()
+        return set(self._nodes[name].spec.min)
+
     def children_of(self, name: str) -> list[str]:
         node = self._root if name == ROOT_QUOTA else self._nodes.get(name)
         return [c.name for c in node.children] if node is not None else []

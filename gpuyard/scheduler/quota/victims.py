@@ -77,8 +77,13 @@ def entitlement(
     used = tree.used(owner)
     limits = [("min", tree.min(owner))] if within_min_only else []
     limits.append(("runtime", tree.runtime(owner)))
+    guaranteed = tree.guaranteed(owner)
+    if within_min_only and not guaranteed & set(wanted):
+        return f"quota {owner}: guarantees none of {', '.join(sorted(wanted))}; only guaranteed capacity is reclaimed"
     for what, limit in limits:
         for res, amount in sorted(wanted.items()):
+            if what == "min" and res not in guaranteed:
+                continue  # no guarantee of this resource (CPU of a GPU quota): the runtime decides
             have = used.get(res, 0)
             if have + amount > limit.get(res, 0):
                 tail = "; only guaranteed capacity is reclaimed" if what == "min" else ""

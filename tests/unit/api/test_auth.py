@@ -37,7 +37,7 @@ def bearer(token: str) -> dict[str, str]:
 
 async def test_public_paths_need_no_token(client):
     assert (await client.get("/healthz")).status == 200
-    assert (await client.get("/metrics")).status == 200
+    assert (await client.get("/metrics")).status == 401  # tenant detail: see test_metrics_access.py
 
 
 @pytest.mark.parametrize(

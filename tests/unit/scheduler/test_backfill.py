@@ -1,0 +1,96 @@
+"""No head-of-line blocking: backfill against the head's planned placement on real nodes.
+
+The issue's measured cases: two 8-GPU nodes with 3 + 5 GPUs free. A waiting 2 x 4-GPU gang (or
+a 1 x 6-GPU job) is the head; a 1-GPU (or 3-GPU) job of another namespace fits elsewhere and must
+start at once, while the room the head's planned placement needs stays held for it.
+"""
+
+from __future__ import annotations
+
+from gpuyard.scheduler.decisions import PlaceGang
+from tests.unit.scheduler.helpers import make_node, podgroup, role
+from tests.unit.scheduler.test_core import Cluster, core, of, step
+
+
+def on(node: str) -> dict[str, str]:
+    return {"kubernetes.io/hostname": node}
+
+
+def busy_cluster() -> Cluster:
+    """n1 with 3 GPUs free, n2 with 5 free."""
+    return Cluster(
+        make_node("n1", gpus=8),
+        make_node("n2", gpus=8),
+        podgroup("f1", role(gpus=5, node_selector=on("n1"))),
+        podgroup("f2", role(gpus=3, node_selector=on("n2"))),
+    )
+
+
+def placed(decisions: list) -> list[tuple[str, str]]:
+    return [g.key for g in of(PlaceGang, decisions)]
+
+
+def test_a_2x4_head_does_not_block_a_1_gpu_job_of_another_namespace() -> None:
+    cluster = busy_cluster()
+    state = core(cluster)
+    assert placed(step(state, cluster)) == [("default", "f1"), ("default", "f2")]
+    cluster.put(podgroup("head", role(replicas=2, gpus=4)))
+    assert placed(step(state, cluster, now=1.0)) == []
+    head = cluster.get("PodGroup", "default", "head").status
+    assert head.phase == "Pending" and "room is held for it" in head.message
+    cluster.put(podgroup("small", role(gpus=1), namespace="other"))
+    assert placed(step(state, cluster, now=2.0)) == [("other", "small")]
+    # it went where the head's planned placement does not need the room
+    res = cluster.get("Reservation", "other", "small-worker-0")
+    held = state.holds.get(("default", "head"))
+    assert held is not None and res.spec.node not in held.nodes
+
+
+def test_a_1x6_head_does_not_block_a_3_gpu_job() -> None:
+    cluster = busy_cluster()
+    state = core(cluster)
+    step(state, cluster)
+    cluster.put(podgroup("head", role(gpus=6)))
+    assert placed(step(state, cluster, now=1.0)) == []
+    assert "room is held for it" in cluster.get("PodGroup", "default", "head").status.message
+    cluster.put(podgroup("three", role(gpus=3), namespace="other"))
+    assert placed(step(state, cluster, now=2.0)) == [("other", "three")]
+
+
+def test_a_job_that_would_take_the_heads_room_waits_and_says_why() -> None:
+    cluster = busy_cluster()
+    state = core(cluster)
+    step(state, cluster)
+    cluster.put(podgroup("head", role(replicas=2, gpus=4)))
+    step(state, cluster, now=1.0)
+    hold = state.holds.get(("default", "head"))
+    assert hold is not None
+    (node,) = hold.nodes
+    cluster.put(podgroup("thief", role(gpus=1, node_selector=on(node)), namespace="other"))
+    assert placed(step(state, cluster, now=2.0)) == []
+    message = cluster.get("PodGroup", "other", "thief").status.message
+    assert "free room for a job that waits ahead" in message
+    assert "head" not in message.split("waits ahead")[0]  # another namespace's job is not named
+    # once the running job there ends, the head starts on its planned node
+    blocker = "f1" if node == "n1" else "f2"
+    cluster.delete("PodGroup", "default", blocker)
+    out = step(state, cluster, now=3.0)
+    assert ("default", "head") in placed(out)
+    assert state.holds.get(("default", "head")) is None
+
+
+def test_a_gang_no_empty_cluster_could_hold_says_it_can_never_fit() -> None:
+    cluster = Cluster(make_node("n1", gpus=8), make_node("n2", gpus=8))
+    state = core(cluster)
+    cluster.put(
+        podgroup("big", role(gpus=8), role("PS", replicas=1, gpus=8), role("Extra", replicas=1, gpus=4))
+    )
+    step(state, cluster)
+    cluster.put(podgroup("nine", role(gpus=9)))
+    step(state, cluster, now=1.0)
+    message = cluster.get("PodGroup", "default", "nine").status.message
+    assert message.startswith("can never fit on this cluster: Worker needs 1 pod of 9 GPUs")
+    assert "(the largest: 8 GPUs" in message
+    assert state.holds.get(("default", "nine")) is None
+    cluster.put(podgroup("small", role(gpus=2)))
+    assert placed(step(state, cluster, now=2.0)) == [("default", "small")]
