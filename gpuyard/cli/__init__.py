@@ -291,6 +291,7 @@ def simulate() -> None:
 
 
 def _mount() -> None:
+    from gpuyard.cli.agent import agent_command
     from gpuyard.cli.check import register as register_check
     from gpuyard.cli.cluster import register as register_cluster
     from gpuyard.cli.devices import devices
@@ -310,6 +311,7 @@ def _mount() -> None:
     main.add_command(validate_command)
     main.add_command(install)
     main.add_command(fake_nodes)
+    main.add_command(agent_command)
     simulate.add_command(openb)
     simulate.add_command(replay)
     register_jobs(main)

@@ -257,21 +257,44 @@ _GPU_REQUESTS = (
 """Container resources that mark the container as the one using the pod's GPU (or share)."""
 
 
+def _gang_shape(reservation: Reservation, peers: Mapping[str, Reservation]) -> str:
+    """GPUs per node of the whole gang, largest first (`7+1`, `4+4`, `8`); nodes without GPUs left out."""
+    per_node: dict[str, int] = {}
+    held = {**peers, reservation.metadata.name: reservation}
+    for res in held.values():
+        if res.spec.gpus:
+            per_node[res.spec.node] = per_node.get(res.spec.node, 0) + len(res.spec.gpus)
+    return "+".join(str(n) for n in sorted(per_node.values(), reverse=True))
+
+
 def _device_env(pod: Pod, reservation: Reservation, peers: Mapping[str, Reservation] | None = None) -> None:
-    """GPU visibility (a share also gets `GPUYARD_GPU_MILLI`, `GPUYARD_GPU_MEMORY_LIMIT_MIB`,
-    `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`); RDMA NICs (`GPUYARD_RDMA_DEVICES`); co-located peers of the gang
-    (`LOCAL_WORLD_SIZE`, `GPUYARD_LOCAL_RANK` by pod name order, `GPUYARD_LOCAL_GPUS`: the GPUs of
-    every co-located pod in that order, when the peers' Reservations are given)."""
+    """The env a container needs to use exactly its reserved devices (docs/node-agent.md, "Env").
+
+    - `NVIDIA_VISIBLE_DEVICES`: the GPUs' UUIDs (physical indices only when the node's topology knows
+      no UUIDs); the NVIDIA container runtime exposes just these, renumbered 0..k-1 in PCI bus order.
+    - `CUDA_VISIBLE_DEVICES` = `0..k-1` and `CUDA_DEVICE_ORDER=PCI_BUS_ID`: what the container sees,
+      so that CUDA index i is the i-th of `GPUYARD_GPU_INDICES` (the physical indices, ascending) and an
+      image's own CUDA_VISIBLE_DEVICES cannot hide reserved GPUs.
+    - `NCCL_IB_HCA` = `=<nic>,<nic>` (exact names: a bare `mlx5_1` would also match `mlx5_10`) and
+      `GPUYARD_RDMA_DEVICES`: the reserved RDMA NICs.
+    - a share also gets `GPUYARD_GPU_MILLI`, `GPUYARD_GPU_MEMORY_LIMIT_MIB`, `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`;
+    - co-located peers of the gang: `LOCAL_WORLD_SIZE`, `GPUYARD_LOCAL_RANK` by pod name order,
+      `GPUYARD_LOCAL_GPUS` (the GPUs of every co-located pod in that order, when the peers'
+      Reservations are given); `GPUYARD_NVLINK_DOMAIN` (pods with equal values share one node's
+      NVLink/NVSwitch fabric) and `GPUYARD_GANG_SHAPE` (GPUs per node of the whole gang, `7+1`).
+    """
     spec = reservation.spec
-    gpus = spec.gpus
-    if not gpus and not spec.nics:
+    if not spec.gpus and not spec.nics:
         return
     targets = [
         c
         for c in pod.spec.containers
         if any(c.resources.effective().get(name, 0) > 0 for name in _GPU_REQUESTS)
     ] or pod.spec.containers[:1]
-    ids = ",".join(spec.gpu_ids) if spec.gpu_ids else ",".join(str(g) for g in gpus)
+    ids_known = len(spec.gpu_ids) == len(spec.gpus) and all(spec.gpu_ids)
+    order = sorted(range(len(spec.gpus)), key=lambda i: spec.gpus[i])
+    gpus = [spec.gpus[i] for i in order]
+    visible = [spec.gpu_ids[i] for i in order] if ids_known else [str(g) for g in gpus]
     local = sorted([*spec.local_peers, reservation.metadata.name])
     local_gpus: list[int] | None = None
     if spec.local_peers and peers is not None:
@@ -283,10 +306,14 @@ def _device_env(pod: Pod, reservation: Reservation, peers: Mapping[str, Reservat
                 break
             local_gpus.extend(held.spec.gpus)
     shared = len(gpus) == 1 and 0 < spec.gpu_milli < 1000
+    shape = _gang_shape(reservation, peers) if peers is not None and gpus else ""
     for c in targets:
         if gpus:
-            c.set_env("NVIDIA_VISIBLE_DEVICES", ids)
-            c.set_env("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in gpus))
+            c.set_env("NVIDIA_VISIBLE_DEVICES", ",".join(visible))
+            c.set_env("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(len(gpus))))
+            c.set_env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+            c.set_env("GPUYARD_GPU_INDICES", ",".join(str(g) for g in gpus))
+            c.set_env("GPUYARD_NVLINK_DOMAIN", spec.node)
         if shared:  # a GPU share: its compute (MPS thread limit) and memory limit
             c.set_env("GPUYARD_GPU_MILLI", str(spec.gpu_milli))
             c.set_env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(max(1, spec.gpu_milli // 10)))
@@ -294,6 +321,9 @@ def _device_env(pod: Pod, reservation: Reservation, peers: Mapping[str, Reservat
                 c.set_env("GPUYARD_GPU_MEMORY_LIMIT_MIB", str(spec.gpu_memory_mib))
         if spec.nics:
             c.set_env("GPUYARD_RDMA_DEVICES", ",".join(spec.nics))
+            c.set_env("NCCL_IB_HCA", "=" + ",".join(spec.nics))
+        if shape:
+            c.set_env("GPUYARD_GANG_SHAPE", shape)
         if spec.local_peers:
             c.set_env("LOCAL_WORLD_SIZE", str(len(local)))
             c.set_env("GPUYARD_LOCAL_RANK", str(local.index(reservation.metadata.name)))

@@ -10,7 +10,11 @@ scheduler, the fake cluster and the CLI:
 - :mod:`.bandwidth` -- GB/s per link, ring all-reduce bandwidth in a node and across nodes;
 - :mod:`.subsets` -- the precomputed (free mask, k) -> best GPU subset tables, the greedy
   fallback, and joint GPU + RDMA NIC selection;
-- :mod:`.render` -- YAML, matrix and text drawings.
+- :mod:`.render` -- YAML, matrix and text drawings;
+- :mod:`.dra` -- `resource.k8s.io/v1` ResourceSlices and ResourceClaims for a topology and a placement.
+
+The node agent (:mod:`.agent`, `gpuyard agent`) is the exception to "pure": it talks to NVML, sysfs,
+the kubelet (gRPC) and the gpuyard API (httpx), and is imported only by the CLI and tests.
 
 See docs/topology.md for the model and the sources of every figure.
 """

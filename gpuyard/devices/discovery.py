@@ -15,9 +15,13 @@ functions. What is read, per GPU:
   MULTIPLE -> PXB, HOSTBRIDGE -> PHB, NODE -> NODE, SYSTEM -> SYS; INTERNAL, the two GPUs of one
   board, -> PIX), turned into switches and NUMA nodes by the same code as `nvidia-smi` imports.
 
-NVML does not report NICs: pass them (`nics=`) if the inventory found them elsewhere.
+NVML does not report NICs: pass them (`nics=`) if the inventory found them elsewhere (`gpuyard
+agent` reads them from sysfs, `gpuyard.devices.agent.rdma`).
 A GPU whose handle or attributes cannot be read is reported Unhealthy rather than dropped, so GPU
-indices stay stable. :class:`DiscoveryError` explains what is missing (library, driver, GPUs).
+indices stay stable. An optional call the library lacks (an older driver) or that fails is logged
+once and skipped. :class:`DiscoveryError` explains what is missing (library, driver, GPUs).
+`discover()` opens and closes NVML around one reading; `read_topology()` is the same reading for a
+caller that holds NVML open (the agent).
 """
 
 from __future__ import annotations
@@ -28,10 +32,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import structlog
+
 from gpuyard.apis.devices import NICDevice, NodeTopology, NodeTopologySpec
 from gpuyard.devices.topo_import import topology_from_links
 
-__all__ = ["DiscoveryError", "discover"]
+__all__ = ["DiscoveryError", "discover", "load_nvml", "read_topology", "warn_once"]
+
+log = structlog.get_logger(__name__)
+_WARNED: set[str] = set()
 
 # NVML constants, used when the module does not define them (values from nvml.h).
 _TOPOLOGY = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -43,7 +52,35 @@ class DiscoveryError(RuntimeError):
     """NVML is unusable here (no library, no driver, no GPUs); the message says which and why."""
 
 
-def _load_nvml() -> ModuleType:
+def warn_once(key: str, message: str, **fields: Any) -> None:
+    """Log `message` the first time `key` is seen in this process (a missing NVML symbol, a call the
+    GPU does not support): one clear line, not one per GPU per interval."""
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    log.warning(message, **fields)
+
+
+def optional_call(nvml: Any, name: str, *args: Any) -> Any:
+    """`nvml.<name>(*args)`, or None when the library lacks the symbol or NVML answers an error
+    (logged once per symbol and error)."""
+    func = getattr(nvml, name, None)
+    if func is None:
+        warn_once(f"missing:{name}", "NVML call not available in this driver; skipped", call=name)
+        return None
+    try:
+        return func(*args)
+    except nvml.NVMLError as exc:
+        warn_once(
+            f"error:{name}:{getattr(exc, 'value', exc)}",
+            "NVML call failed; skipped",
+            call=name,
+            error=str(exc),
+        )
+        return None
+
+
+def load_nvml() -> ModuleType:
     try:
         return importlib.import_module("pynvml")
     except ImportError as exc:
@@ -77,21 +114,19 @@ def _sysfs_numa(bus_id: str, sysfs: Path) -> int | None:
 
 
 def _numa_node(nvml: Any, handle: Any, bus_id: str, sysfs: Path) -> int | None:
-    getter = getattr(nvml, "nvmlDeviceGetNumaNodeId", None)
-    if getter is not None:
-        try:
-            value = int(getter(handle))
-            if value >= 0:
-                return value
-        except nvml.NVMLError:
-            pass
+    value = optional_call(nvml, "nvmlDeviceGetNumaNodeId", handle)
+    if value is not None and int(value) >= 0:
+        return int(value)
     return _sysfs_numa(bus_id, sysfs)
 
 
 def _nvlinks(nvml: Any, handle: Any) -> list[str]:
     """Bus ids of the remote end of each enabled NVLink of one GPU."""
     enabled = getattr(nvml, "NVML_FEATURE_ENABLED", _FEATURE_ENABLED)
-    remotes = []
+    remotes: list[str] = []
+    if not hasattr(nvml, "nvmlDeviceGetNvLinkState") or not hasattr(nvml, "nvmlDeviceGetNvLinkRemotePciInfo"):
+        warn_once("missing:nvlink", "NVML has no NVLink calls in this driver; NVLinks not read")
+        return remotes
     for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", _MAX_LINKS)):
         try:
             if nvml.nvmlDeviceGetNvLinkState(handle, link) != enabled:
@@ -113,7 +148,7 @@ def discover(
 
     `nvml` is the `pynvml` module (imported lazily when None), or a stand-in for tests.
     """
-    nvml = nvml if nvml is not None else _load_nvml()
+    nvml = nvml if nvml is not None else load_nvml()
     try:
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
@@ -121,7 +156,7 @@ def discover(
             f"NVML could not start ({exc}); is the NVIDIA driver installed and loaded?"
         ) from exc
     try:
-        return _discover(nvml, name=name, nics=nics, sysfs=Path(sysfs_pci))
+        return read_topology(nvml, name=name, nics=nics, sysfs_pci=sysfs_pci)
     finally:
         try:
             nvml.nvmlShutdown()
@@ -129,7 +164,15 @@ def discover(
             pass
 
 
-def _discover(nvml: Any, *, name: str, nics: Sequence[NICDevice], sysfs: Path) -> NodeTopology:
+def read_topology(
+    nvml: Any,
+    *,
+    name: str = "localhost",
+    nics: Sequence[NICDevice] = (),
+    sysfs_pci: str | Path = "/sys/bus/pci/devices",
+) -> NodeTopology:
+    """Read the topology through an NVML that the caller has initialised (see :func:`discover`)."""
+    sysfs = Path(sysfs_pci)
     count = int(nvml.nvmlDeviceGetCount())
     if count == 0:
         raise DiscoveryError("NVML reports no GPUs on this host")
@@ -193,8 +236,5 @@ def _discover(nvml: Any, *, name: str, nics: Sequence[NICDevice], sysfs: Path) -
 def _pcie_label(nvml: Any, a: Any, b: Any) -> str:
     if a is None or b is None:
         return "SYS"
-    try:
-        level = int(nvml.nvmlDeviceGetTopologyCommonAncestor(a, b))
-    except nvml.NVMLError:
-        return "SYS"
-    return _TOPOLOGY.get(level, "SYS")
+    level = optional_call(nvml, "nvmlDeviceGetTopologyCommonAncestor", a, b)
+    return "SYS" if level is None else _TOPOLOGY.get(int(level), "SYS")

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = [
+    "AgentConfig",
     "BackendConfig",
     "ConfigError",
     "KubernetesConfig",
@@ -225,6 +226,20 @@ class LoggingConfig(Section):
     format: Literal["auto", "console", "json"] = "auto"
 
 
+class AgentConfig(Section):
+    """`gpuyard agent` on a node (docs/node-agent.md); its flags override these."""
+
+    health_interval: float = Field(
+        default=5.0, gt=0, description="Seconds; an unhealthy GPU is reported within one."
+    )
+    resync: float = Field(
+        default=300.0, ge=1, description="Seconds between rewrites of an unchanged NodeTopology."
+    )
+    backoff_max: float = Field(default=60.0, ge=1, description="Longest wait between retries (NVML, server).")
+    sysfs: str = "/sys"
+    plugin_dir: str = "/var/lib/kubelet/device-plugins"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUYARD__", env_nested_delimiter="__", extra="forbid")
 
@@ -233,6 +248,7 @@ class Settings(BaseSettings):
     operator: OperatorConfig = Field(default_factory=OperatorConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
 
     @classmethod
     def settings_customise_sources(

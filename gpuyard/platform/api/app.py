@@ -54,6 +54,7 @@ ROUTE_MODULES: list[str] = [
     "gpuyard.platform.api.priorityclasses",
     "gpuyard.platform.api.rescheduling",
     "gpuyard.platform.api.checking",
+    "gpuyard.platform.api.topologies",
 ]
 
 

@@ -1,6 +1,7 @@
-"""`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues, ResourceClasses
-and PriorityClasses (`scheduling.k8s.io/v1`: value at most 1000000000, no `system-` prefix, one
-`globalDefault`, `value` immutable once created) and PodDisruptionBudgets.
+"""`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues, ResourceClasses,
+PriorityClasses (`scheduling.k8s.io/v1`: value at most 1000000000, no `system-` prefix, one
+`globalDefault`, `value` immutable once created), PodDisruptionBudgets and NodeTopologies (validated
+by `topologies.parse_node_topology`).
 
 The body is a multi-document YAML (or a JSON list): every document is validated first by
 :func:`apply_documents` (the quotas as one tree: the tree in force with all of the file's quotas
@@ -36,6 +37,7 @@ from gpuyard.platform.api.fields import (
 )
 from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas
 from gpuyard.platform.api.openapi import operation
+from gpuyard.platform.api.topologies import parse_node_topology
 from gpuyard.state.context import Context
 from gpuyard.state.store import Store
 from gpuyard.state.writing import write_together
@@ -44,6 +46,7 @@ __all__ = ["apply_documents", "setup"]
 
 APPLY_KINDS = (
     "ElasticQuota",
+    "NodeTopology",
     "PodDisruptionBudget",
     "PriorityClass",
     "Queue",
@@ -147,6 +150,12 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
             )
             continue
         seen.add(key)
+        if kind == "NodeTopology":
+            topology, found_problems = parse_node_topology(doc, prefix=prefix)
+            problems += found_problems
+            if topology is not None:
+                out.append(topology)
+            continue
         if kind == "PriorityClass":
             problems += _priority_class(store, doc, docs, prefix=prefix, name=name, out=out)
             continue
@@ -274,6 +283,7 @@ async def _put_priority_class(ctx: Context, obj: PriorityClass) -> tuple[Resourc
 
 
 _ORDER = {
+    "NodeTopology": -1,
     "PriorityClass": 0,
     "ResourceClass": 0,
     "Queue": 1,
@@ -292,8 +302,8 @@ _MODELS: dict[str, type[Resource]] = {
 
 
 @operation(
-    "Apply a policy file: ElasticQuotas, ResourceQuotas, Queues, ResourceClasses, PriorityClasses and "
-    "PodDisruptionBudgets, all or nothing",
+    "Apply a policy file: ElasticQuotas, ResourceQuotas, Queues, ResourceClasses, PriorityClasses, "
+    "PodDisruptionBudgets and NodeTopologies, all or nothing",
     tags=["quotas"],
     params=[FIELD_VALIDATION_PARAM],
     body=APPLY_BODY_SCHEMA,

@@ -38,7 +38,9 @@ def test_pod_is_bound_with_devices_labels_and_never_restarts_in_place() -> None:
     devices = json.loads(pod.metadata.annotations[ANNOTATION_DEVICES])
     assert devices == {"gpus": [1], "gpuIds": ["GPU-node-a-1"], "nics": [], "hostPorts": [20004]}
     env = pod.spec.containers[0].env_dict()
-    assert (env["NVIDIA_VISIBLE_DEVICES"], env["CUDA_VISIBLE_DEVICES"]) == ("GPU-node-a-1", "1")
+    # the container sees only its GPU, renumbered 0; the physical index is GPUYARD_GPU_INDICES
+    assert (env["NVIDIA_VISIBLE_DEVICES"], env["CUDA_VISIBLE_DEVICES"]) == ("GPU-node-a-1", "0")
+    assert env["GPUYARD_GPU_INDICES"] == "1"
 
 
 def test_kubeflow_pods_carry_both_label_sets_and_the_master_role() -> None:
