@@ -107,6 +107,17 @@ class PodGroupSpec(K8sModel):
         description="Pod name -> uid of the Reservation the operator no longer needs; the scheduler "
         "deletes exactly that Reservation (and places the pod again if its replica is still wanted).",
     )
+    schedule_timeout_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="Coscheduling's scheduleTimeoutSeconds: a gang not placed within this many seconds "
+        "of being queued (or resumed) is failed (status phase Failed, reason ScheduleTimeout).",
+    )
+    min_resources: dict[str, Quantity] | None = Field(
+        default=None,
+        description="Volcano's minResources: the gang is not tried until the free capacity of the "
+        "cluster covers these totals (it stays Pending, reason MinResources).",
+    )
 
     def total_replicas(self) -> int:
         return sum(r.replicas for r in self.roles)
@@ -119,7 +130,7 @@ class PodGroupSpec(K8sModel):
 
 
 class PodGroupStatus(K8sModel):
-    phase: Literal["Pending", "Placed", "Suspended"] = "Pending"
+    phase: Literal["Pending", "Placed", "Suspended", "Failed"] = "Pending"
     reason: str = ""
     message: str = ""
     placed: int = 0

@@ -41,6 +41,7 @@ from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.apis.scheduling import PodGroup, Reservation
+from gpuyard.scheduler.assuming import StatusView, patch
 from gpuyard.scheduler.attempting import GangSignature, Walk, backoff, offer, retry_partial
 from gpuyard.scheduler.decisions import (
     ChangeLike,
@@ -62,6 +63,7 @@ from gpuyard.scheduler.quota import FairQueue
 from gpuyard.scheduler.recording import Key, QuotaParking, Recorder, is_complete
 from gpuyard.scheduler.rescheduling import Rescheduler
 from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.scheduler.timeouts import SCHEDULE_TIMEOUT, Deadlines, remaining, timeout_message
 
 __all__ = ["WATCHED", "SchedulerState"]
 
@@ -118,6 +120,7 @@ class SchedulerState:
         self.head_plans: dict[Key, tuple[tuple[int, int], str, float]] = {}  # head's plan, state, time
         self.holds = Holds()  # room held for nominated preemptors and the backfill head
         self.preempting: dict[Key, set[Key]] = {}  # preemptor -> its victims still stopping
+        self.deadlines = Deadlines()  # waiting gangs' scheduleTimeoutSeconds (`timeouts`)
         self.preempt_tried: dict[Key, int] = {}  # preemptor -> epoch of its last search
         self.lowest_running: tuple[int, int | None] | None = None  # (epoch, lowest running priority)
         self.backfill_hold_seconds = backfill_hold_seconds
@@ -175,6 +178,7 @@ class SchedulerState:
         self.head_plans.clear()
         self.holds = Holds()
         self.preempting.clear()
+        self.deadlines.clear()
         self.preempt_tried.clear()
         self.partial.clear()
         self.parking.clear()
@@ -229,6 +233,8 @@ class SchedulerState:
         self.holds.expire(now)
         self._sync()
         walk = self._walk
+        if walk is None:
+            self._time_out()
         if walk is None and self.rescheduler is not None and self.rescheduler.due(now):
             self.rescheduler.tick(self)
         if walk is None:
@@ -297,15 +303,21 @@ class SchedulerState:
                 self._dirty["PodGroup"].add((decision.namespace, res.spec.pod_group))
 
     def next_due(self, now: float) -> tuple[bool, float | None]:
-        """Whether jobs are ready now (a backoff ended, a rescheduler run is due), and when the
-        next backoff, reclaim delay or rescheduler run is due (the loop sleeps until then, or
-        until a change)."""
+        """Whether jobs are ready now (a backoff ended, a rescheduler run or a scheduleTimeout is
+        due), and when the next backoff, reclaim delay, scheduleTimeout or rescheduler run is due
+        (the loop sleeps until then, or until a change)."""
         due = self.queue.release_due(now)
-        if len(self.queue) > self._left_ready or (self.rescheduler is not None and self.rescheduler.due(now)):
+        timeout = self.deadlines.next_due()
+        if (
+            len(self.queue) > self._left_ready
+            or (self.rescheduler is not None and self.rescheduler.due(now))
+            or (timeout is not None and timeout <= now)
+        ):
             return True, due
         for other in (
             self.reclaimer.next_due(now),
             self.holds.next_due(),
+            self.deadlines.next_due(),
             self.rescheduler.next_due(now) if self.rescheduler else None,
         ):
             if other is not None:
@@ -440,6 +452,7 @@ class SchedulerState:
             self._delete(key[0], pod, res.metadata.uid if res is not None else "")
         self.admission.forget(key)
         self.holds.drop(key)
+        self.deadlines.drop(key)
         self.head_plans.pop(key, None)
         self.preempting.pop(key, None)
         self.preempt_tried.pop(key, None)
@@ -453,6 +466,42 @@ class SchedulerState:
         self._uids.pop(key, None)
         self.parking.unpark(key)
         self.groups.forget(key)
+
+    def _track_deadline(self, pg: PodGroup, view: StatusView) -> None:
+        """Note when a waiting gang's scheduleTimeoutSeconds runs out (its clock starts with
+        `status.queuedAt`, written now if it is not yet)."""
+        if pg.spec.schedule_timeout_seconds is None:
+            return
+        key = (pg.metadata.namespace, pg.metadata.name)
+        if view.queued_at is None and view.placed_at is None:
+            view.queued_at = self.utcnow
+            self.recorder.out.append(patch(key, {"queued_at": self.utcnow}))
+        left = remaining(pg, queued_at=view.queued_at, placed_at=view.placed_at, utcnow=self.utcnow)
+        self.deadlines.set(key, now=self.now, left=left)
+
+    def _time_out(self) -> None:
+        """Fail the waiting gangs whose scheduleTimeoutSeconds ran out (between walks only)."""
+        for key in self.deadlines.due(self.now):
+            self.deadlines.drop(key)
+            pg = self.objects.get_of(PodGroup, *key)
+            if pg is None or pg.spec.suspend or self.snapshot.placed_pods(key):
+                continue
+            view = self.recorder.view(pg)
+            message = timeout_message(pg, why=view.message if view.reason != "Queued" else "")
+            self.recorder.status(
+                pg, phase="Failed", reason=SCHEDULE_TIMEOUT, message=message, placed=0, now=self.utcnow
+            )
+            self.recorder.event(
+                pg, reason=SCHEDULE_TIMEOUT, message=message, type_="Warning", now=self.utcnow
+            )
+            log.info("job.schedule_timeout", job=f"{key[0]}/{key[1]}", message=message)
+            self.admission.forget(key)
+            self.holds.drop(key)
+            self.head_plans.pop(key, None)
+            self.preempting.pop(key, None)
+            self.preempt_tried.pop(key, None)
+            self.parking.unpark(key)
+            self.generation.pop(key, None)
 
     def _released_victim(self, victim: Key) -> None:
         """A victim's evicted Reservations are all gone (or it is gone)."""
@@ -491,6 +540,7 @@ class SchedulerState:
             self._released_victim(key)
         if pg.spec.suspend:
             adm.forget(key)
+            self.deadlines.drop(key)
             self.partial.pop(key, None)
             if view.phase != "Suspended":
                 rec.status(
@@ -504,6 +554,7 @@ class SchedulerState:
             return
         placed = len(held)
         if placed:  # admitted and (at least partly) running
+            self.deadlines.drop(key)
             adm.ensure_running(pg, now=self.now)
             if placed >= pg.spec.total_replicas() and is_complete(pg, held):
                 self.partial.pop(key, None)
@@ -522,10 +573,24 @@ class SchedulerState:
         self.partial.pop(key, None)
         if adm.queue.is_running(key):  # lost its placement: released or un-assumed
             adm.requeue(key)
-        if view.phase == "Suspended" or (view.phase == "Placed" and placed == 0):
+        if view.phase == "Failed":
+            return  # timed out (`timeouts`): the operator fails the job and deletes the PodGroup
+        if view.phase == "Suspended":  # resumed: queued again now, its scheduleTimeoutSeconds anew
+            view.queued_at, view.placed_at = None, None
+            rec.status(
+                pg,
+                phase="Pending",
+                reason="Queued",
+                message="waiting for placement",
+                placed=0,
+                now=now,
+                extra={"placed_at": None},
+            )
+        elif view.phase == "Placed" and placed == 0:
             rec.status(
                 pg, phase="Pending", reason="Queued", message="waiting for placement", placed=0, now=now
             )
+        self._track_deadline(pg, view)
         if (
             from_event
             and self.queue.is_held(key)

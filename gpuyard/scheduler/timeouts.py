@@ -1,0 +1,72 @@
+"""`scheduleTimeoutSeconds`: gangs the scheduler gives up on, and when the next one is due.
+
+KubeDL's `runPolicy.schedulingPolicy.scheduleTimeoutSeconds` (the coscheduling PodGroup's field),
+copied by the operator to `PodGroup.spec.scheduleTimeoutSeconds`. The clock starts when the gang
+is queued (`status.queuedAt`, set with its first status; a resume from suspension starts it again)
+and stops for good once the gang is placed (`status.placedAt`): a gang placed in time is never
+failed, even if it is later preempted and waits again. A gang still without any Reservation when
+its time is up is failed by the core (`core.SchedulerState`): status phase `Failed`, reason
+`ScheduleTimeout`, a message naming the timeout and the last reason it waited, a Warning event;
+it leaves the queue and releases any room held for it. The operator turns that into the job's
+`Failed` condition and deletes the PodGroup.
+
+Pure bookkeeping: :class:`Deadlines` maps each waiting gang to the (monotonic) time its timeout
+runs out, so `step` fails those due and `next_due` wakes the loop in time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from gpuyard.apis.scheduling import PodGroup
+
+__all__ = ["SCHEDULE_TIMEOUT", "Deadlines", "timeout_message"]
+
+SCHEDULE_TIMEOUT = "ScheduleTimeout"
+
+Key = tuple[str, str]
+
+
+def remaining(
+    pg: PodGroup, *, queued_at: datetime | None, placed_at: datetime | None, utcnow: datetime
+) -> float | None:
+    """Seconds left before `pg`'s scheduleTimeoutSeconds runs out (None: no timeout applies)."""
+    timeout = pg.spec.schedule_timeout_seconds
+    if timeout is None or placed_at is not None:
+        return None
+    start = queued_at or utcnow
+    return timeout - (utcnow - start).total_seconds()
+
+
+def timeout_message(pg: PodGroup, *, why: str) -> str:
+    """The status message of a gang failed for its timeout, with the last reason it waited."""
+    timeout = pg.spec.schedule_timeout_seconds
+    text = f"not placed within scheduleTimeoutSeconds={timeout}"
+    return f"{text}; it waited because: {why}" if why else text
+
+
+class Deadlines:
+    """Waiting gangs with a scheduleTimeoutSeconds -> monotonic time their timeout runs out."""
+
+    def __init__(self) -> None:
+        self.at: dict[Key, float] = {}
+
+    def set(self, key: Key, *, now: float, left: float | None) -> None:
+        """`key` waits with `left` seconds to go (None: no timeout, or placed)."""
+        if left is None:
+            self.at.pop(key, None)
+        else:
+            self.at[key] = now + max(0.0, left)
+
+    def drop(self, key: Key) -> None:
+        self.at.pop(key, None)
+
+    def due(self, now: float) -> list[Key]:
+        """The gangs whose timeout ran out by `now`."""
+        return [key for key, at in self.at.items() if at <= now]
+
+    def next_due(self) -> float | None:
+        return min(self.at.values(), default=None)
+
+    def clear(self) -> None:
+        self.at.clear()
