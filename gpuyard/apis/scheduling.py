@@ -11,7 +11,8 @@ the two are fields the other side reads, never writes or deletions of the other'
   suspended). The scheduler deletes exactly that Reservation and, if the replica is still wanted,
   places it again (`spec.preferredNodes` says where it ran).
 * The scheduler alone writes the PodGroup's **status** (phase, reason, message, placed, times,
-  attempts, `evictions`) and creates and deletes **Reservations**: one per placed pod (same
+  attempts, `evictions`; phase `Failed`, reason `ScheduleTimeout`, when the gang was not placed
+  within `spec.scheduleTimeoutSeconds`: the operator then fails the job) and creates and deletes **Reservations**: one per placed pod (same
   namespace, named like the pod: `<job>-<role>-<index>`), the ledger of what is allocated (a
   node's free capacity is its allocatable minus its reservations). `status.evictions` (pod name ->
   why) asks the operator to stop those pods (priority preemption, quota reclaim, migration); the

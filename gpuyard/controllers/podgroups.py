@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 ANNOTATION_JOB_GENERATION = "gpuyard.io/job-generation"
+ANNOTATION_ELASTIC = "gpuyard.io/elastic"  # the scheduler's `preemption/elastic.py` reads it
 _QUOTA_KEYS = (LABEL_QUOTA_NAME, LABEL_PREEMPTIBLE, ANNOTATION_EXPECTED_DURATION)
 # Job annotations the scheduler reads from the PodGroup (topology and device placement).
 PLACEMENT_ANNOTATIONS = (
@@ -145,6 +146,8 @@ def pod_group_metadata(job: TrainingJob) -> tuple[dict[str, str], dict[str, str]
     """The labels and annotations the PodGroup of `job` carries (without the generation stamp):
     every label of the job, its quota keys and placement annotations, and `job-name`."""
     labels, annotations = quota_metadata(job)
+    if isinstance(job, PyTorchJob) and job.spec.elastic_policy is not None:
+        annotations[ANNOTATION_ELASTIC] = "true"  # replicas above the minimum may be preempted alone
     return {**job.metadata.labels, **labels, LABEL_JOB_NAME: job.metadata.name}, annotations
 
 
