@@ -41,7 +41,6 @@ from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.scheduler.assuming import StatusView, patch
 from gpuyard.scheduler.attempting import GangSignature, Walk, backoff, offer, retry_partial
 from gpuyard.scheduler.decisions import (
     ChangeLike,
@@ -63,7 +62,7 @@ from gpuyard.scheduler.quota import FairQueue
 from gpuyard.scheduler.recording import Key, QuotaParking, Recorder, is_complete
 from gpuyard.scheduler.rescheduling import Rescheduler
 from gpuyard.scheduler.snapshot import Snapshot
-from gpuyard.scheduler.timeouts import SCHEDULE_TIMEOUT, Deadlines, remaining, timeout_message
+from gpuyard.scheduler.timeouts import Deadlines, time_out, track_deadline
 
 __all__ = ["WATCHED", "SchedulerState"]
 
@@ -234,7 +233,7 @@ class SchedulerState:
         self._sync()
         walk = self._walk
         if walk is None:
-            self._time_out()
+            time_out(self)
         if walk is None and self.rescheduler is not None and self.rescheduler.due(now):
             self.rescheduler.tick(self)
         if walk is None:
@@ -467,42 +466,6 @@ class SchedulerState:
         self.parking.unpark(key)
         self.groups.forget(key)
 
-    def _track_deadline(self, pg: PodGroup, view: StatusView) -> None:
-        """Note when a waiting gang's scheduleTimeoutSeconds runs out (its clock starts with
-        `status.queuedAt`, written now if it is not yet)."""
-        if pg.spec.schedule_timeout_seconds is None:
-            return
-        key = (pg.metadata.namespace, pg.metadata.name)
-        if view.queued_at is None and view.placed_at is None:
-            view.queued_at = self.utcnow
-            self.recorder.out.append(patch(key, {"queued_at": self.utcnow}))
-        left = remaining(pg, queued_at=view.queued_at, placed_at=view.placed_at, utcnow=self.utcnow)
-        self.deadlines.set(key, now=self.now, left=left)
-
-    def _time_out(self) -> None:
-        """Fail the waiting gangs whose scheduleTimeoutSeconds ran out (between walks only)."""
-        for key in self.deadlines.due(self.now):
-            self.deadlines.drop(key)
-            pg = self.objects.get_of(PodGroup, *key)
-            if pg is None or pg.spec.suspend or self.snapshot.placed_pods(key):
-                continue
-            view = self.recorder.view(pg)
-            message = timeout_message(pg, why=view.message if view.reason != "Queued" else "")
-            self.recorder.status(
-                pg, phase="Failed", reason=SCHEDULE_TIMEOUT, message=message, placed=0, now=self.utcnow
-            )
-            self.recorder.event(
-                pg, reason=SCHEDULE_TIMEOUT, message=message, type_="Warning", now=self.utcnow
-            )
-            log.info("job.schedule_timeout", job=f"{key[0]}/{key[1]}", message=message)
-            self.admission.forget(key)
-            self.holds.drop(key)
-            self.head_plans.pop(key, None)
-            self.preempting.pop(key, None)
-            self.preempt_tried.pop(key, None)
-            self.parking.unpark(key)
-            self.generation.pop(key, None)
-
     def _released_victim(self, victim: Key) -> None:
         """A victim's evicted Reservations are all gone (or it is gone)."""
         for owner, victims in list(self.preempting.items()):
@@ -590,7 +553,7 @@ class SchedulerState:
             rec.status(
                 pg, phase="Pending", reason="Queued", message="waiting for placement", placed=0, now=now
             )
-        self._track_deadline(pg, view)
+        track_deadline(self, pg, view)
         if (
             from_event
             and self.queue.is_held(key)

@@ -10,17 +10,27 @@ its time is up is failed by the core (`core.SchedulerState`): status phase `Fail
 it leaves the queue and releases any room held for it. The operator turns that into the job's
 `Failed` condition and deletes the PodGroup.
 
-Pure bookkeeping: :class:`Deadlines` maps each waiting gang to the (monotonic) time its timeout
-runs out, so `step` fails those due and `next_due` wakes the loop in time.
+:class:`Deadlines` maps each waiting gang to the (monotonic) time its timeout runs out, so
+`step` fails those due (:func:`time_out`, between walks) and `next_due` wakes the loop in time;
+the core calls :func:`track_deadline` whenever it queues a gang.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+import structlog
 
 from gpuyard.apis.scheduling import PodGroup
+from gpuyard.scheduler.assuming import StatusView, patch
 
-__all__ = ["SCHEDULE_TIMEOUT", "Deadlines", "timeout_message"]
+if TYPE_CHECKING:
+    from gpuyard.scheduler.core import SchedulerState
+
+__all__ = ["SCHEDULE_TIMEOUT", "Deadlines", "time_out", "timeout_message", "track_deadline"]
+
+log = structlog.get_logger(__name__)
 
 SCHEDULE_TIMEOUT = "ScheduleTimeout"
 
@@ -70,3 +80,38 @@ class Deadlines:
 
     def clear(self) -> None:
         self.at.clear()
+
+
+def track_deadline(state: SchedulerState, pg: PodGroup, view: StatusView) -> None:
+    """Note when the waiting gang `pg`'s scheduleTimeoutSeconds runs out (its clock starts with
+    `status.queuedAt`, written now if it is not yet)."""
+    if pg.spec.schedule_timeout_seconds is None:
+        return
+    key = (pg.metadata.namespace, pg.metadata.name)
+    if view.queued_at is None and view.placed_at is None:
+        view.queued_at = state.utcnow
+        state.recorder.out.append(patch(key, {"queued_at": state.utcnow}))
+    left = remaining(pg, queued_at=view.queued_at, placed_at=view.placed_at, utcnow=state.utcnow)
+    state.deadlines.set(key, now=state.now, left=left)
+
+
+def time_out(state: SchedulerState) -> None:
+    """Fail the waiting gangs whose scheduleTimeoutSeconds ran out (called between walks)."""
+    rec, utcnow = state.recorder, state.utcnow
+    for key in state.deadlines.due(state.now):
+        state.deadlines.drop(key)
+        pg = state.objects.get_of(PodGroup, *key)
+        if pg is None or pg.spec.suspend or state.snapshot.placed_pods(key):
+            continue
+        view = rec.view(pg)
+        message = timeout_message(pg, why=view.message if view.reason != "Queued" else "")
+        rec.status(pg, phase="Failed", reason=SCHEDULE_TIMEOUT, message=message, placed=0, now=utcnow)
+        rec.event(pg, reason=SCHEDULE_TIMEOUT, message=message, type_="Warning", now=utcnow)
+        log.info("job.schedule_timeout", job=f"{key[0]}/{key[1]}", message=message)
+        state.admission.forget(key)
+        state.holds.drop(key)
+        state.head_plans.pop(key, None)
+        state.preempting.pop(key, None)
+        state.preempt_tried.pop(key, None)
+        state.parking.unpark(key)
+        state.generation.pop(key, None)
