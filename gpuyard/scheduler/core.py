@@ -496,7 +496,7 @@ class SchedulerState:
             if left != view.evictions:
                 rec.evictions(pg, left)
             if left:  # stopped pods still hold their room: wait until the operator releases them
-                if adm.queue.is_running(key) and len(held) - len(left) < pg.spec.minimum():
+                if adm.queue.is_running(key) and len(held) - len(left) < max(1, pg.spec.minimum()):
                     adm.requeue(key)  # below its minimum (not an elastic job shrinking): waits again
                 return
             self.reclaimer.released(key)
