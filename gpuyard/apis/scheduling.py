@@ -11,7 +11,8 @@ the two are fields the other side reads, never writes or deletions of the other'
   suspended). The scheduler deletes exactly that Reservation and, if the replica is still wanted,
   places it again (`spec.preferredNodes` says where it ran).
 * The scheduler alone writes the PodGroup's **status** (phase, reason, message, placed, times,
-  attempts, `evictions`) and creates and deletes **Reservations**: one per placed pod (same
+  attempts, `evictions`; phase `Failed`, reason `ScheduleTimeout`, when the gang was not placed
+  within `spec.scheduleTimeoutSeconds`: the operator then fails the job) and creates and deletes **Reservations**: one per placed pod (same
   namespace, named like the pod: `<job>-<role>-<index>`), the ledger of what is allocated (a
   node's free capacity is its allocatable minus its reservations). `status.evictions` (pod name ->
   why) asks the operator to stop those pods (priority preemption, quota reclaim, migration); the
@@ -107,6 +108,17 @@ class PodGroupSpec(K8sModel):
         description="Pod name -> uid of the Reservation the operator no longer needs; the scheduler "
         "deletes exactly that Reservation (and places the pod again if its replica is still wanted).",
     )
+    schedule_timeout_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="Coscheduling's scheduleTimeoutSeconds: a gang not placed within this many seconds "
+        "of being queued (or resumed) is failed (status phase Failed, reason ScheduleTimeout).",
+    )
+    min_resources: dict[str, Quantity] | None = Field(
+        default=None,
+        description="Volcano's minResources: the gang is not tried until the free capacity of the "
+        "cluster covers these totals (it stays Pending, reason MinResources).",
+    )
 
     def total_replicas(self) -> int:
         return sum(r.replicas for r in self.roles)
@@ -119,7 +131,7 @@ class PodGroupSpec(K8sModel):
 
 
 class PodGroupStatus(K8sModel):
-    phase: Literal["Pending", "Placed", "Suspended"] = "Pending"
+    phase: Literal["Pending", "Placed", "Suspended", "Failed"] = "Pending"
     reason: str = ""
     message: str = ""
     placed: int = 0

@@ -8,7 +8,9 @@ and the time; it returns a :class:`Plan` that `applying.py` carries out through 
    PodGroup (the scheduler then collects its Reservations), TTL; a suspended job: stop its pods
    and release every Reservation (`spec.release`), keep the job and its PodGroup;
 2. finished pods through the restart-policy table (`restarting.py`, `judging.py`): restart
-   (counted against `backoffLimit`), or end the job; `activeDeadlineSeconds`;
+   (counted against `backoffLimit`), or end the job; `activeDeadlineSeconds`; a PodGroup the
+   scheduler failed (`ScheduleTimeout`: not placed within `scheduleTimeoutSeconds`) fails the
+   job with the same reason and an Event, and the finished path deletes the PodGroup;
 3. a restarted pod that must move (host network, NodeLost/DeviceUnhealthy, its node or GPU no
    longer usable) gets its Reservation released and `spec.preferredNodes[pod]` = the node it ran
    on; the scheduler places it again. A pod the scheduler evicts (`status.evictions`: priority
@@ -47,6 +49,7 @@ from gpuyard.controllers.podgroups import (
     ANNOTATION_JOB_GENERATION,
     PodGroupChange,
     build_pod_group,
+    pod_group_metadata,
     pod_group_spec,
 )
 from gpuyard.controllers.reporting import (
@@ -60,11 +63,14 @@ from gpuyard.controllers.reporting import (
 from gpuyard.controllers.restarting import Ending, needs_new_placement
 from gpuyard.controllers.workloads.base import WorkloadPlugin
 
-__all__ = ["ACTIVE", "MISSING_CLASS_RECHECK", "Plan", "plan"]
+__all__ = ["ACTIVE", "MISSING_CLASS_RECHECK", "SCHEDULE_TIMEOUT", "Plan", "plan"]
 
 ACTIVE = ("Pending", "Running", "Unknown")
 MISSING_CLASS_RECHECK = 30.0
 """Seconds between looks at a job whose PriorityClass does not exist (a new class also wakes it)."""
+SCHEDULE_TIMEOUT = "ScheduleTimeout"
+"""The PodGroup status reason (and the job's Failed condition reason) of a gang not placed within
+its `scheduleTimeoutSeconds`."""
 
 
 @dataclass(slots=True)
@@ -131,6 +137,16 @@ def plan(
         return _finished(out, job=job, obs=obs)
 
     pg = obs.pod_group
+    if pg is not None and pg.status.phase == "Failed" and pg.status.reason == SCHEDULE_TIMEOUT:
+        status.completion_time = now  # the scheduler gave up on the gang: the job fails
+        report.set(
+            "Failed",
+            reason=SCHEDULE_TIMEOUT,
+            message=f"{report.name} failed: {pg.status.message}",
+            warning=True,
+        )
+        replica_statuses(job, status, replicas=obs.replicas)
+        return _finished(out, job=job, obs=obs)
     released = pg.spec.release if pg is not None else {}  # asked for before: never used again
     evictions = pg.status.evictions if pg is not None else {}
     release: dict[str, str] = {}  # new requests of this pass
@@ -322,6 +338,9 @@ def _gang(
         return
     respec = pg.metadata.annotations.get(ANNOTATION_JOB_GENERATION) != generation and not missing
     existing = {name: res.metadata.uid for name, res in obs.reservations.items()}
+    labels, annotations = pod_group_metadata(job)
+    carried = {k: v for k, v in pg.metadata.annotations.items() if k != ANNOTATION_JOB_GENERATION}
+    relabel = labels != pg.metadata.labels or annotations != carried  # the job's labels were patched
     out.pod_group = PodGroupChange(
         spec=pod_group_spec(job, plugin, cluster_domain=cluster_domain, priority=priority)
         if respec
@@ -331,6 +350,7 @@ def _gang(
         release=release,
         existing=existing,
         prune=any(existing.get(pod) != uid for pod, uid in pg.spec.release.items()),
+        metadata=(labels, annotations) if relabel else None,
     )
 
 

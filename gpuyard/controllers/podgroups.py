@@ -6,6 +6,13 @@ network, node selectors, tolerations), plus the job-level minimum, queue, priori
 through PriorityClass objects by the caller), gang group and suspension. The operator owns the spec; the scheduler alone owns the status (Pending / Placed /
 Suspended, `evictions`) and the Reservations.
 
+The PodGroup carries every label of the job (so a PodDisruptionBudget selector written for
+the job's labels matches its gang) plus `job-name`, the quota keys (`gpuyard.io/preemptible`,
+the quota name, the expected duration) and the placement annotations (`gpuyard.io/migratable`,
+`gpuyard.io/checkpoint-interval`, ...); they follow the job when its labels or annotations are
+patched. `scheduleTimeoutSeconds` and `minResources` of the job's scheduling policy are copied
+to the spec (the scheduler enforces both).
+
 The operator's requests to the scheduler are spec fields: `release` (pod name -> uid of a
 Reservation it no longer needs) and `preferredNodes` (where a pod that must move ran). A pass
 plans a :class:`PodGroupChange`; :func:`changed_pod_group` applies it to the PodGroup as it is
@@ -31,11 +38,13 @@ __all__ = [
     "PodGroupChange",
     "build_pod_group",
     "changed_pod_group",
+    "pod_group_metadata",
     "pod_group_spec",
     "quota_metadata",
 ]
 
 ANNOTATION_JOB_GENERATION = "gpuyard.io/job-generation"
+ANNOTATION_ELASTIC = "gpuyard.io/elastic"  # the scheduler's `preemption/elastic.py` reads it
 _QUOTA_KEYS = (LABEL_QUOTA_NAME, LABEL_PREEMPTIBLE, ANNOTATION_EXPECTED_DURATION)
 # Job annotations the scheduler reads from the PodGroup (topology and device placement).
 PLACEMENT_ANNOTATIONS = (
@@ -128,7 +137,18 @@ def pod_group_spec(
         suspend=job.suspended,
         job_kind=job.kind,
         preferred_nodes=dict(preferred_nodes or {}),
+        schedule_timeout_seconds=sched.schedule_timeout_seconds if sched is not None else None,
+        min_resources=dict(sched.min_resources) if sched is not None and sched.min_resources else None,
     )
+
+
+def pod_group_metadata(job: TrainingJob) -> tuple[dict[str, str], dict[str, str]]:
+    """The labels and annotations the PodGroup of `job` carries (without the generation stamp):
+    every label of the job, its quota keys and placement annotations, and `job-name`."""
+    labels, annotations = quota_metadata(job)
+    if isinstance(job, PyTorchJob) and job.spec.elastic_policy is not None:
+        annotations[ANNOTATION_ELASTIC] = "true"  # replicas above the minimum may be preempted alone
+    return {**job.metadata.labels, **labels, LABEL_JOB_NAME: job.metadata.name}, annotations
 
 
 def build_pod_group(
@@ -139,12 +159,12 @@ def build_pod_group(
     preferred_nodes: dict[str, str] | None = None,
     priority: ResolvedPriority | None = None,
 ) -> PodGroup:
-    labels, annotations = quota_metadata(job)
+    labels, annotations = pod_group_metadata(job)
     return PodGroup(
         metadata=ObjectMeta(
             name=job.metadata.name,
             namespace=job.metadata.namespace or "default",
-            labels={**labels, LABEL_JOB_NAME: job.metadata.name},
+            labels=labels,
             annotations={**annotations, ANNOTATION_JOB_GENERATION: str(job.metadata.generation)},
             owner_references=[owner_reference(job)],
         ),
@@ -161,7 +181,8 @@ class PodGroupChange:
     `spec`: the spec rebuilt from a changed job (None: the job did not change), stamped with
     `generation`; `preferred`: pod name -> node it ran on (failover); `release`: pod name ->
     Reservation uid to give back; `existing`: pod name -> uid of every Reservation that exists
-    now (a `release` entry naming anything else is done and pruned; `prune`: there is one).
+    now (a `release` entry naming anything else is done and pruned; `prune`: there is one);
+    `metadata`: the labels and annotations the PodGroup should carry (None: leave them).
     """
 
     spec: PodGroupSpec | None = None
@@ -170,9 +191,15 @@ class PodGroupChange:
     release: dict[str, str] = field(default_factory=dict)
     existing: Mapping[str, str] = field(default_factory=dict)
     prune: bool = False  # some `release` entry is done
+    metadata: tuple[dict[str, str], dict[str, str]] | None = None
 
     def __bool__(self) -> bool:
-        return self.spec is not None or self.prune or bool(self.preferred or self.release)
+        return (
+            self.spec is not None
+            or self.prune
+            or self.metadata is not None
+            or bool(self.preferred or self.release)
+        )
 
 
 def changed_pod_group(pg: PodGroup, change: PodGroupChange) -> PodGroup | None:
@@ -187,9 +214,19 @@ def changed_pod_group(pg: PodGroup, change: PodGroupChange) -> PodGroup | None:
         change.spec is not None
         and pg.metadata.annotations.get(ANNOTATION_JOB_GENERATION) != change.generation
     )
-    if not respec and release == pg.spec.release and preferred == pg.spec.preferred_nodes:
+    labels, annotations = pg.metadata.labels, pg.metadata.annotations
+    if change.metadata is not None:
+        stamp = change.generation if respec else annotations.get(ANNOTATION_JOB_GENERATION)
+        labels = dict(change.metadata[0])
+        annotations = {**change.metadata[1]}
+        if stamp is not None:
+            annotations[ANNOTATION_JOB_GENERATION] = stamp
+    relabel = labels != pg.metadata.labels or annotations != pg.metadata.annotations
+    if not respec and not relabel and release == pg.spec.release and preferred == pg.spec.preferred_nodes:
         return None
     copy = pg.clone()
+    copy.metadata.labels = dict(labels)
+    copy.metadata.annotations = dict(annotations)
     if respec:
         assert change.spec is not None
         copy.spec = change.spec.model_copy()

@@ -3,7 +3,8 @@
 Pure (no store, no I/O), used by `planning.py`. A :class:`Report` holds the pass's draft of the
 job's status and what the draft says happened: the Events to record and the phase transitions
 (which the apply step turns into metrics and the one canonical `job.transition` log line).
-:func:`progress` moves a job that is not restarting to Queuing or Running, :func:`replica_statuses`
+:func:`progress` moves a job that is not restarting to Queuing or Running (an elastic job
+whose replicas above its minimum were preempted runs on its minimum), :func:`replica_statuses`
 counts active/succeeded/failed pods and restarts per role, :func:`deadline_after` says when
 `activeDeadlineSeconds` runs out.
 """
@@ -20,6 +21,7 @@ from gpuyard.apis.jobspecs import JobStatus, ReplicaStatus
 from gpuyard.apis.meta import deep_copy
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.controllers.judging import Replica, reason_of
+from gpuyard.controllers.podgroups import ANNOTATION_ELASTIC
 from gpuyard.controllers.statuses import set_condition
 
 __all__ = [
@@ -134,6 +136,13 @@ def progress(
     if status.phase == "Restarting":
         if all_up:
             report.set("Running", reason=report.reason("Running"), message=f"{name} is running.")
+        elif _elastic_minimum_up(pod_group, replicas=replicas, live=live):
+            up = sum(1 for p in live.values() if p.status.phase == "Running")
+            report.set(
+                "Running",
+                reason=report.reason("Running"),
+                message=f"{name} is running on {up} of {len(replicas)} replicas (its elastic minimum is up).",
+            )
     elif running:
         report.set("Running", reason=report.reason("Running"), message=f"{name} is running.")
     elif not live and status.phase in ("", "Created", "Queuing"):
@@ -143,6 +152,21 @@ def progress(
             "Queuing", reason=report.reason("Queuing"), message=message, event=status.phase != "Queuing"
         )
     return Launch(all_pods=all_up) if running or all_up else None
+
+
+def _elastic_minimum_up(
+    pod_group: PodGroup | None, *, replicas: list[Replica], live: Mapping[str, Pod]
+) -> bool:
+    """An elastic job (replicas above its minimum were preempted) runs with every role at least
+    at its minimum: it is Running, not Restarting, while the rest wait for room."""
+    if pod_group is None or pod_group.metadata.annotations.get(ANNOTATION_ELASTIC) != "true":
+        return False
+    up: dict[str, int] = {}
+    for rep in replicas:
+        pod = live.get(rep.name)
+        if pod is not None and pod.status.phase == "Running":
+            up[rep.role] = up.get(rep.role, 0) + 1
+    return bool(up) and all(up.get(role.name, 0) >= role.minimum for role in pod_group.spec.roles)
 
 
 def replica_statuses(

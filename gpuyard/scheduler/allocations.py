@@ -149,6 +149,11 @@ class Ledger:
             return {}
         return {name: e.alloc.node for name, e in members.items()}
 
+    def pod_alloc(self, group: tuple[str, str], pod: str) -> Alloc | None:
+        """What one pod of a PodGroup takes (None: it holds no Reservation)."""
+        entry = self._by_group.get(group, {}).get(pod)
+        return entry.alloc if entry is not None else None
+
     def group_allocs(self, group: tuple[str, str]) -> list[Alloc]:
         """What a PodGroup's Reservations take (applied or not)."""
         return [e.alloc for e in self._by_group.get(group, {}).values()]

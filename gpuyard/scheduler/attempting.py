@@ -5,7 +5,8 @@ A :class:`Walk` takes the FairQueue's candidates in order; `offer` checks quota 
 ResourceQuota admission first (a blocked job is parked with the cause and may reclaim borrowed
 capacity when its quota is owed its min, `preempting`), then tries to place it.
 
-`schedule_one(state, key)` reads the PodGroup from the core's objects, builds the plain gang
+`schedule_one(state, key)` reads the PodGroup from the core's objects, holds back a gang whose
+`minResources` the free capacity does not cover (`minresources`), builds the plain gang
 request (`gang_requests.build_gang`), answers from the per-epoch "does not fit" cache when the
 same shape failed since the snapshot last changed, else calls the pure `place()`. A placement
 is *assumed* at once (`assuming.assume`: its Reservations recorded in the snapshot) and becomes
@@ -30,6 +31,7 @@ from gpuyard.scheduler.decisions import PlaceGang
 from gpuyard.scheduler.framework import CycleState
 from gpuyard.scheduler.gang_requests import GangRequest, PodShape, build_gang
 from gpuyard.scheduler.gatekeeping import JobShape
+from gpuyard.scheduler.minresources import MIN_RESOURCES, min_resources_short
 from gpuyard.scheduler.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.placing import place
 from gpuyard.scheduler.preemption.priority import preempt_for
@@ -107,7 +109,8 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
                 outcome = None  # no reclaim on top: the room is coming
             else:
                 why = outcome.full_message() if outcome is not None else ""
-                candidates.blocked(job, why, reserve=outcome is not None)
+                reserve = outcome is not None and outcome.reason != MIN_RESOURCES  # gated: holds nothing
+                candidates.blocked(job, why, reserve=reserve)
         if outcome is not None or reason is not None:
             if reason is not None and shape is not None and known is None:
                 known = walk.verdicts[shape] = (reason, adm.owed(key))
@@ -215,6 +218,16 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
     if not isinstance(pg, PodGroup) or pg.spec.suspend:
         return None
     state.generation[key] = pg.metadata.generation
+    short = (
+        None
+        if state.snapshot.placed_pods(key)
+        else min_resources_short(state.snapshot, pg.spec.min_resources)
+    )
+    if short is not None:  # Volcano's enqueue gate: not tried until free capacity covers it
+        result = Unschedulable(reason=MIN_RESOURCES, message=short)
+        _not_placed(state, [pg], result)
+        state.holds.drop(key)
+        return result
     members, waiting_for = state.groups.members(pg, lambda k: objects.get_of(PodGroup, *k))
     if any(state.evicting(m) for m in members):
         return None  # placed again once the operator released the evicted pods' Reservations

@@ -62,6 +62,7 @@ from gpuyard.scheduler.quota import FairQueue
 from gpuyard.scheduler.recording import Key, QuotaParking, Recorder, is_complete
 from gpuyard.scheduler.rescheduling import Rescheduler
 from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.scheduler.timeouts import Deadlines, time_out, track_deadline
 
 __all__ = ["WATCHED", "SchedulerState"]
 
@@ -118,6 +119,7 @@ class SchedulerState:
         self.head_plans: dict[Key, tuple[tuple[int, int], str, float]] = {}  # head's plan, state, time
         self.holds = Holds()  # room held for nominated preemptors and the backfill head
         self.preempting: dict[Key, set[Key]] = {}  # preemptor -> its victims still stopping
+        self.deadlines = Deadlines()  # waiting gangs' scheduleTimeoutSeconds (`timeouts`)
         self.preempt_tried: dict[Key, int] = {}  # preemptor -> epoch of its last search
         self.lowest_running: tuple[int, int | None] | None = None  # (epoch, lowest running priority)
         self.backfill_hold_seconds = backfill_hold_seconds
@@ -175,6 +177,7 @@ class SchedulerState:
         self.head_plans.clear()
         self.holds = Holds()
         self.preempting.clear()
+        self.deadlines.clear()
         self.preempt_tried.clear()
         self.partial.clear()
         self.parking.clear()
@@ -229,6 +232,8 @@ class SchedulerState:
         self.holds.expire(now)
         self._sync()
         walk = self._walk
+        if walk is None:
+            time_out(self)
         if walk is None and self.rescheduler is not None and self.rescheduler.due(now):
             self.rescheduler.tick(self)
         if walk is None:
@@ -297,15 +302,21 @@ class SchedulerState:
                 self._dirty["PodGroup"].add((decision.namespace, res.spec.pod_group))
 
     def next_due(self, now: float) -> tuple[bool, float | None]:
-        """Whether jobs are ready now (a backoff ended, a rescheduler run is due), and when the
-        next backoff, reclaim delay or rescheduler run is due (the loop sleeps until then, or
-        until a change)."""
+        """Whether jobs are ready now (a backoff ended, a rescheduler run or a scheduleTimeout is
+        due), and when the next backoff, reclaim delay, scheduleTimeout or rescheduler run is due
+        (the loop sleeps until then, or until a change)."""
         due = self.queue.release_due(now)
-        if len(self.queue) > self._left_ready or (self.rescheduler is not None and self.rescheduler.due(now)):
+        timeout = self.deadlines.next_due()
+        if (
+            len(self.queue) > self._left_ready
+            or (self.rescheduler is not None and self.rescheduler.due(now))
+            or (timeout is not None and timeout <= now)
+        ):
             return True, due
         for other in (
             self.reclaimer.next_due(now),
             self.holds.next_due(),
+            self.deadlines.next_due(),
             self.rescheduler.next_due(now) if self.rescheduler else None,
         ):
             if other is not None:
@@ -440,6 +451,7 @@ class SchedulerState:
             self._delete(key[0], pod, res.metadata.uid if res is not None else "")
         self.admission.forget(key)
         self.holds.drop(key)
+        self.deadlines.drop(key)
         self.head_plans.pop(key, None)
         self.preempting.pop(key, None)
         self.preempt_tried.pop(key, None)
@@ -484,13 +496,14 @@ class SchedulerState:
             if left != view.evictions:
                 rec.evictions(pg, left)
             if left:  # stopped pods still hold their room: wait until the operator releases them
-                if adm.queue.is_running(key):
-                    adm.requeue(key)
+                if adm.queue.is_running(key) and len(held) - len(left) < max(1, pg.spec.minimum()):
+                    adm.requeue(key)  # below its minimum (not an elastic job shrinking): waits again
                 return
             self.reclaimer.released(key)
             self._released_victim(key)
         if pg.spec.suspend:
             adm.forget(key)
+            self.deadlines.drop(key)
             self.partial.pop(key, None)
             if view.phase != "Suspended":
                 rec.status(
@@ -504,6 +517,7 @@ class SchedulerState:
             return
         placed = len(held)
         if placed:  # admitted and (at least partly) running
+            self.deadlines.drop(key)
             adm.ensure_running(pg, now=self.now)
             if placed >= pg.spec.total_replicas() and is_complete(pg, held):
                 self.partial.pop(key, None)
@@ -522,10 +536,24 @@ class SchedulerState:
         self.partial.pop(key, None)
         if adm.queue.is_running(key):  # lost its placement: released or un-assumed
             adm.requeue(key)
-        if view.phase == "Suspended" or (view.phase == "Placed" and placed == 0):
+        if view.phase == "Failed":
+            return  # timed out (`timeouts`): the operator fails the job and deletes the PodGroup
+        if view.phase == "Suspended":  # resumed: queued again now, its scheduleTimeoutSeconds anew
+            view.queued_at, view.placed_at = None, None
+            rec.status(
+                pg,
+                phase="Pending",
+                reason="Queued",
+                message="waiting for placement",
+                placed=0,
+                now=now,
+                extra={"placed_at": None},
+            )
+        elif view.phase == "Placed" and placed == 0:
             rec.status(
                 pg, phase="Pending", reason="Queued", message="waiting for placement", placed=0, now=now
             )
+        track_deadline(self, pg, view)
         if (
             from_event
             and self.queue.is_held(key)

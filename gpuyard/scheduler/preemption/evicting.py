@@ -8,6 +8,9 @@ Shared by priority preemption (`preemption.priority`) and quota reclaim (`preemp
   pods — the job is `Restarting`, not failed, and no restart is counted — and then releases the
   Reservations, which hold the devices until then (a GPU is never handed out while a pod runs);
 * the victim returns to its queue keeping its submission time (`Admission.requeue`);
+* an elastic job may instead lose only replicas above its minimum (`pods`, see `elastic`): its
+  PodGroup stays `Placed` (reason `Shrunk`), it stays admitted, and only those pods are in
+  `status.evictions`;
 * a `Preempted` Warning event on the victim, and the counters
   `gpuyard_preemptions_total{reason}` and `gpuyard_gpu_hours_lost_total` (GPUs x time since it
   started, or since its last checkpoint when the job says how often it checkpoints:
@@ -57,9 +60,14 @@ def gpu_hours_lost(*, gpus: int, started: float | None, now: float, interval: fl
     return gpus * ran / 3600.0
 
 
-def evict(state: SchedulerState, key: Key, *, message: str, reason: str) -> float:
+def evict(
+    state: SchedulerState, key: Key, *, message: str, reason: str, pods: tuple[str, ...] | None = None
+) -> float:
     """Stop the running job `key` (see the module docstring); the GPU-hours it loses.
-    `reason`: priority | reclaim | migration (the metric's label)."""
+    `reason`: priority | reclaim | migration (the metric's label). `pods`: only these replicas
+    above an elastic job's minimum (`elastic`): the job keeps running and stays admitted."""
+    if pods is not None:
+        return _shrink(state, key, pods=pods, message=message, reason=reason)
     snap, rec, utcnow = state.snapshot, state.recorder, state.utcnow
     tracked = state.admission.jobs.get(key)
     started = tracked.started if tracked is not None else None
@@ -82,4 +90,41 @@ def evict(state: SchedulerState, key: Key, *, message: str, reason: str) -> floa
     if state.metrics is not None:
         state.metrics.preempted(reason, gpu_hours=lost)
     log.info("job.preempted", job=f"{key[0]}/{key[1]}", reason=reason, gpu_hours_lost=round(lost, 3))
+    return lost
+
+
+def _shrink(state: SchedulerState, key: Key, *, pods: tuple[str, ...], message: str, reason: str) -> float:
+    """Stop only `pods` of the running elastic job `key`; it stays `Placed` and admitted."""
+    snap, rec, utcnow = state.snapshot, state.recorder, state.utcnow
+    pg = state.objects.get_of(PodGroup, *key)
+    if not isinstance(pg, PodGroup):
+        return 0.0
+    tracked = state.admission.jobs.get(key)
+    started = tracked.started if tracked is not None else None
+    per_node = snap.placed_pods(key)
+    gpus = 0
+    for pod in pods:
+        alloc = snap.ledger.pod_alloc(key, pod)
+        gpus += len(alloc.gpus) if alloc is not None and alloc.gpu_milli >= 1000 else 0
+    interval = checkpoint_interval(pg.metadata.annotations)
+    lost = gpu_hours_lost(gpus=gpus, started=started, now=state.now, interval=interval)
+    view = rec.view(pg)
+    view.evictions = {**view.evictions, **dict.fromkeys(pods, message)}
+    left = len(per_node) - len(pods)
+    text = f"{len(pods)} replica(s) above its elastic minimum stopped ({', '.join(pods)}): {message}"
+    rec.status(
+        pg,
+        phase="Placed",
+        reason="Shrunk",
+        message=text,
+        placed=left,
+        now=utcnow,
+        extra={"evictions": dict(view.evictions)},
+    )
+    rec.event(pg, reason="Preempted", message=text, type_="Warning", now=utcnow)
+    if state.metrics is not None:
+        state.metrics.preempted(reason, gpu_hours=lost)
+    log.info(
+        "job.shrunk", job=f"{key[0]}/{key[1]}", reason=reason, pods=len(pods), gpu_hours_lost=round(lost, 3)
+    )
     return lost

@@ -10,8 +10,10 @@ that quota: Kueue's `withinClusterQueue` preemption):
    are taken back by reclaim, so priority never breaks a quota's guarantee) that
    `protection.protected` allows — lower priority (or newer equal priority under
    `LowerOrNewerEqualPriority`), not non-preemptible, past their queue's `preemptMinRuntime`;
-2. `victims.select_victims` finds the cheapest plan that makes the whole gang fit on the real
-   nodes (PodDisruptionBudgets from the objects the scheduler watches);
+2. first `elastic.shrink_plan`: can evicting only replicas above elastic jobs' minimum make the
+   gang fit? (those jobs keep running); else `victims.select_victims` finds the cheapest plan of
+   whole gangs that makes the whole gang fit on the real nodes (PodDisruptionBudgets from the
+   objects the scheduler watches);
 3. the victims are evicted (`evicting.evict`, reason `priority`); the room the gang's planned
    placement takes on each node is held for it (`holds`, cause `nomination`) until it is placed
    or `scheduler.nomination_seconds` pass, so no other job takes the room while the victims'
@@ -31,6 +33,7 @@ from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.gang_requests import build_gang
 from gpuyard.scheduler.holds import Hold
 from gpuyard.scheduler.preemption.budgets import violation_counter
+from gpuyard.scheduler.preemption.elastic import shrink_plan, surplus_pods
 from gpuyard.scheduler.preemption.evicting import checkpoint_interval, evict, gpu_hours_lost
 from gpuyard.scheduler.preemption.protection import Preemptee, Preemptor, protected
 from gpuyard.scheduler.preemption.victims import Candidate, select_victims
@@ -93,6 +96,12 @@ def _candidates(state: SchedulerState, key: Key, me: Preemptor) -> list[Candidat
             )
         )
     return out
+
+
+def _surplus(state: SchedulerState, key: Key) -> list[str]:
+    """Replicas of the running job `key` above its elastic minimum (none if it is not elastic)."""
+    pg = state.objects.get_of(PodGroup, *key)
+    return surplus_pods(pg, state.snapshot.placed_pods(key)) if isinstance(pg, PodGroup) else []
 
 
 def _lowest_running_priority(state: SchedulerState, token: int) -> int | None:
@@ -175,16 +184,37 @@ def preempt_for(state: SchedulerState, key: Key, *, quota_blocked: bool = False)
     enough = _quota_room(state, key) if quota_blocked else None
     if quota_blocked and enough is None:
         return []
-    plan = select_victims(snap, gang, state.profile, candidates, violations=count, held=held, enough=enough)
-    if plan is None:
-        return []
-    victims = [v.key for v in plan.victims]
+    shrink = None
+    if enough is None:  # elastic jobs give up replicas above their minimum first (`elastic`)
+        shrink = shrink_plan(
+            snap,
+            gang,
+            state.profile,
+            candidates,
+            surplus=lambda k: _surplus(state, k),
+            violations=count,
+            held=held,
+        )
     lost = 0.0
-    for victim in victims:
-        lost += evict(state, victim, message=victim_message(victim, key, me.priority), reason="priority")
+    if shrink is not None:
+        placement = shrink.placement
+        victims = list(shrink.pods)
+        for victim, pods in shrink.pods.items():
+            message = victim_message(victim, key, me.priority)
+            lost += evict(state, victim, message=message, reason="priority", pods=pods)
+    else:
+        plan = select_victims(
+            snap, gang, state.profile, candidates, violations=count, held=held, enough=enough
+        )
+        if plan is None:
+            return []
+        placement = plan.placement
+        victims = [v.key for v in plan.victims]
+        for victim in victims:
+            lost += evict(state, victim, message=victim_message(victim, key, me.priority), reason="priority")
     # nominate: the room the planned placement takes is held for the preemptor
     room: dict[str, tuple[int, int, int]] = {}
-    for pp in plan.placement.pods:
+    for pp in placement.pods:
         g, c, m = room.get(pp.node, (0, 0, 0))
         room[pp.node] = (
             g + (0 if pp.shape.shared else len(pp.gpus)),
