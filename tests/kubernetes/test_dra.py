@@ -11,16 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
+import pytest
 import pytest_asyncio
 from kubernetes_asyncio import client as kclient
 
 from gpuyard.apis.crds import crds
+from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.resources import ApiResource, resource_for
 from gpuyard.devices.scenarios import load_scenario
 from gpuyard.kubecluster.client import KubeClient
-from gpuyard.kubecluster.dra import RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpuyard.kubecluster.dra import RESOURCE_CLAIMS, RESOURCE_SLICES, DraAllocator
 from gpuyard.kubecluster.fakenodes import FakeNodes, connect
+from gpuyard.kubecluster.writing import to_json
+from gpuyard.state.backend import BackendError
+from gpuyard.state.store import Store
 from gpuyard.testing.apiserver.fixture import RunningApiServer
+from tests.builders import make_pod
 from tests.kubernetes.test_backend_platform import platform, settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,3 +174,23 @@ async def test_dra_off_leaves_pods_requesting_gpus(
     assert "resourceClaims" not in pod["spec"]
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] in (2, "2")
     assert await _objects(kube, RESOURCE_CLAIMS) == []
+
+
+async def test_on_without_a_slice_refuses_and_auto_leaves_the_pod(fake_apiserver: RunningApiServer) -> None:
+    kube = await KubeClient.connect(kubeconfig=str(fake_apiserver.kubeconfig), request_timeout=5.0)
+    try:
+        store = Store()
+        store.register(NodeTopology)
+        store.observe(SCENARIO.topologies()[0])
+        node = SCENARIO.topologies()[0].metadata.name
+        pod = make_pod("p", node=node, gpus=2)
+        pod.metadata.annotations["gpuyard.io/devices"] = json.dumps({"gpus": [0, 1]})
+        body = to_json(pod)
+        auto = DraAllocator(client=kube, store=store, mode="auto")
+        assert await auto.prepare(pod, body, node) is None
+        assert body == to_json(pod)
+        on = DraAllocator(client=kube, store=store, mode="on")
+        with pytest.raises(BackendError, match=f"node {node} publishes no gpu.nvidia.com ResourceSlice"):
+            await on.prepare(pod, body, node)
+    finally:
+        await kube.close()
