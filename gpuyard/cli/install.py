@@ -60,6 +60,10 @@ RULES: dict[str, tuple[str, ...]] = {
     "Queue/status": ("patch", "update"),
     "ElasticQuota": READ,
     "ElasticQuota/status": ("patch", "update"),
+    # DRA mode (backend.kubernetes.dra): a placed pod's claim, created and allocated before binding
+    "ResourceClaim": ("create", "delete"),
+    "ResourceClaim/status": ("patch",),
+    "ResourceSlice": ("list",),  # matched to the NodeTopologies
 }
 """What gpuyard's ServiceAccount may do, cluster-wide. `TrainingJob` stands for every job kind of
 every group in :data:`gpuyard.apis.resources.API_RESOURCES`."""
@@ -69,6 +73,8 @@ LEASE_VERBS = ("get", "create", "update")  # leader election, in gpuyard's own n
 _BUILT_IN = {
     "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
     "PriorityClass": ("scheduling.k8s.io", "priorityclasses"),
+    "ResourceClaim": ("resource.k8s.io", "resourceclaims"),
+    "ResourceSlice": ("resource.k8s.io", "resourceslices"),
 }
 
 

@@ -5,8 +5,9 @@ informer per watched resource (Nodes, Pods, Services, ResourceQuotas, and gpuyar
 resources: the job kinds of the configured `job_groups`, PodGroups, Reservations,
 ResourceClasses, NodeTopologies, Queues, ElasticQuotas), the leader elector, the lost-node
 watcher and the sweep of pods a dead leader created but never bound (`orphans.py`), and sets `synced` once every informer has listed. `healthy()` is False while any watch
-is broken. The store is the informers' cache: objects keep the API server's resourceVersions,
-and nothing is journaled (the API server is the store of record).
+is broken. With `dra` on or auto, the writer gives placed pods ResourceClaims (`dra.py`). The
+store is the informers' cache: objects keep the API server's resourceVersions, and nothing is
+journaled (the API server is the store of record).
 
 The writer (:class:`~gpuyard.kubecluster.writing.KubeWriter`) exists from construction, but its
 client is connected in `run()`: a write before that fails with `BackendError`. `leadership` is
@@ -22,6 +23,7 @@ import structlog
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import API_RESOURCES, ApiResource
 from gpuyard.kubecluster.client import ApiError, KubeClient
+from gpuyard.kubecluster.dra import DraAllocator
 from gpuyard.kubecluster.informing import Informer, Mirror
 from gpuyard.kubecluster.leading import LeaderElector
 from gpuyard.kubecluster.nodes import NodeModel
@@ -124,6 +126,8 @@ class KubeCluster:
     def _build(self, client: KubeClient) -> None:
         cfg = self.config
         self.writer.client = client
+        if cfg.dra != "off":
+            self.writer.dra = DraAllocator(client=client, store=self.store, mode=cfg.dra)
         if self.elector is not None:
             self.elector.client = client
         self.informers = []

@@ -7,7 +7,9 @@ over the API server.
   so no other scheduler touches it), then bound through `pods/binding`, as kube-scheduler binds
   (a pod with another `schedulerName` and no node, delegate mode, is created as it is); if the
   binding fails the pod is deleted again and the create fails with `BackendError` (the caller
-  un-assumes the placement). A status given at create is written with a status PATCH after it
+  un-assumes the placement). In DRA mode (`dra.py`) the pod references a ResourceClaim instead of
+  requesting `nvidia.com/gpu`, and the claim, allocated to the chosen GPUs, is written between the
+  create and the binding. A status given at create is written with a status PATCH after it
   (the API server drops it from a create), except for pods, whose status is the kubelet's.
 * `update(obj)` -> PUT with the object's resourceVersion: 409 -> `Conflict` (the caller's
   `retry_on_conflict` re-reads the cache and decides again). Status is a subresource: a PUT of
@@ -35,6 +37,7 @@ from gpuyard.apis.core import Pod
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import ApiResource, resource_for
 from gpuyard.kubecluster.client import ApiError, Json, KubeClient
+from gpuyard.kubecluster.dra import DraAllocator
 from gpuyard.state.backend import BackendError
 from gpuyard.state.store import AlreadyExists, Conflict, NotFound, Store
 
@@ -88,6 +91,7 @@ class KubeWriter:
         self.scheduler_name = scheduler_name
         self.pods_bound = 0
         self.in_flight: set[tuple[str, str]] = set()  # pods between create and bind
+        self.dra: DraAllocator | None = None  # DRA mode (`dra.py`): set with the client when enabled
 
     def _resource(self, kind: str, api_version: str | None = None) -> ApiResource:
         try:
@@ -165,6 +169,7 @@ class KubeWriter:
         spec["schedulerName"] = self.scheduler_name
         body["metadata"].setdefault("annotations", {})[ANNOTATION_ASSIGNED_NODE] = node
         res = self._resource("Pod")
+        claim = await self.dra.prepare(pod, body, node) if self.dra is not None else None
         key = (body["metadata"]["namespace"], pod.metadata.name)
         self.in_flight.add(key)
         try:
@@ -175,6 +180,8 @@ class KubeWriter:
             meta = raw.get("metadata") or {}
             ns, name = meta.get("namespace", ""), meta.get("name", pod.metadata.name)
             try:
+                if claim is not None:  # the claim exists, allocated, before the pod is bound
+                    await claim.write(str(meta.get("uid") or ""))
                 await self._api().bind(ns, name, node, uid=meta.get("uid"))
             except (ApiError, NotFound, AlreadyExists, Conflict) as exc:
                 try:

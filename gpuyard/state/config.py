@@ -123,6 +123,14 @@ class KubernetesConfig(Section):
     )
     request_timeout: float = Field(default=30.0, gt=0, description="Seconds for one non-watch request.")
     backoff_max: float = Field(default=30.0, gt=0, description="Longest wait between retries of a watch.")
+    dra: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description=(
+            "Dynamic Resource Allocation: on gives every placed GPU pod a ResourceClaim allocating its GPUs "
+            "(no nvidia.com/gpu request); auto does so on nodes with a gpu.nvidia.com ResourceSlice "
+            "when the server serves resource.k8s.io/v1; off never."
+        ),
+    )
 
 
 class BackendConfig(Section):

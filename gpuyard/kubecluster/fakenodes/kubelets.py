@@ -2,8 +2,10 @@
 
 KWOK does this for plain nodes; these nodes carry GPUs and RDMA NICs. :class:`FakeNodes`
 
-1. registers the scenario's Node objects (created, or their status replaced when they exist) and a
-   `NodeTopology` per node (skipped, with a warning, where the CRD is not installed);
+1. registers the scenario's Node objects (created, or their status replaced when they exist), a
+   `NodeTopology` per node (skipped, with a warning, where the CRD is not installed) and, where the
+   server serves `resource.k8s.io/v1`, a `gpu.nvidia.com` ResourceSlice per node (pool = node name,
+   owned by the Node, so it goes with it) for gpuyard's DRA mode;
 2. renews each node's heartbeat Lease in `kube-node-lease` and its Ready condition;
 3. plays the kubelet of every pod bound to one of its nodes (`spec.nodeName`): it watches pods,
    and for each it runs the script of its `fake.gpuyard.io/*` annotations on the real clock
@@ -42,6 +44,7 @@ from gpuyard.kubecluster.fakenodes.objects import (
     pod_gpus,
     ready_condition,
     running_status,
+    slice_objects,
     terminated_status,
     topology_objects,
 )
@@ -49,6 +52,7 @@ from gpuyard.kubecluster.fakenodes.objects import (
 __all__ = ["FakeNodes", "connect"]
 
 log = structlog.get_logger(__name__)
+DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -112,8 +116,41 @@ class FakeNodes:
                     break
                 if exc.status != 409:
                     raise
+        await self.publish_slices()
         self.registered.set()
         log.info("fakenodes.registered", nodes=len(self.names), scenario=self.scenario.name)
+
+    async def _serves_dra(self) -> bool:
+        groups = await client.ApisApi(self.api).get_api_versions()
+        return any(
+            g.name == DRA_GROUP and any(v.version == DRA_VERSION for v in g.versions) for g in groups.groups
+        )
+
+    async def publish_slices(self) -> int:
+        """One ResourceSlice per node for its GPUs when the server serves `resource.k8s.io/v1`,
+        owned by the node (the garbage collector deletes it with the node). Returns how many."""
+        if not await self._serves_dra():
+            log.info("fakenodes.no_dra", hint=f"the server does not serve {DRA_GROUP}/{DRA_VERSION}")
+            return 0
+        published = 0
+        for body in slice_objects(self.scenario):
+            node = await self.core.read_node(body["spec"]["nodeName"])
+            body["metadata"]["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Node", "name": node.metadata.name, "uid": node.metadata.uid}
+            ]
+            name = body["metadata"]["name"]
+            try:
+                await self.custom.create_cluster_custom_object(
+                    DRA_GROUP, DRA_VERSION, "resourceslices", body=body
+                )
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                await self.custom.patch_cluster_custom_object(
+                    DRA_GROUP, DRA_VERSION, "resourceslices", name, {"spec": body["spec"]}
+                )
+            published += 1
+        return published
 
     async def _renew(self, name: str) -> None:
         lease: Any = node_lease(name, now=self.now())

@@ -3,7 +3,7 @@
 The scenario's nodes (`Scenario.nodes()`: capacity and allocatable for cpu, memory, pods,
 `nvidia.com/gpu`, RDMA; labels incl. `nvidia.com/gpu.product` and `gpuyard.io/topology-preset`)
 with a Ready condition and a heartbeat time, one `NodeTopology` per node that has one, the node
-heartbeat Lease (`kube-node-lease`), and the pod statuses a kubelet reports: Running with
+heartbeat Lease (`kube-node-lease`), one `gpu.nvidia.com` ResourceSlice per node (DRA), and the pod statuses a kubelet reports: Running with
 `startTime` and `containerStatuses`, then Succeeded or Failed with each container's exit code.
 Every object here validates against the Kubernetes schemas (tests/kubernetes/test_fakenodes.py).
 """
@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuyard.apis.core import Pod
 from gpuyard.apis.scheduling import ANNOTATION_DEVICES
+from gpuyard.devices.dra import resource_slice
 from gpuyard.devices.scenarios import Scenario
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "pod_gpus",
     "ready_condition",
     "running_status",
+    "slice_objects",
     "terminated_status",
     "topology_objects",
 ]
@@ -93,6 +95,17 @@ def topology_objects(scenario: Scenario) -> list[dict[str, Any]]:
     for topo in scenario.topologies():
         body = topo.to_dict()
         body["metadata"] = {"name": topo.metadata.name, "labels": dict(MANAGED_BY)}
+        out.append(body)
+    return out
+
+
+def slice_objects(scenario: Scenario) -> list[dict[str, Any]]:
+    """One `gpu.nvidia.com` ResourceSlice per node with a topology (pool = node name), as NVIDIA's
+    DRA driver publishes them (`devices.dra.resource_slice`)."""
+    out = []
+    for topo in scenario.topologies():
+        body = resource_slice(topo)
+        body["metadata"]["labels"] = dict(MANAGED_BY)
         out.append(body)
     return out
 

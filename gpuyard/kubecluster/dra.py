@@ -1,0 +1,224 @@
+"""DRA mode of the Kubernetes backend: placed pods get a ResourceClaim instead of `nvidia.com/gpu`.
+
+Setting `backend.kubernetes.dra`: `off` (pods request `nvidia.com/gpu` as the device plugin wants),
+`on` (every placed GPU pod gets a claim; a node without a published slice fails the write), `auto`
+(on for a node when the API server serves `resource.k8s.io/v1` and a `gpu.nvidia.com`
+ResourceSlice exists for it; off otherwise).
+
+Data flow: :class:`KubeWriter` (`writing.py`) asks :meth:`DraAllocator.prepare` for every pod it
+creates for a node. When DRA applies, `prepare` rewrites the pod body (`spec.resourceClaims` names
+the claim `<pod>-gpus`, each GPU container's `resources.claims` names it, `nvidia.com/gpu` leaves
+its requests and limits) and returns a :class:`PendingClaim`; after the pod is created (and before
+it is bound) the writer calls :meth:`PendingClaim.write`, which creates the ResourceClaim
+(`devices.dra.resource_claim`: allocated to exactly the GPUs of the pod's `gpuyard.io/devices`
+annotation, reserved for the pod, owned by it so the garbage collector deletes it with the pod) and
+writes its `status` through the status subresource.
+
+Slices are read with a LIST (at the first pod of a node, and again when a node has none yet) and
+matched to the node's NodeTopology by UUID / PCI bus id (`devices.dra.match_slice_devices`); a
+published device that matches no GPU is reported once as a Warning Event on the node
+(`devices.dra.unmatched_event`) and never allocated.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from gpuyard.apis.core import GPU_RESOURCE, Pod
+from gpuyard.apis.devices import NodeTopology
+from gpuyard.apis.resources import ApiResource, resource_for
+from gpuyard.apis.scheduling import ANNOTATION_DEVICES
+from gpuyard.devices.dra import DRIVER, match_slice_devices, resource_claim, unmatched_event
+from gpuyard.kubecluster.client import ApiError, Json, KubeClient
+from gpuyard.state.backend import BackendError
+from gpuyard.state.store import AlreadyExists, NotFound, Store
+
+__all__ = [
+    "CLAIM_REQUEST",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_SLICES",
+    "DraAllocator",
+    "PendingClaim",
+]
+
+log = structlog.get_logger(__name__)
+
+RESOURCE_SLICES = ApiResource(
+    kind="ResourceSlice",
+    group="resource.k8s.io",
+    version="v1",
+    plural="resourceslices",
+    namespaced=False,
+    status_subresource=False,
+)
+RESOURCE_CLAIMS = ApiResource(
+    kind="ResourceClaim", group="resource.k8s.io", version="v1", plural="resourceclaims"
+)
+CLAIM_REQUEST = "gpus"  # the claim's one request, and the pod's name for the claim
+GROUP_PATH = "/apis/resource.k8s.io/v1"
+
+
+def _pod_gpus(pod: Pod) -> list[int]:
+    try:
+        devices = json.loads(pod.metadata.annotations.get(ANNOTATION_DEVICES, "{}"))
+    except ValueError:
+        return []
+    gpus = devices.get("gpus", []) if isinstance(devices, dict) else []
+    return [g for g in gpus if isinstance(g, int)]
+
+
+def _strip_gpu(resources: dict[str, Any]) -> bool:
+    """Drop `nvidia.com/gpu` from a container's requests and limits; True when it was there."""
+    found = False
+    for part in ("requests", "limits"):
+        values = resources.get(part)
+        if isinstance(values, dict) and GPU_RESOURCE in values:
+            del values[GPU_RESOURCE]
+            found = True
+            if not values:
+                del resources[part]
+    return found
+
+
+@dataclass
+class PendingClaim:
+    """A claim to write once its pod exists (its uid is the claim's owner and reservation)."""
+
+    allocator: DraAllocator
+    body: Json  # the claim, its reservation's and owner's uid still to fill in
+    namespace: str
+    pod: str
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    async def write(self, pod_uid: str) -> None:
+        """Create the claim owned by and reserved for the pod `pod_uid`, then write its status."""
+        body = copy.deepcopy(self.body)
+        body["status"]["reservedFor"][0]["uid"] = pod_uid
+        body["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": self.pod,
+                "uid": pod_uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        status = body.pop("status")
+        api = self.allocator.client
+        try:
+            await api.create(RESOURCE_CLAIMS, body)
+        except AlreadyExists:  # a claim left by an earlier pod of the same name: replace it
+            await api.delete(RESOURCE_CLAIMS, self.namespace, self.name)
+            await api.create(RESOURCE_CLAIMS, body)
+        await api.patch(RESOURCE_CLAIMS, self.namespace, self.name, {"status": status}, sub="status")
+        self.allocator.claims_written += 1
+
+
+class DraAllocator:
+    """Decides per node whether DRA applies, and prepares the pods and claims; see the module docstring."""
+
+    def __init__(self, *, client: KubeClient, store: Store, mode: str) -> None:
+        self.client = client
+        self.store = store
+        self.mode = mode
+        self.served: bool | None = None  # resource.k8s.io/v1 served (None: not asked yet)
+        self.slices: dict[str, Json] = {}  # node -> its gpu.nvidia.com slice
+        self.matched: dict[str, dict[str, int]] = {}  # node -> device name -> GPU index
+        self.reported: set[tuple[str, tuple[str, ...]]] = set()
+        self.claims_written = 0
+
+    async def _serves(self) -> bool:
+        if self.served is None:
+            try:
+                await self.client.request("GET", GROUP_PATH)
+                self.served = True
+            except NotFound:
+                self.served = False
+            except ApiError as exc:
+                if not 400 <= exc.status < 500:
+                    raise  # no answer or a server error: ask again at the next pod
+                self.served = False
+        return self.served
+
+    async def refresh(self) -> None:
+        """LIST the `gpu.nvidia.com` slices (one pool per node)."""
+        items, _ = await self.client.list(RESOURCE_SLICES)
+        self.slices = {
+            s["spec"]["nodeName"]: s
+            for s in items
+            if (s.get("spec") or {}).get("driver") == DRIVER and (s.get("spec") or {}).get("nodeName")
+        }
+        self.matched.clear()
+
+    async def _slice_for(self, node: str) -> Json | None:
+        if self.mode == "off" or not await self._serves():
+            return None
+        if node not in self.slices:
+            await self.refresh()
+        return self.slices.get(node)
+
+    async def _match(self, node: str, topology: NodeTopology, slice_obj: Json) -> dict[str, int]:
+        if node in self.matched:
+            return self.matched[node]
+        match = match_slice_devices(topology, slice_obj)
+        self.matched[node] = match.by_device
+        key = (node, tuple(match.unmatched))
+        if match.unmatched and key not in self.reported:
+            self.reported.add(key)
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            event = unmatched_event(node, slice_obj["metadata"]["name"], match.unmatched, now=now)
+            log.warning("kube.dra.unmatched_devices", node=node, devices=match.unmatched)
+            try:
+                await self.client.create(resource_for("Event"), event)
+            except AlreadyExists:
+                pass
+        return match.by_device
+
+    async def prepare(self, pod: Pod, body: Json, node: str) -> PendingClaim | None:
+        """Rewrite `body` (the pod as it will be created) for DRA when DRA applies to `node`; the
+        claim to write after the create, or None (the pod is left as it is)."""
+        gpus = _pod_gpus(pod)
+        if not gpus or self.mode == "off":
+            return None
+        where = f"pod {pod.metadata.namespace or 'default'}/{pod.metadata.name}"
+        slice_obj = await self._slice_for(node)
+        if slice_obj is None:
+            if self.mode == "on":
+                raise BackendError(
+                    f"{where}: backend.kubernetes.dra is on but node {node} publishes no {DRIVER} "
+                    "ResourceSlice on resource.k8s.io/v1; set it to auto or off"
+                )
+            return None
+        topology = self.store.get_of(NodeTopology, "", node)
+        if topology is None:
+            raise BackendError(f"{where}: node {node} has no NodeTopology to match its ResourceSlice to")
+        usable = set((await self._match(node, topology, slice_obj)).values())
+        missing = [g for g in gpus if g not in usable]
+        if missing:
+            raise BackendError(
+                f"{where}: GPUs {missing} of node {node} are not published in its ResourceSlice"
+            )
+        namespace = body["metadata"].get("namespace") or "default"
+        try:
+            claim = resource_claim(
+                topology, gpus, pod=pod.metadata.name, pod_uid="", namespace=namespace, request=CLAIM_REQUEST
+            )
+        except ValueError as exc:
+            raise BackendError(f"{where}: {exc}") from None
+        spec = body.setdefault("spec", {})
+        spec["resourceClaims"] = [{"name": CLAIM_REQUEST, "resourceClaimName": claim["metadata"]["name"]}]
+        containers = spec.get("containers") or []
+        holders = [c for c in containers if _strip_gpu(c.setdefault("resources", {}))] or containers[:1]
+        for container in holders:
+            container.setdefault("resources", {})["claims"] = [{"name": CLAIM_REQUEST}]
+        return PendingClaim(allocator=self, body=claim, namespace=namespace, pod=pod.metadata.name)
