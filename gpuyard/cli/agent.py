@@ -73,7 +73,7 @@ def _node_name(node: str | None) -> str:
     "--kubeconfig",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Write to a Kubernetes API server instead (not in this build).",
+    help="Write the NodeTopology custom resource to this Kubernetes API server instead of --server.",
 )
 @click.option(
     "--health-interval",
@@ -118,16 +118,18 @@ def agent_command(**opts: Any) -> None:
 
     if opts["preset"] and opts["topology_file"]:
         fail("--preset and --topology are exclusive; give one, or neither to read NVML")
-    if opts["kubeconfig"]:
-        fail(
-            "--kubeconfig: writing the NodeTopology to a Kubernetes API server is not available in this build; use --server"
-        )
     server = opts["server"] or os.environ.get("GPUYARD_SERVER")
     token = opts["token"] or os.environ.get("GPUYARD_TOKEN")
-    writes = not opts["dry_run"] and not (opts["once"] and opts["print_yaml"] and not opts["server"])
-    if writes and not server:
+    kubeconfig = opts["kubeconfig"]
+    if kubeconfig and opts["server"]:
+        fail("--server and --kubeconfig are exclusive: the NodeTopology is written to one of them")
+    writes = not opts["dry_run"] and not (
+        opts["once"] and opts["print_yaml"] and not opts["server"] and not kubeconfig
+    )
+    if writes and not server and not kubeconfig:
         fail(
-            "--server (or $GPUYARD_SERVER) is required to write the NodeTopology; or use --dry-run / --once --print"
+            "--server (or $GPUYARD_SERVER) or --kubeconfig is required to write the NodeTopology; "
+            "or use --dry-run / --once --print"
         )
     wanted = [r.strip() for r in opts["resources"].split(",") if r.strip()]
     unknown = [r for r in wanted if r not in RESOURCES]
@@ -154,8 +156,9 @@ def agent_command(**opts: Any) -> None:
         _run(
             inventory,
             timings=timings,
-            server=server if writes or opts["device_plugin"] else None,
+            server=server if (writes and not kubeconfig) or opts["device_plugin"] else None,
             token=token,
+            kubeconfig=kubeconfig if writes else None,
             write=writes,
             once=opts["once"],
             print_yaml=opts["print_yaml"],
@@ -172,6 +175,7 @@ async def _run(
     timings: Any,
     server: str | None,
     token: str | None,
+    kubeconfig: str | None,
     write: bool,
     once: bool,
     print_yaml: bool,
@@ -180,8 +184,13 @@ async def _run(
 ) -> int:
     from gpuyard.devices.agent.running import Agent, HttpPodLookup, HttpSink, PrintSink, TopologySink
     from gpuyard.devices.discovery import DiscoveryError
+    from gpuyard.platform.backends import agent_topology_sink
 
-    http = HttpSink(server, token=token) if server else None
+    http: HttpSink | Any = None
+    if kubeconfig is not None:
+        http = await agent_topology_sink(kubeconfig=kubeconfig)  # the NodeTopology custom resource
+    elif server:
+        http = HttpSink(server, token=token)
     printer = PrintSink(sys.stdout)
     sink: TopologySink = http if http is not None and write else printer
     agent = Agent(inventory, sink, timings=timings, write=write)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuyard.devices.agent.running import TopologySink
 from gpuyard.devices.scenarios import Scenario, load_scenario
 from gpuyard.fakecluster import FakeCluster
 from gpuyard.kubecluster import KubeCluster
@@ -26,7 +27,14 @@ from gpuyard.state.context import Context
 if TYPE_CHECKING:
     from gpuyard.kubecluster.fakenodes import FakeNodes
 
-__all__ = ["AVAILABLE", "BackendPlan", "build_backend", "plan_backend", "start_fake_nodes"]
+__all__ = [
+    "AVAILABLE",
+    "BackendPlan",
+    "agent_topology_sink",
+    "build_backend",
+    "plan_backend",
+    "start_fake_nodes",
+]
 
 AVAILABLE = ("fake", "kubernetes")  # backend.kind values this build can run
 
@@ -83,3 +91,10 @@ async def start_fake_nodes(
     from gpuyard.kubecluster.fakenodes import FakeNodes, connect
 
     return FakeNodes(await connect(kubeconfig), scenario=scenario, heartbeat=heartbeat)
+
+
+async def agent_topology_sink(*, kubeconfig: str | None, context: str | None = None) -> TopologySink:
+    """`gpuyard agent --kubeconfig`: the sink writing the node's NodeTopology to that API server."""
+    from gpuyard.kubecluster.topologies import KubeTopologySink
+
+    return await KubeTopologySink.connect(kubeconfig=kubeconfig, context=context)

@@ -18,10 +18,10 @@ ENV = {"GPUYARD_SERVER": "", "GPUYARD_TOKEN": "", "NODE_NAME": ""}
     ("args", "says"),
     [
         (["--preset", "dgx-a100", "--topology", "x.yaml"], "--preset and --topology are exclusive"),
-        (["--preset", "dgx-a100"], "--server (or $GPUYARD_SERVER) is required"),
+        (["--preset", "dgx-a100"], "--server (or $GPUYARD_SERVER) or --kubeconfig is required"),
         (["--dry-run", "--preset", "dgx-a100", "--device-plugin"], "--device-plugin needs --server"),
         (["--dry-run", "--resources", "gpu,tpu"], "unknown ['tpu']"),
-        (["--kubeconfig", "kc.yaml"], "not available in this build"),
+        (["--kubeconfig", "kc.yaml", "--server", "http://x"], "are exclusive"),
     ],
 )
 def test_bad_flags_exit_2(args: list[str], says: str) -> None:
