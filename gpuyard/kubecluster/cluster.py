@@ -4,7 +4,8 @@
 informer per watched resource (Nodes, Pods, Services, ResourceQuotas, and gpuyard's custom
 resources: the job kinds of the configured `job_groups`, PodGroups, Reservations,
 ResourceClasses, NodeTopologies, Queues, ElasticQuotas), the leader elector, the lost-node
-watcher and the sweep of pods a dead leader created but never bound (`orphans.py`), and sets `synced` once every informer has listed. `healthy()` is False while any watch
+watcher, the sweep of pods a dead leader created but never bound (`orphans.py`) and the reporter
+of job custom resources that fail validation (`invalid.py`), and sets `synced` once every informer has listed. `healthy()` is False while any watch
 is broken. The store is the informers' cache: objects keep the API server's resourceVersions,
 and nothing is journaled (the API server is the store of record).
 
@@ -23,6 +24,7 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import API_RESOURCES, ApiResource
 from gpuyard.kubecluster.client import ApiError, KubeClient
 from gpuyard.kubecluster.informing import Informer, Mirror
+from gpuyard.kubecluster.invalid import InvalidJobs
 from gpuyard.kubecluster.leading import LeaderElector
 from gpuyard.kubecluster.nodes import NodeModel
 from gpuyard.kubecluster.orphans import OrphanSweeper
@@ -91,6 +93,7 @@ class KubeCluster:
         self.orphans = OrphanSweeper(
             store=ctx.store, writer=self.writer, clock=ctx.clock, is_leader=self._is_leader
         )
+        self.invalid_jobs = InvalidJobs(clock=ctx.clock, may_write=self._why_not_write)
         self.informers: list[Informer] = []
 
     # --- ClusterBackend ------------------------------------------------------------------------
@@ -126,6 +129,7 @@ class KubeCluster:
         self.writer.client = client
         if self.elector is not None:
             self.elector.client = client
+        self.invalid_jobs.client = client
         self.informers = []
         for res in watched_resources(self.store.kinds(), job_groups=list(cfg.job_groups)):
             cls: type[Resource] = self.store.kind_class(res.kind)
@@ -140,6 +144,7 @@ class KubeCluster:
                     watch_timeout=cfg.watch_timeout,
                     inactivity_timeout=cfg.inactivity_timeout,
                     backoff_max=cfg.backoff_max,
+                    invalid=self.invalid_jobs if "trainingjobs" in res.categories else None,
                 )
             )
 
@@ -176,6 +181,7 @@ class KubeCluster:
                 tg.create_task(self._wait_synced(), name="kube:synced")
                 tg.create_task(self.nodes.run(), name="kube:node-lost")
                 tg.create_task(self.orphans.run(), name="kube:orphan-pods")
+                tg.create_task(self.invalid_jobs.run(), name="kube:invalid-jobs")
                 if self.elector is not None:
                     tg.create_task(self.elector.run(), name="kube:leader-election")
         finally:
