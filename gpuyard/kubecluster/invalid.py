@@ -162,8 +162,15 @@ class InvalidJobs:
                 except (NotFound, Conflict):
                     pass  # gone or changed meanwhile: its next version is noted afresh
                 except ApiError as exc:
-                    log.warning("job.invalid_report_failed", job=f"{key[1]}/{key[2]}", error=str(exc))
-                    self._pending.setdefault(key, item)
+                    transient = exc.status == 0 or exc.status == 429 or exc.status >= 500
+                    log.warning(
+                        "job.invalid_report_failed",
+                        job=f"{key[1]}/{key[2]}",
+                        error=str(exc),
+                        retrying=transient,
+                    )
+                    if transient:  # a refusal (403, 422) would be refused again: given up
+                        self._pending.setdefault(key, item)
             if self._pending:
                 await self.clock.sleep(self.retry)
                 self._wake.set()

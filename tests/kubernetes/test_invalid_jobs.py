@@ -8,15 +8,17 @@ operator sees) never holds it; once fixed, the job is picked up and runs like an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from gpuyard.kubecluster.client import KubeClient
-from gpuyard.kubecluster.invalid import REASON
+from gpuyard.kubecluster.client import ApiError, KubeClient
+from gpuyard.kubecluster.invalid import REASON, InvalidJobs
 from gpuyard.kubecluster.writing import to_json
+from gpuyard.state.clock import RealClock
 from tests.builders import make_node
 from tests.kubernetes.conftest_backend import FakeApiServerView, served
 from tests.kubernetes.test_backend_platform import (
@@ -147,3 +149,32 @@ async def test_a_standby_reports_nothing(served: FakeApiServerView) -> None:
                 assert standby.backend.invalid_jobs.events_written == 0
     finally:
         await client.close()
+
+
+class RefusingClient:
+    """Answers every status patch with `status` (0: no answer at all)."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.patches = 0
+
+    async def patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.patches += 1
+        raise ApiError("PATCH refused", status=self.status)
+
+
+@pytest.mark.parametrize(("status", "retried"), [(422, False), (403, False), (503, True), (0, True)])
+async def test_a_refused_report_is_given_up_a_failed_one_retried(status: int, retried: bool) -> None:
+    client = RefusingClient(status)
+    reporter = InvalidJobs(
+        clock=RealClock(), may_write=lambda: None, client=cast(KubeClient, client), retry=0.01
+    )
+    raw = {"metadata": {"namespace": "default", "name": "bad", "resourceVersion": "7"}}
+    reporter.note(TFJOBS, raw, "spec.x: bad")
+    task = asyncio.create_task(reporter.run())
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert (client.patches > 1) is retried
+    assert reporter.events_written == 0
