@@ -16,4 +16,5 @@ __all__ = ["FakeNodes", "connect"]
 async def connect(kubeconfig: str | None, *, context: str | None = None) -> ApiClient:
     """An API client for the cluster of `kubeconfig` (its `context`, else the current one); raises
     :class:`~gpuyard.kubecluster.client.ApiError` naming the file when it cannot be loaded."""
-    return ApiClient(configuration=await load_configuration(kubeconfig=kubeconfig, context=context))
+    conf = await load_configuration(kubeconfig=kubeconfig, context=context, what="--kubeconfig")
+    return ApiClient(configuration=conf)
