@@ -25,6 +25,7 @@ from aiohttp import web
 
 from gpuyard.apis.durations import parse_duration
 from gpuyard.devices.scenarios import Scenario, ScenarioError, load_scenario
+from gpuyard.state.backend import BackendError
 from gpuyard.state.logs import configure_logging
 
 __all__ = ["fake_nodes"]
@@ -148,6 +149,8 @@ def fake_nodes(
             )
         )
     except ScenarioError as exc:
+        raise click.UsageError(str(exc)) from None
+    except BackendError as exc:  # the kubeconfig cannot be loaded
         raise click.UsageError(str(exc)) from None
     except ImportError as exc:
         raise click.ClickException(

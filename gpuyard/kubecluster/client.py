@@ -49,9 +49,12 @@ class WatchSilent(ApiError):
     """A watch stream sent nothing (no event, no bookmark) for longer than the inactivity timeout."""
 
 
-async def load_configuration(*, kubeconfig: str | None, context: str | None) -> Configuration:
+async def load_configuration(
+    *, kubeconfig: str | None, context: str | None, what: str = "backend.kubernetes.kubeconfig"
+) -> Configuration:
     """The client configuration: `kubeconfig` (else `$KUBECONFIG`), else in-cluster, else
-    `~/.kube/config`. Raises :class:`ApiError` naming what was tried when none can be loaded."""
+    `~/.kube/config`. Raises :class:`ApiError` naming what was tried when none can be loaded
+    (`what`: how the caller's user names the kubeconfig, a setting or a CLI option)."""
     conf = Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG") or None
     if path is not None:
@@ -61,7 +64,7 @@ async def load_configuration(*, kubeconfig: str | None, context: str | None) -> 
                 config_file=first, context=context, client_configuration=conf, persist_config=False
             )
         except (OSError, kube_config.ConfigException) as exc:
-            raise ApiError(f"backend.kubernetes.kubeconfig: cannot load {first}: {exc}") from None
+            raise ApiError(f"{what}: cannot load {first}: {exc}") from None
         return conf
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         try:
@@ -72,9 +75,9 @@ async def load_configuration(*, kubeconfig: str | None, context: str | None) -> 
     try:
         await kube_config.load_kube_config(context=context, client_configuration=conf, persist_config=False)
     except (OSError, kube_config.ConfigException) as exc:
+        option = what if what.startswith("--") else f"{what} (--kubeconfig)"
         raise ApiError(
-            "no kubeconfig: set backend.kubernetes.kubeconfig (--kubeconfig) or $KUBECONFIG, "
-            f"or run in a pod with a service account ({exc})"
+            f"no kubeconfig: set {option} or $KUBECONFIG, or run in a pod with a service account ({exc})"
         ) from None
     return conf
 

@@ -4,10 +4,11 @@
 informer per watched resource (Nodes, Pods, Services, ResourceQuotas, and gpuyard's custom
 resources: the job kinds of the configured `job_groups`, PodGroups, Reservations,
 ResourceClasses, NodeTopologies, Queues, ElasticQuotas), the leader elector, the lost-node
-watcher and the sweep of pods a dead leader created but never bound (`orphans.py`), and sets `synced` once every informer has listed. `healthy()` is False while any watch
-is broken. With `dra` on or auto, the writer gives placed pods ResourceClaims (`dra.py`). The
-store is the informers' cache: objects keep the API server's resourceVersions, and nothing is
-journaled (the API server is the store of record).
+watcher, the sweep of pods a dead leader created but never bound (`orphans.py`) and the reporter
+of job custom resources that fail validation (`invalid.py`), and sets `synced` once every informer
+has listed. `healthy()` is False while any watch is broken. With `dra` on or auto, the writer gives
+placed pods ResourceClaims (`dra.py`). The store is the informers' cache: objects keep the API
+server's resourceVersions, and nothing is journaled (the API server is the store of record).
 
 The writer (:class:`~gpuyard.kubecluster.writing.KubeWriter`) exists from construction, but its
 client is connected in `run()`: a write before that fails with `BackendError`. `leadership` is
@@ -25,6 +26,7 @@ from gpuyard.apis.resources import API_RESOURCES, ApiResource
 from gpuyard.kubecluster.client import ApiError, KubeClient
 from gpuyard.kubecluster.dra import DraAllocator
 from gpuyard.kubecluster.informing import Informer, Mirror
+from gpuyard.kubecluster.invalid import InvalidJobs
 from gpuyard.kubecluster.leading import LeaderElector
 from gpuyard.kubecluster.nodes import NodeModel
 from gpuyard.kubecluster.orphans import OrphanSweeper
@@ -93,6 +95,7 @@ class KubeCluster:
         self.orphans = OrphanSweeper(
             store=ctx.store, writer=self.writer, clock=ctx.clock, is_leader=self._is_leader
         )
+        self.invalid_jobs = InvalidJobs(clock=ctx.clock, may_write=self._why_not_write)
         self.informers: list[Informer] = []
 
     # --- ClusterBackend ------------------------------------------------------------------------
@@ -130,6 +133,7 @@ class KubeCluster:
             self.writer.dra = DraAllocator(client=client, store=self.store, mode=cfg.dra)
         if self.elector is not None:
             self.elector.client = client
+        self.invalid_jobs.client = client
         self.informers = []
         for res in watched_resources(self.store.kinds(), job_groups=list(cfg.job_groups)):
             cls: type[Resource] = self.store.kind_class(res.kind)
@@ -144,6 +148,7 @@ class KubeCluster:
                     watch_timeout=cfg.watch_timeout,
                     inactivity_timeout=cfg.inactivity_timeout,
                     backoff_max=cfg.backoff_max,
+                    invalid=self.invalid_jobs if "trainingjobs" in res.categories else None,
                 )
             )
 
@@ -180,6 +185,7 @@ class KubeCluster:
                 tg.create_task(self._wait_synced(), name="kube:synced")
                 tg.create_task(self.nodes.run(), name="kube:node-lost")
                 tg.create_task(self.orphans.run(), name="kube:orphan-pods")
+                tg.create_task(self.invalid_jobs.run(), name="kube:invalid-jobs")
                 if self.elector is not None:
                     tg.create_task(self.elector.run(), name="kube:leader-election")
         finally:

@@ -18,7 +18,10 @@ kopf's `watching.py`):
 
 Objects go to a :class:`Mirror` (the store itself by default; the node model wraps it for Nodes,
 Pods and NodeTopologies). An object that does not validate against its model is logged once
-per resourceVersion and skipped.
+per resourceVersion and kept out of the store (a version of it the store held is forgotten); with
+an `invalid` reporter (the job kinds: `invalid.py`) it is also handed over to be reported on the
+API server (a `Failed` condition and a Warning Event), and a valid object is shown to it so that
+a stale `InvalidSpec` condition is cleared.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pydantic import ValidationError
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import ApiResource
 from gpuyard.kubecluster.client import ApiError, Json, KubeClient, WatchSilent
+from gpuyard.kubecluster.invalid import InvalidJobs, problem_text
 from gpuyard.state.clock import Clock
 from gpuyard.state.store import Gone, NotFound, Store
 
@@ -97,6 +101,7 @@ class Informer:
         inactivity_timeout: float = 60.0,
         backoff_max: float = 30.0,
         on_relist: Callable[[], None] | None = None,
+        invalid: InvalidJobs | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -108,6 +113,7 @@ class Informer:
         self.inactivity_timeout = inactivity_timeout
         self.backoff = Backoff(cap=backoff_max)
         self.on_relist = on_relist
+        self.invalid = invalid
         self.synced = asyncio.Event()
         self.healthy = False
         self.error: str | None = None
@@ -127,25 +133,32 @@ class Informer:
     def _model(self, raw: Json) -> Resource | None:
         raw.setdefault("apiVersion", self.resource.api_version)
         raw.setdefault("kind", self.resource.kind)
+        obj: Resource | None = None
         try:
-            return self.cls.model_validate(raw)
+            obj = self.cls.model_validate(raw)
+            problem = self.invalid.check(raw) if self.invalid is not None else None
         except ValidationError as exc:
-            meta = raw.get("metadata") or {}
-            key = (
-                str(meta.get("namespace", "")),
-                str(meta.get("name", "")),
-                str(meta.get("resourceVersion")),
+            problem = problem_text(exc)
+        if obj is not None and problem is None:
+            if self.invalid is not None:
+                self.invalid.cleared(self.resource, raw, obj)
+            return obj
+        meta = raw.get("metadata") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("resourceVersion")))
+        if key not in self._invalid:
+            self._invalid.add(key)
+            log.warning(
+                "informer.invalid_object",
+                resource=self.name,
+                object=f"{key[0]}/{key[1]}" if key[0] else key[1],
+                error=problem,
             )
-            if key not in self._invalid:
-                self._invalid.add(key)
-                log.warning(
-                    "informer.invalid_object",
-                    resource=self.name,
-                    object=f"{key[0]}/{key[1]}" if key[0] else key[1],
-                    error=str(exc).splitlines()[0],
-                    problems=exc.error_count(),
-                )
-            return None
+            if self.invalid is not None and problem is not None:
+                self.invalid.note(self.resource, raw, problem)
+        held = self.store.get(self.resource.kind, key[0], key[1])
+        if held is not None and self._mine(held):
+            self.mirror.drop(self.resource.kind, key[0], key[1])  # its last valid version is stale
+        return None
 
     def _mine(self, obj: Resource) -> bool:
         """Objects of the store's kind served by this resource (a job kind has one per group)."""

@@ -142,7 +142,7 @@ async def test_kubectl_core_kinds(fake_apiserver: RunningApiServer, tmp_path: Pa
     await kubectl("apply", "-n", "kubedl", "-f", str(pod))
     await kubectl("label", "-n", "kubedl", "pod", "p", "tier=gpu")
     listed = await kubectl("get", "pods", "-A", "-l", "tier=gpu", "--no-headers")
-    assert listed.split()[:3] == ["kubedl", "p", "Pending"]
+    assert listed.split()[:4] == ["kubedl", "p", "0/1", "Pending"]
     assert "default" in await kubectl("get", "namespaces")
     fake_apiserver.server.install_gpuyard_crds()  # PodGroup and the rest, short names included
     await kubectl("create", "-n", "kubedl", "-f", str(_podgroup(tmp_path)))

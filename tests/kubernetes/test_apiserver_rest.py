@@ -248,11 +248,16 @@ async def test_tables_for_kubectl(rest: Rest) -> None:
     _, table = await rest("GET", "/api/v1/namespaces/default/pods", accept=accept)
     assert table["kind"] == "Table" and [c["name"] for c in table["columnDefinitions"]] == [
         "Name",
+        "Ready",
         "Status",
-        "Node",
+        "Restarts",
         "Age",
+        "IP",
+        "Node",
     ]
-    assert table["rows"][0]["cells"][:3] == ["a", "Pending", "<none>"]
+    cells = table["rows"][0]["cells"]
+    assert cells[:4] == ["a", f"0/{len(pod('a')['spec']['containers'])}", "Pending", 0]
+    assert cells[5:] == ["<none>", "<none>"]
     assert table["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
 
 

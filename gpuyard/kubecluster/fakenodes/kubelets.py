@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuyard.apis.core import Pod
@@ -49,18 +49,11 @@ from gpuyard.kubecluster.fakenodes.objects import (
     topology_objects,
 )
 
-__all__ = ["FakeNodes", "connect"]
+__all__ = ["FakeNodes"]
 
 log = structlog.get_logger(__name__)
 DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
 TERMINAL = ("Succeeded", "Failed")
-
-
-async def connect(kubeconfig: str | None) -> client.ApiClient:
-    """An API client for the cluster of `kubeconfig` (its current context)."""
-    configuration = client.Configuration()
-    await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return client.ApiClient(configuration)
 
 
 def _utcnow() -> datetime:

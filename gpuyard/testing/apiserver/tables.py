@@ -1,6 +1,7 @@
 """Server-side printing (`Accept: application/json;as=Table;g=meta.k8s.io;v=v1`), what `kubectl get`
 asks for: a `meta.k8s.io/v1 Table` whose columns are NAME, the CRD's `additionalPrinterColumns` (or a
-few built-in ones for pods and nodes) and AGE. Printer-column JSONPaths support the forms CRDs use:
+few built-in ones: for pods READY, STATUS, RESTARTS, AGE and, with `-o wide`, IP and NODE; for nodes
+STATUS, ROLES, AGE, VERSION, as kubectl prints them) and AGE. Printer-column JSONPaths support the forms CRDs use:
 `.a.b`, `.a[0].b`, `.a[-1:].b`.
 """
 
@@ -14,10 +15,75 @@ from gpuyard.testing.apiserver.catalog import Resource
 
 __all__ = ["human_age", "jsonpath", "table", "wants_table"]
 
+
+def _node_status(obj: dict[str, Any]) -> str:
+    """kubectl's node STATUS: the Ready condition, plus `SchedulingDisabled` when cordoned."""
+    conds = (obj.get("status") or {}).get("conditions") or []
+    ready = next((c.get("status") for c in conds if isinstance(c, dict) and c.get("type") == "Ready"), None)
+    text = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    if (obj.get("spec") or {}).get("unschedulable"):
+        text += ",SchedulingDisabled"
+    return text
+
+
+def _node_roles(obj: dict[str, Any]) -> str:
+    """kubectl's node ROLES: `node-role.kubernetes.io/<role>` labels (and `kubernetes.io/role`)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    roles = {
+        k.removeprefix("node-role.kubernetes.io/") for k in labels if k.startswith("node-role.kubernetes.io/")
+    }
+    if labels.get("kubernetes.io/role"):
+        roles.add(str(labels["kubernetes.io/role"]))
+    roles.discard("")
+    return ",".join(sorted(roles)) or "<none>"
+
+
+def _pod_ready(obj: dict[str, Any]) -> str:
+    """kubectl's pod READY: ready containers / containers."""
+    total = len((obj.get("spec") or {}).get("containers") or [])
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    ready = sum(1 for c in statuses if isinstance(c, dict) and c.get("ready"))
+    return f"{ready}/{total}"
+
+
+def _pod_status(obj: dict[str, Any]) -> str:
+    """kubectl's pod STATUS: Terminating, a container's waiting/terminated reason, the pod's
+    reason, else its phase."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return "Terminating"
+    status = obj.get("status") or {}
+    text = str(status.get("reason") or status.get("phase") or "Pending")
+    for c in status.get("containerStatuses") or []:
+        state = (c.get("state") or {}) if isinstance(c, dict) else {}
+        for key in ("waiting", "terminated"):
+            reason = (state.get(key) or {}).get("reason")
+            if reason:
+                text = str(reason)
+    return text
+
+
+def _pod_restarts(obj: dict[str, Any]) -> int:
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    return sum(int(c.get("restartCount") or 0) for c in statuses if isinstance(c, dict))
+
+
+_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+# kubectl's own columns for built-in kinds (`compute`: a cell no JSONPath can express); priority 1
+# columns are shown by `kubectl get -o wide` only.
 _BUILTIN_COLUMNS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("", "pods"): [
-        {"name": "Status", "type": "string", "jsonPath": ".status.phase"},
-        {"name": "Node", "type": "string", "jsonPath": ".spec.nodeName"},
+        {"name": "Ready", "type": "string", "compute": _pod_ready},
+        {"name": "Status", "type": "string", "compute": _pod_status},
+        {"name": "Restarts", "type": "integer", "compute": _pod_restarts},
+        _AGE,
+        {"name": "IP", "type": "string", "jsonPath": ".status.podIP", "priority": 1},
+        {"name": "Node", "type": "string", "jsonPath": ".spec.nodeName", "priority": 1},
+    ],
+    ("", "nodes"): [
+        {"name": "Status", "type": "string", "compute": _node_status},
+        {"name": "Roles", "type": "string", "compute": _node_roles},
+        _AGE,
+        {"name": "Version", "type": "string", "jsonPath": ".status.nodeInfo.kubeletVersion"},
     ],
     ("", "namespaces"): [{"name": "Status", "type": "string", "jsonPath": ".status.phase"}],
     ("", "events"): [
@@ -86,11 +152,14 @@ def human_age(timestamp: str | None, now: datetime | None = None) -> str:
 
 
 def _cell(column: dict[str, Any], obj: dict[str, Any]) -> Any:
+    compute = column.get("compute")
+    if compute is not None:
+        return compute(obj)
     value = jsonpath(obj, column.get("jsonPath", ""))
     if column.get("type") == "date":
         return human_age(value) if isinstance(value, str) else "<unknown>"
     if value is None:
-        return "<none>" if column.get("name") in ("Node", "Holder") else ""
+        return "<none>" if column.get("name") in ("Node", "Holder", "IP") else ""
     return value if isinstance(value, (int, float, str, bool)) else str(value)
 
 

@@ -1,0 +1,238 @@
+"""Job custom resources that fail validation: a `Failed` condition and a Warning Event, not a loop.
+
+Where it sits: an :class:`~gpuyard.kubecluster.informing.Informer` of a job kind hands every
+object that does not validate against its model, or that the job API's validation
+(:meth:`InvalidJobs.check`, `gpuyard.apis.jobs.parse_job`) refuses, to :meth:`InvalidJobs.note` (and keeps it out of
+the store: the operator never sees it). :meth:`InvalidJobs.run`, a task of the backend, writes back
+to the API server, on the leader only:
+
+- a `Failed` condition (reason `InvalidSpec`, the message naming the field and what is wrong, the
+  shape the operator writes) through the `status` subresource, with the object's resourceVersion
+  as precondition (a fix made meanwhile wins), and `status.phase: Failed`;
+- a Warning `core/v1` Event on the job with the same reason and message.
+
+Once per resourceVersion, and no hot loop: the status patch brings the object back (a new
+resourceVersion, still invalid), but its status already carries that very condition, so
+nothing more is written. A fixed object validates again; :meth:`InvalidJobs.cleared` strips
+the `InvalidSpec` condition from what the store receives and removes it on the API server, so the
+operator picks the job up as new.
+
+Writes go straight through the :class:`~gpuyard.kubecluster.client.KubeClient`: the object is not
+in the store, so the store-based write path cannot address it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from gpuyard.apis.jobs import JobValidationError, parse_job
+from gpuyard.apis.meta import Resource
+from gpuyard.apis.resources import ApiResource, resource_for
+from gpuyard.apis.scheduling import LABEL_JOB_NAME
+from gpuyard.kubecluster.client import ApiError, Json, KubeClient
+from gpuyard.state.clock import Clock
+from gpuyard.state.store import AlreadyExists, Conflict, NotFound
+
+__all__ = ["REASON", "InvalidJobs", "problem_text"]
+
+log = structlog.get_logger(__name__)
+
+REASON = "InvalidSpec"
+COMPONENT = "gpuyard-job-operator"
+# The job conditions of which at most one is True (the operator's `EXCLUSIVE`).
+EXCLUSIVE = ("Queuing", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+
+
+def problem_text(exc: ValidationError) -> str:
+    """The first problem of a validation error, naming the field: `spec.x.y: what is wrong`."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(object)"
+    text = f"{where}: {err['msg'].removeprefix('Value error, ')}"
+    if not isinstance(err["input"], dict | list):
+        text += f" (got {err['input']!r})"
+    more = exc.error_count() - 1
+    if more > 0:
+        text += f"; and {more} more problem{'s' if more > 1 else ''}"
+    return text
+
+
+def _is_ours(cond: Any) -> bool:
+    return isinstance(cond, dict) and cond.get("type") == "Failed" and cond.get("reason") == REASON
+
+
+def _conditions(raw: Json) -> list[Any]:
+    status = raw.get("status")
+    conds = status.get("conditions") if isinstance(status, dict) else None
+    return list(conds) if isinstance(conds, list) else []
+
+
+def _iso(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Pending:
+    resource: ApiResource
+    raw: Json
+    message: str  # "" = clear our condition (the object is valid again)
+
+
+class InvalidJobs:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        may_write: Callable[[], str | None],
+        client: KubeClient | None = None,
+        retry: float = 1.0,
+    ) -> None:
+        self.client = client
+        self.clock = clock
+        self.may_write = may_write
+        self.retry = retry
+        self._pending: dict[tuple[str, str, str], _Pending] = {}
+        self._wake = asyncio.Event()
+        self.conditions_written = 0
+        self.events_written = 0
+
+    # --- from the informer (synchronous) -------------------------------------------------------
+
+    def check(self, raw: Json) -> str | None:
+        """What the job API's validation (`gpuyard.apis.jobs.parse_job`: replica types, semantic
+        checks such as `fake.gpuyard.io/*` durations) finds wrong with a job that fits its model."""
+        try:
+            parse_job(raw)
+        except JobValidationError as exc:
+            if not exc.details:
+                return exc.message
+            first = exc.details[0]
+            text = f"{first.get('field', '<root>')}: {first.get('reason', exc.message)}"
+            more = len(exc.details) - 1
+            return text + (f"; and {more} more problem{'s' if more > 1 else ''}" if more > 0 else "")
+        return None
+
+    def note(self, resource: ApiResource, raw: Json, message: str) -> None:
+        """An object of `resource` failed validation: report it unless its status already does."""
+        if any(_is_ours(c) and c.get("message") == message for c in _conditions(raw)):
+            return  # reported already (this is the echo of our own status patch)
+        self._queue(resource, raw, message)
+
+    def cleared(self, resource: ApiResource, raw: Json, obj: Resource) -> None:
+        """A valid object: if its status still says `InvalidSpec`, drop that from `obj` (what the
+        store gets) and from the API server."""
+        if not any(_is_ours(c) for c in _conditions(raw)):
+            return
+        status: Any = getattr(obj, "status", None)
+        conditions = getattr(status, "conditions", None)
+        if isinstance(conditions, list):
+            status.conditions = [c for c in conditions if not (c.type == "Failed" and c.reason == REASON)]
+            if getattr(status, "phase", "") == "Failed":
+                status.phase = ""
+        self._queue(resource, raw, "")
+
+    def _queue(self, resource: ApiResource, raw: Json, message: str) -> None:
+        meta = raw.get("metadata") or {}
+        key = (resource.api_version, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        self._pending[key] = _Pending(resource, raw, message)
+        self._wake.set()
+
+    # --- the writing task ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.may_write() is not None or self.client is None:
+                await self.clock.sleep(self.retry)  # a standby: the leader reports, or we do later
+                self._wake.set()
+                continue
+            for key in list(self._pending):
+                item = self._pending.pop(key)
+                try:
+                    await self._write(self.client, item)
+                except (NotFound, Conflict):
+                    pass  # gone or changed meanwhile: its next version is noted afresh
+                except ApiError as exc:
+                    transient = exc.status == 0 or exc.status == 429 or exc.status >= 500
+                    log.warning(
+                        "job.invalid_report_failed",
+                        job=f"{key[1]}/{key[2]}",
+                        error=str(exc),
+                        retrying=transient,
+                    )
+                    if transient:  # a refusal (403, 422) would be refused again: given up
+                        self._pending.setdefault(key, item)
+            if self._pending:
+                await self.clock.sleep(self.retry)
+                self._wake.set()
+
+    async def _write(self, client: KubeClient, item: _Pending) -> None:
+        meta = item.raw.get("metadata") or {}
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        now = self.clock.utcnow()
+        kept = [c for c in _conditions(item.raw) if not _is_ours(c)]
+        status: Json
+        if not item.message:
+            status = {"conditions": kept, "phase": None}
+        else:
+            for c in kept:
+                if isinstance(c, dict) and c.get("type") in EXCLUSIVE and c.get("status") == "True":
+                    c.update(status="False", lastUpdateTime=_iso(now), lastTransitionTime=_iso(now))
+            failed = {
+                "type": "Failed",
+                "status": "True",
+                "reason": REASON,
+                "message": item.message,
+                "lastUpdateTime": _iso(now),
+                "lastTransitionTime": _iso(now),
+            }
+            status = {"conditions": [*kept, failed], "phase": "Failed"}
+        body: Json = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": status}
+        await client.patch(item.resource, ns, name, body, sub="status")
+        if not item.message:
+            log.info("job.invalid_cleared", job=f"{ns}/{name}", kind=item.resource.kind)
+            return
+        self.conditions_written += 1
+        await self._event(client, item, ns=ns, name=name, now=now)
+        log.warning("job.invalid", job=f"{ns}/{name}", kind=item.resource.kind, problem=item.message)
+
+    async def _event(self, client: KubeClient, item: _Pending, *, ns: str, name: str, now: datetime) -> None:
+        meta = item.raw.get("metadata") or {}
+        event: Json = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "generateName": f"{name}.",
+                "namespace": ns or "default",
+                "labels": {LABEL_JOB_NAME: name},
+            },
+            "involvedObject": {
+                "apiVersion": item.resource.api_version,
+                "kind": item.resource.kind,
+                "namespace": ns,
+                "name": name,
+                "uid": str(meta.get("uid") or ""),
+                "resourceVersion": str(meta.get("resourceVersion") or ""),
+            },
+            "reason": REASON,
+            "message": item.message,
+            "type": "Warning",
+            "count": 1,
+            "firstTimestamp": _iso(now),
+            "lastTimestamp": _iso(now),
+            "source": {"component": COMPONENT},
+        }
+        try:
+            await client.create(resource_for("Event"), event)
+        except AlreadyExists:
+            return
+        self.events_written += 1
