@@ -47,7 +47,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(what: str, check: Callable[[], Any], *, timeout: float = 60.0) -> Any:
+def wait_for(what: str, check: Callable[[], Any], *, timeout: float = 120.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -206,14 +206,14 @@ def test_a_kubedl_tfjob_succeeds_through_a_410_and_a_leader_kill(stack: Stack) -
     leader = wait_for("a leader", holder)
     standby = next(n for n in ports if n != leader)
     stack.procs[leader].send_signal(signal.SIGKILL)
-    wait_for("the standby to lead", lambda: holder() == standby, timeout=30)
+    wait_for("the standby to lead", lambda: holder() == standby, timeout=60)
 
     def phase() -> str:
         job = json.loads(stack.kubectl("get", "tfjobs.kubeflow.org", "-n", "kubedl", "mnist", "-o", "json"))
         conditions = job.get("status", {}).get("conditions") or []
         return str(conditions[-1]["type"]) if conditions else ""
 
-    wait_for("the TFJob to succeed", lambda: phase() == "Succeeded", timeout=90)
+    wait_for("the TFJob to succeed", lambda: phase() == "Succeeded", timeout=180)
     assert "Succeeded" in stack.kubectl("get", "tfjobs", "-n", "kubedl")
     finished = pod()
     assert finished["status"]["phase"] == "Succeeded"
