@@ -87,6 +87,7 @@ class KubeCluster:
         )
         self.writer = KubeWriter(
             scheduler_name=ctx.settings.scheduler.name,
+            gpu_resource=self.config.gpu_resource,
             client=client,
             store=ctx.store,
             may_write=self._why_not_write,

@@ -33,7 +33,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from pydantic import BaseModel
 
-from gpuyard.apis.core import Pod
+from gpuyard.apis.core import GPU_RESOURCE, Pod
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import ApiResource, resource_for
 from gpuyard.kubecluster.client import ApiError, Json, KubeClient
@@ -82,6 +82,7 @@ class KubeWriter:
         store: Store,
         may_write: Callable[[], str | None] = lambda: None,
         scheduler_name: str = SCHEDULER_NAME,
+        gpu_resource: str = GPU_RESOURCE,
     ) -> None:
         """`may_write()` returns why this replica must not write now (None: it may); `client`
         may be set later (before that, every write fails with `BackendError`)."""
@@ -89,6 +90,7 @@ class KubeWriter:
         self.store = store
         self.may_write = may_write
         self.scheduler_name = scheduler_name
+        self.gpu_resource = gpu_resource  # device-plugin mode: gpuyard.io/gpu (agent --device-plugin)
         self.pods_bound = 0
         self.in_flight: set[tuple[str, str]] = set()  # pods between create and bind
         self.dra: DraAllocator | None = None  # DRA mode (`dra.py`): set with the client when enabled
@@ -170,6 +172,8 @@ class KubeWriter:
         body["metadata"].setdefault("annotations", {})[ANNOTATION_ASSIGNED_NODE] = node
         res = self._resource("Pod")
         claim = await self.dra.prepare(pod, body, node) if self.dra is not None else None
+        if claim is None and self.gpu_resource != GPU_RESOURCE:
+            rename_gpu_requests(body, to=self.gpu_resource)
         key = (body["metadata"]["namespace"], pod.metadata.name)
         self.in_flight.add(key)
         try:
@@ -266,3 +270,14 @@ class KubeWriter:
             self._mirror(self.store.kind_class(kind), raw)  # terminating: the kubelet finishes it
         else:
             self.store.forget(kind, namespace, name)
+
+
+def rename_gpu_requests(body: Json, *, to: str) -> None:
+    """Device-plugin mode: every container's `nvidia.com/gpu` request and limit becomes `to`
+    (`gpuyard.io/gpu`), so the kubelet asks `gpuyard agent --device-plugin`, which hands over exactly
+    the devices of the pod's `gpuyard.io/devices` annotation, not the stock plugin's own pick."""
+    for container in (body.get("spec") or {}).get("containers") or []:
+        for part in ("requests", "limits"):
+            values = (container.get("resources") or {}).get(part)
+            if isinstance(values, dict) and GPU_RESOURCE in values:
+                values[to] = values.pop(GPU_RESOURCE)

@@ -123,6 +123,14 @@ class KubernetesConfig(Section):
     )
     request_timeout: float = Field(default=30.0, gt=0, description="Seconds for one non-watch request.")
     backoff_max: float = Field(default=30.0, gt=0, description="Longest wait between retries of a watch.")
+    gpu_resource: Literal["nvidia.com/gpu", "gpuyard.io/gpu"] = Field(
+        default="nvidia.com/gpu",
+        description=(
+            "The extended resource a bound GPU pod asks the kubelet for when it gets no ResourceClaim: "
+            "gpuyard.io/gpu hands the GPUs to `gpuyard agent --device-plugin` (exactly the devices gpuyard "
+            "chose); nvidia.com/gpu leaves them to the stock NVIDIA device plugin."
+        ),
+    )
     dra: Literal["auto", "on", "off"] = Field(
         default="auto",
         description=(

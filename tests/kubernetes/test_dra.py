@@ -176,6 +176,22 @@ async def test_dra_off_leaves_pods_requesting_gpus(
     assert await _objects(kube, RESOURCE_CLAIMS) == []
 
 
+async def test_device_plugin_mode_hands_the_gpus_to_gpuyards_plugin(
+    fake_cluster: KubeClient, fake_apiserver: RunningApiServer
+) -> None:
+    """`gpu_resource: gpuyard.io/gpu` without DRA: the bound pod asks the kubelet for gpuyard.io/gpu,
+    which `gpuyard agent --device-plugin` serves with exactly the annotated devices."""
+    kube = fake_cluster
+    async with platform(
+        settings(fake_apiserver.kubeconfig, election=False, dra="off", gpu_resource="gpuyard.io/gpu")
+    ):
+        await kube.create(PYTORCHJOBS, pytorchjob("plugged", gpus=2))
+        pod = await _placed(kube, "plugged")
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["gpuyard.io/gpu"] in (2, "2") and "nvidia.com/gpu" not in limits
+    assert len(json.loads(pod["metadata"]["annotations"]["gpuyard.io/devices"])["gpus"]) == 2
+
+
 async def test_on_without_a_slice_refuses_and_auto_leaves_the_pod(fake_apiserver: RunningApiServer) -> None:
     kube = await KubeClient.connect(kubeconfig=str(fake_apiserver.kubeconfig), request_timeout=5.0)
     try:
