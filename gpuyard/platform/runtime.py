@@ -22,6 +22,9 @@ once the backend has synced and while it is healthy (every watch open).
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -285,6 +288,7 @@ class Platform:
             comps.append(Component("http", self._serve_http, restart=False))
         if led:
             comps.append(Component("leader", lambda: self._lead(led), restart=False))
+        _diagnose_loop(comps)
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(supervise(c, clock=self.clock), name=c.name) for c in comps]
@@ -296,3 +300,57 @@ class Platform:
             if self.journal is not None:
                 self.journal.close(issued=self.store.resource_version)
             log.info("platform.stopped")
+
+
+def _diagnose_loop(comps: list[Component]) -> None:
+    """Opt-in diagnosis of event-loop stalls, for load work (environment switches).
+
+    `GPUYARD_SLOW_CALLBACK_MS=N`: asyncio debug mode, logging every callback that holds the loop
+    for more than N ms (the `asyncio` logger names it). `GPUYARD_PROFILE=path`: cProfile of the
+    loop thread, written to `path` every 2 s (a SIGKILLed server still leaves one behind).
+    `GPUYARD_SLOW_GC_MS=N`: log every garbage collection that takes more than N ms.
+    """
+    gc_ms = os.environ.get("GPUYARD_SLOW_GC_MS")
+    if gc_ms:
+        _log_slow_gc(float(gc_ms) / 1000)
+    slow_ms = os.environ.get("GPUYARD_SLOW_CALLBACK_MS")
+    if slow_ms:
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+        loop.slow_callback_duration = float(slow_ms) / 1000
+        asyncio_log = logging.getLogger("asyncio")
+        asyncio_log.setLevel(logging.WARNING)
+        asyncio_log.addHandler(logging.StreamHandler())
+    path = os.environ.get("GPUYARD_PROFILE")
+    if path:
+        profiler = cProfile.Profile()
+        profiler.enable()
+
+        async def dump() -> None:
+            while True:
+                await asyncio.sleep(2)
+                profiler.dump_stats(path)  # stops the profiler: start it again
+                profiler.enable()
+
+        comps.append(Component("profile", dump, restart=False))
+
+
+def _log_slow_gc(threshold: float) -> None:
+    import gc
+
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        took = time.perf_counter() - started[0]
+        if took > threshold:
+            log.warning(
+                "gc.slow",
+                generation=info["generation"],
+                ms=round(took * 1000, 1),
+                collected=info["collected"],
+            )
+
+    gc.callbacks.append(on_gc)
