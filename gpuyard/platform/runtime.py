@@ -310,14 +310,14 @@ def _diagnose_loop(comps: list[Component]) -> None:
     loop thread, written to `path` every 2 s (a SIGKILLed server still leaves one behind).
     `GPUYARD_SLOW_GC_MS=N`: log every garbage collection that takes more than N ms.
     """
-    gc_ms = os.environ.get("GPUYARD_SLOW_GC_MS")
-    if gc_ms:
-        _log_slow_gc(float(gc_ms) / 1000)
-    slow_ms = os.environ.get("GPUYARD_SLOW_CALLBACK_MS")
-    if slow_ms:
+    gc_s = _seconds_from_env("GPUYARD_SLOW_GC_MS")
+    if gc_s is not None:
+        _log_slow_gc(gc_s)
+    slow_s = _seconds_from_env("GPUYARD_SLOW_CALLBACK_MS")
+    if slow_s is not None:
         loop = asyncio.get_running_loop()
         loop.set_debug(True)
-        loop.slow_callback_duration = float(slow_ms) / 1000
+        loop.slow_callback_duration = slow_s
         asyncio_log = logging.getLogger("asyncio")
         asyncio_log.setLevel(logging.WARNING)
         asyncio_log.addHandler(logging.StreamHandler())
@@ -333,6 +333,20 @@ def _diagnose_loop(comps: list[Component]) -> None:
                 profiler.enable()
 
         comps.append(Component("profile", dump, restart=False))
+
+
+def _seconds_from_env(name: str) -> float | None:
+    """A millisecond count from environment variable `name`, in seconds; None when unset."""
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    try:
+        ms = float(raw)
+    except ValueError:
+        ms = -1.0
+    if not ms >= 0:
+        raise ValueError(f"{name}={raw!r}: expected a number of milliseconds >= 0")
+    return ms / 1000
 
 
 def _log_slow_gc(threshold: float) -> None:

@@ -66,3 +66,12 @@ async def test_slow_callback_switch_turns_on_debug_mode(monkeypatch: pytest.Monk
     finally:
         loop.set_debug(debug)
         loop.slow_callback_duration = slow
+
+
+@pytest.mark.parametrize("value", ["fast", "-5", "nan"])
+async def test_a_bad_threshold_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, restore_gc_callbacks: None, value: str
+) -> None:
+    monkeypatch.setenv("GPUYARD_SLOW_GC_MS", value)
+    with pytest.raises(ValueError, match=r"GPUYARD_SLOW_GC_MS.*milliseconds >= 0"):
+        _diagnose_loop([])
