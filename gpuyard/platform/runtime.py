@@ -22,6 +22,9 @@ once the backend has synced and while it is healthy (every watch open).
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -285,6 +288,7 @@ class Platform:
             comps.append(Component("http", self._serve_http, restart=False))
         if led:
             comps.append(Component("leader", lambda: self._lead(led), restart=False))
+        _diagnose_loop(comps)
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(supervise(c, clock=self.clock), name=c.name) for c in comps]
@@ -296,3 +300,71 @@ class Platform:
             if self.journal is not None:
                 self.journal.close(issued=self.store.resource_version)
             log.info("platform.stopped")
+
+
+def _diagnose_loop(comps: list[Component]) -> None:
+    """Opt-in diagnosis of event-loop stalls, for load work (environment switches).
+
+    `GPUYARD_SLOW_CALLBACK_MS=N`: asyncio debug mode, logging every callback that holds the loop
+    for more than N ms (the `asyncio` logger names it). `GPUYARD_PROFILE=path`: cProfile of the
+    loop thread, written to `path` every 2 s (a SIGKILLed server still leaves one behind).
+    `GPUYARD_SLOW_GC_MS=N`: log every garbage collection that takes more than N ms.
+    """
+    gc_s = _seconds_from_env("GPUYARD_SLOW_GC_MS")
+    if gc_s is not None:
+        _log_slow_gc(gc_s)
+    slow_s = _seconds_from_env("GPUYARD_SLOW_CALLBACK_MS")
+    if slow_s is not None:
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+        loop.slow_callback_duration = slow_s
+        asyncio_log = logging.getLogger("asyncio")
+        asyncio_log.setLevel(logging.WARNING)
+        asyncio_log.addHandler(logging.StreamHandler())
+    path = os.environ.get("GPUYARD_PROFILE")
+    if path:
+        profiler = cProfile.Profile()
+        profiler.enable()
+
+        async def dump() -> None:
+            while True:
+                await asyncio.sleep(2)
+                profiler.dump_stats(path)  # stops the profiler: start it again
+                profiler.enable()
+
+        comps.append(Component("profile", dump, restart=False))
+
+
+def _seconds_from_env(name: str) -> float | None:
+    """A millisecond count from environment variable `name`, in seconds; None when unset."""
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    try:
+        ms = float(raw)
+    except ValueError:
+        ms = -1.0
+    if not ms >= 0:
+        raise ValueError(f"{name}={raw!r}: expected a number of milliseconds >= 0")
+    return ms / 1000
+
+
+def _log_slow_gc(threshold: float) -> None:
+    import gc
+
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        took = time.perf_counter() - started[0]
+        if took > threshold:
+            log.warning(
+                "gc.slow",
+                generation=info["generation"],
+                ms=round(took * 1000, 1),
+                collected=info["collected"],
+            )
+
+    gc.callbacks.append(on_gc)
