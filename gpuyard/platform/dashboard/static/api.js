@@ -34,7 +34,23 @@ function errorLine(status, body) {
 }
 
 // GET (or other method) a JSON API path; throws HttpError with the server's one-line message.
+// A GET of a list follows `metadata.continue` (lists are paged, 500 items by default) and
+// answers every item.
 export async function api(path, { method = "GET", body, contentType } = {}) {
+  const first = await call(path, { method, body, contentType });
+  if (method !== "GET") return first;
+  let page = first;
+  while (page && Array.isArray(page.items) && page.metadata && page.metadata.continue) {
+    const next = new URL(path, window.location.origin);
+    next.searchParams.set("continue", page.metadata.continue);
+    page = await call(next.pathname + next.search, {});
+    if (page && Array.isArray(page.items)) first.items.push(...page.items);
+  }
+  if (first && first.metadata) delete first.metadata.continue;
+  return first;
+}
+
+async function call(path, { method = "GET", body, contentType } = {}) {
   const init = { method, headers: headers(contentType ? { "Content-Type": contentType } : {}) };
   if (body !== undefined) init.body = body;
   const resp = await fetch(path, init);
