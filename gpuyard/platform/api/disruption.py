@@ -12,9 +12,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from gpuyard.apis.disruption import PodDisruptionBudget
-from gpuyard.platform.api.app import CTX, stored
-from gpuyard.platform.api.auth import allowed_namespaces, authorize
-from gpuyard.platform.api.manifests import PAGING, list_response, list_schema
+from gpuyard.platform.api.app import stored
+from gpuyard.platform.api.auth import authorize
+from gpuyard.platform.api.manifests import PAGING, list_schema, visible_list_response
 from gpuyard.platform.api.openapi import Param, operation
 
 __all__ = ["setup"]
@@ -28,15 +28,7 @@ __all__ = ["setup"]
     errors=[401, 403, 422],
 )
 async def list_budgets(request: web.Request) -> web.Response:
-    ns = request.query.get("namespace") or None
-    authorize(request, "read", ns)
-    visible = allowed_namespaces(request)
-    items = [
-        b
-        for b in request.app[CTX].store.list("PodDisruptionBudget", namespace=ns)
-        if visible is None or b.metadata.namespace in visible
-    ]
-    return list_response(request, items)
+    return visible_list_response(request, "PodDisruptionBudget")
 
 
 @operation(

@@ -30,6 +30,7 @@ from gpuyard.apis.quota import QuotaValidationError
 from gpuyard.apis.quotakinds import API_ELASTIC_QUOTA, API_QUEUE, ElasticQuota
 from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.platform.api.app import CTX, writer_of
+from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.paging import PAGING, list_body, paginate
 from gpuyard.state.context import Context
@@ -219,6 +220,20 @@ def find_quota(store: Store, name: str) -> ElasticQuota | None:
 
 def stored_quotas(store: Store) -> list[ElasticQuota]:
     return store.list_of(ElasticQuota)
+
+
+def visible_list_response(request: web.Request, kind: str) -> web.Response:
+    """`GET` of a namespaced kind: `?namespace=` if given (read access checked), else every
+    namespace the caller may see, one page of it."""
+    ns = request.query.get("namespace") or None
+    authorize(request, "read", ns)
+    visible = allowed_namespaces(request)
+    items = [
+        o
+        for o in request.app[CTX].store.list(kind, namespace=ns)
+        if visible is None or o.metadata.namespace in visible
+    ]
+    return list_response(request, items)
 
 
 def list_response(request: web.Request, items: Sequence[Resource]) -> web.Response:

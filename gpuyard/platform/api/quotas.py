@@ -45,6 +45,7 @@ from gpuyard.platform.api.manifests import (
     put_object,
     rejected_fields,
     stored_quotas,
+    visible_list_response,
 )
 from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.api.paging import list_body, paginate
@@ -278,15 +279,7 @@ async def delete_queue(request: web.Request) -> web.Response:
     errors=[401, 403, 422],
 )
 async def list_resource_quotas(request: web.Request) -> web.Response:
-    ns = request.query.get("namespace") or None
-    authorize(request, "read", ns)
-    visible = allowed_namespaces(request)
-    items = [
-        q
-        for q in request.app[CTX].store.list("ResourceQuota", namespace=ns)
-        if visible is None or q.metadata.namespace in visible
-    ]
-    return list_response(request, items)
+    return visible_list_response(request, "ResourceQuota")
 
 
 @operation(
