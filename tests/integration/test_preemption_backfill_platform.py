@@ -8,20 +8,15 @@ holds the room of its planned placement, while a job of another namespace that f
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-import structlog
 
-from gpuyard.controllers.reconciling import JobReconciler
-from gpuyard.platform.runtime import Platform
-from gpuyard.state.clock import VirtualClock
-from gpuyard.state.config import Settings
 from tests.integration.test_quota_demo import Demo
+from tests.integration.virtual_platform import virtual_platform
 from tests.unit.controllers.fakes import job_from
 
 CLUSTER = """
@@ -60,23 +55,8 @@ def job(name: str, namespace: str, *, gpus: int, workers: int = 0, node: str | N
 async def two_dgx1(tmp_path: Path) -> AsyncIterator[Demo]:
     path = tmp_path / "two-dgx1.yaml"
     path.write_text(CLUSTER)
-    settings = Settings(backend={"cluster": str(path), "data_dir": None, "clock": "virtual"})
-    platform = Platform(settings, clock=VirtualClock(), serve_http=False, drive_clock=False)
-    names = {c.name for c in platform.components}
-    if "job-operator" not in names:
-        platform.add_reconciler(JobReconciler(platform.ctx))
-    if "scheduler" not in names:
-        from gpuyard.scheduler import components as scheduler_components
-
-        platform.components.extend(platform._as_component(c) for c in scheduler_components(platform.ctx))
-    task = asyncio.create_task(platform.run())
-    await asyncio.wait_for(platform.backend.synced.wait(), 5)
-    try:
-        with structlog.testing.capture_logs():
-            yield Demo(platform)
-    finally:
-        platform.stop()
-        await asyncio.wait_for(task, 10)
+    async with virtual_platform(path) as platform:
+        yield Demo(platform)
 
 
 @pytest.mark.parametrize(

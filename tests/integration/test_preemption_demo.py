@@ -8,19 +8,14 @@ untouched — and the urgent job starts. The counters and events say what happen
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
-import structlog
 from prometheus_client import generate_latest
 
-from gpuyard.controllers.reconciling import JobReconciler
-from gpuyard.platform.runtime import Platform
-from gpuyard.state.clock import VirtualClock
-from gpuyard.state.config import Settings
 from tests.integration.test_quota_demo import Demo
+from tests.integration.virtual_platform import virtual_platform
 from tests.unit.controllers.fakes import ROOT, job_from
 
 
@@ -45,29 +40,8 @@ def job(name: str, *, priority: int = 0, gpus: int = 8) -> dict[str, Any]:
 
 @pytest_asyncio.fixture
 async def demo() -> AsyncIterator[Demo]:
-    settings = Settings(
-        backend={
-            "cluster": str(ROOT / "configs" / "clusters" / "demo.yaml"),
-            "data_dir": None,
-            "clock": "virtual",
-        },
-    )
-    platform = Platform(settings, clock=VirtualClock(), serve_http=False, drive_clock=False)
-    names = {c.name for c in platform.components}
-    if "job-operator" not in names:
-        platform.add_reconciler(JobReconciler(platform.ctx))
-    if "scheduler" not in names:
-        from gpuyard.scheduler import components as scheduler_components
-
-        platform.components.extend(platform._as_component(c) for c in scheduler_components(platform.ctx))
-    task = asyncio.create_task(platform.run())
-    await asyncio.wait_for(platform.backend.synced.wait(), 5)
-    try:
-        with structlog.testing.capture_logs():
-            yield Demo(platform)
-    finally:
-        platform.stop()
-        await asyncio.wait_for(task, 10)
+    async with virtual_platform(ROOT / "configs" / "clusters" / "demo.yaml") as platform:
+        yield Demo(platform)
 
 
 async def test_a_priority_1000_job_preempts_the_cheapest_lower_priority_gang_and_starts(demo: Demo) -> None:

@@ -8,21 +8,18 @@ job operator, scheduler) runs on a virtual clock.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
 import pytest_asyncio
-import structlog
 
 from gpuyard.apis.jobkinds import find_job
 from gpuyard.apis.jobs import load_documents
 from gpuyard.apis.quota import parse_quota_document
-from gpuyard.controllers.reconciling import JobReconciler
 from gpuyard.platform.runtime import Platform
 from gpuyard.state.clock import VirtualClock
-from gpuyard.state.config import Settings
+from tests.integration.virtual_platform import virtual_platform
 from tests.unit.controllers.fakes import ROOT, job_from
 
 QUOTAS = ROOT / "configs" / "quotas" / "demo-teams.yaml"
@@ -84,31 +81,16 @@ class Demo:
 
 @pytest_asyncio.fixture
 async def demo() -> AsyncIterator[Demo]:
-    settings = Settings(
-        backend={
-            "cluster": str(ROOT / "configs" / "clusters" / "demo.yaml"),
-            "data_dir": None,
-            "clock": "virtual",
-        },
-    )
-    platform = Platform(settings, clock=VirtualClock(), serve_http=False, drive_clock=False)
-    names = {c.name for c in platform.components}
-    if "job-operator" not in names:
-        platform.add_reconciler(JobReconciler(platform.ctx))
-    if "scheduler" not in names:
-        from gpuyard.scheduler import components as scheduler_components
+    def store_quotas(platform: Platform) -> None:
+        for doc in load_documents(QUOTAS.read_text()):
+            platform.store.create(
+                parse_quota_document(doc, current_quotas=platform.store.list("ElasticQuota"))
+            )
 
-        platform.components.extend(platform._as_component(c) for c in scheduler_components(platform.ctx))
-    for doc in load_documents(QUOTAS.read_text()):
-        platform.store.create(parse_quota_document(doc, current_quotas=platform.store.list("ElasticQuota")))
-    task = asyncio.create_task(platform.run())
-    await asyncio.wait_for(platform.backend.synced.wait(), 5)
-    try:
-        with structlog.testing.capture_logs():
-            yield Demo(platform)
-    finally:
-        platform.stop()
-        await asyncio.wait_for(task, 10)
+    async with virtual_platform(
+        ROOT / "configs" / "clusters" / "demo.yaml", prepare=store_quotas
+    ) as platform:
+        yield Demo(platform)
 
 
 GPU = "nvidia.com/gpu"
