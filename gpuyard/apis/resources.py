@@ -8,13 +8,17 @@ groups gpuyard reconciles is a setting, so it can run beside KubeDL or the train
 
 Kinds of the core group (`Pod`, `Node`, ...) are built into every API server; the others are
 custom resources gpuyard ships CRDs for (`crd=True`), except `ElasticQuota`, whose CRD is shipped
-for clusters that lack Koordinator's or the scheduler-plugins' own.
+for clusters that lack Koordinator's or the scheduler-plugins' own. The PodGroup kinds of
+Volcano, scheduler-plugins and Koordinator (delegate mode, `apis/gangs.py`) are stored as
+`GangPodGroup` and called `PodGroup` on the wire (`wire_kind`); their CRDs come with those
+schedulers, and gpuyard watches and writes only the one of the configured `gang_scheduler`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuyard.apis.gangs import GANG_API_VERSIONS, GANG_KIND
 from gpuyard.apis.jobkinds import KIND_INFO
 
 __all__ = ["API_RESOURCES", "ApiResource", "resource_for", "resources_of_kind"]
@@ -33,6 +37,13 @@ class ApiResource:
     status_subresource: bool = True
     crd: bool = False  # gpuyard ships a CustomResourceDefinition for it
     categories: tuple[str, ...] = ()
+    rest_kind: str = ""  # the kind on the API server when the store's differs (GangPodGroup)
+    gang_scheduler: str = ""  # served by this gang scheduler's CRDs (delegate mode only)
+
+    @property
+    def wire_kind(self) -> str:
+        """The kind the API server calls objects of this resource."""
+        return self.rest_kind or self.kind
 
     @property
     def api_version(self) -> str:
@@ -40,7 +51,7 @@ class ApiResource:
 
     @property
     def singular(self) -> str:
-        return self.kind.lower()
+        return self.wire_kind.lower()
 
     @property
     def crd_name(self) -> str:
@@ -75,6 +86,23 @@ def _job_resources() -> list[ApiResource]:
                     categories=("all", "gpuyard", "trainingjobs"),
                 )
             )
+    return out
+
+
+def _gang_resources() -> list[ApiResource]:
+    out = []
+    for gang, api_version in GANG_API_VERSIONS.items():
+        group, version = api_version.split("/")
+        out.append(
+            ApiResource(
+                kind=GANG_KIND,
+                group=group,
+                version=version,
+                plural="podgroups",
+                rest_kind="PodGroup",
+                gang_scheduler=gang,
+            )
+        )
     return out
 
 
@@ -145,6 +173,7 @@ API_RESOURCES: tuple[ApiResource, ...] = (
         short_names=("eq", "eqs"),
         crd=True,
     ),
+    *_gang_resources(),
 )
 
 

@@ -31,9 +31,11 @@ async def _run(
     bookmark_interval: float,
     audit: bool,
     gpuyard_crds: bool,
+    gang_crds: bool,
     graceful_pods: bool,
 ) -> None:
     from gpuyard.testing.apiserver import FakeApiServer
+    from gpuyard.testing.apiserver.crds import gang_crds as gang_crd_list
 
     server = FakeApiServer(
         host=host,
@@ -45,6 +47,8 @@ async def _run(
     )
     if gpuyard_crds:
         server.install_gpuyard_crds()
+    if gang_crds:
+        server.install_crds(gang_crd_list())
     try:
         await server.start()
     except OSError as exc:
@@ -88,6 +92,12 @@ async def _run(
     help="Start with minimal CRDs (open schemas) for gpuyard's custom resources already registered.",
 )
 @click.option(
+    "--gang-crds",
+    is_flag=True,
+    help="Also register minimal CRDs for the PodGroups of Volcano, scheduler-plugins and Koordinator "
+    "(to try scheduler.mode: delegate).",
+)
+@click.option(
     "--graceful-pod-deletion",
     "graceful_pods",
     is_flag=True,
@@ -103,6 +113,7 @@ def fake_apiserver(
     bookmark_interval: float,
     audit: bool,
     gpuyard_crds: bool,
+    gang_crds: bool,
     graceful_pods: bool,
     insecure: bool,
 ) -> None:
@@ -125,6 +136,7 @@ def fake_apiserver(
             bookmark_interval=bookmark_interval,
             audit=audit,
             gpuyard_crds=gpuyard_crds,
+            gang_crds=gang_crds,
             graceful_pods=graceful_pods,
         )
     )

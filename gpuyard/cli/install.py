@@ -7,7 +7,9 @@ resource) and its binding, the Role for the leader-election Lease in gpuyard's n
 Deployment (two replicas: one leader, one standby), the Service of the HTTP API and metrics, and
 a ServiceMonitor for the Prometheus operator. The files under `configs/deploy/` are the same
 objects with the default options (`--write-crds DIR`, `--write-manifests DIR`; `make deploy`);
-a test regenerates them and validates each against the Kubernetes schemas.
+a test regenerates them and validates each against the Kubernetes schemas. `--gang-scheduler`
+prints them for delegate mode: the Deployment sets `scheduler.mode: delegate` and the ClusterRole
+also grants that gang scheduler's PodGroups (:data:`DELEGATE_RULES`).
 """
 
 from __future__ import annotations
@@ -21,11 +23,20 @@ from typing import Any
 import click
 
 from gpuyard.apis.crds import crds, dump_yaml, write_crds
+from gpuyard.apis.gangs import GANG_SCHEDULERS
 from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.resources import API_RESOURCES
 from gpuyard.cli.common import fail
 
-__all__ = ["DEFAULT_IMAGE", "DEFAULT_NAMESPACE", "RULES", "install", "manifests", "write_manifests"]
+__all__ = [
+    "DEFAULT_IMAGE",
+    "DEFAULT_NAMESPACE",
+    "DELEGATE_RULES",
+    "RULES",
+    "install",
+    "manifests",
+    "write_manifests",
+]
 
 DEFAULT_NAMESPACE = "gpuyard-system"
 DEFAULT_IMAGE_REPO = "ghcr.io/gpuyard/gpuyard"
@@ -68,6 +79,11 @@ RULES: dict[str, tuple[str, ...]] = {
 """What gpuyard's ServiceAccount may do, cluster-wide. `TrainingJob` stands for every job kind of
 every group in :data:`gpuyard.apis.resources.API_RESOURCES`."""
 
+DELEGATE_RULES: dict[str, tuple[str, ...]] = {
+    # delegate mode (`--gang-scheduler`): the gang scheduler's PodGroup of each job, in its group only
+    "GangPodGroup": (*READ, "create", "update", "delete"),
+}
+
 LEASE_VERBS = ("get", "create", "update")  # leader election, in gpuyard's own namespace
 # built-in kinds gpuyard reads that apis/resources.py may not list
 _BUILT_IN = {
@@ -89,20 +105,27 @@ def default_image() -> str:
 DEFAULT_IMAGE = default_image()
 
 
-def _targets(kind: str) -> list[tuple[str, str]]:
-    """(group, plural) of every resource `kind` in RULES stands for."""
+def _targets(kind: str, *, gang_scheduler: str | None = None) -> list[tuple[str, str]]:
+    """(group, plural) of every resource `kind` in RULES stands for (of a gang scheduler's
+    resources, only `gang_scheduler`'s)."""
     if kind == "TrainingJob":
         return [(r.group, r.plural) for r in API_RESOURCES if r.kind in KIND_INFO]
-    found = [(r.group, r.plural) for r in API_RESOURCES if r.kind == kind]
+    found = [
+        (r.group, r.plural)
+        for r in API_RESOURCES
+        if r.kind == kind and (not r.gang_scheduler or r.gang_scheduler == gang_scheduler)
+    ]
     return found or ([_BUILT_IN[kind]] if kind in _BUILT_IN else [])
 
 
-def cluster_rules() -> list[dict[str, Any]]:
-    """The ClusterRole's rules: one per (group, verbs), resources sorted, so the diff stays small."""
+def cluster_rules(gang_scheduler: str | None = None) -> list[dict[str, Any]]:
+    """The ClusterRole's rules: one per (group, verbs), resources sorted, so the diff stays small;
+    with `gang_scheduler` (delegate mode) also :data:`DELEGATE_RULES` for that scheduler's group."""
     grouped: dict[tuple[str, tuple[str, ...]], set[str]] = {}
-    for entry, verbs in RULES.items():
+    entries = {**RULES, **(DELEGATE_RULES if gang_scheduler else {})}
+    for entry, verbs in entries.items():
         kind, _, sub = entry.partition("/")
-        targets = _targets(kind)
+        targets = _targets(kind, gang_scheduler=gang_scheduler)
         if not targets:
             raise KeyError(f"RULES: {kind!r} is served by no resource in apis/resources.py")
         for group, plural in targets:
@@ -121,7 +144,7 @@ def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
     return meta
 
 
-def _deployment(*, namespace: str, image: str, insecure: bool) -> dict[str, Any]:
+def _deployment(*, namespace: str, image: str, insecure: bool, gang_scheduler: str | None) -> dict[str, Any]:
     args = ["serve", "--backend", "kubernetes", "--host", "0.0.0.0", "--port", str(PORT)]
     args += ["--data-dir", "/var/lib/gpuyard"]
     env: list[dict[str, Any]] = [
@@ -129,6 +152,11 @@ def _deployment(*, namespace: str, image: str, insecure: bool) -> dict[str, Any]
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
+    if gang_scheduler:  # delegate mode: the gang scheduler places the pods (docs/kubernetes.md)
+        env += [
+            {"name": "GPUYARD__SCHEDULER__MODE", "value": "delegate"},
+            {"name": "GPUYARD__SCHEDULER__GANG_SCHEDULER", "value": gang_scheduler},
+        ]
     if insecure:
         args.append("--insecure")
     else:  # API tokens (server.tokens) as JSON, from a Secret the operator of the cluster creates
@@ -205,9 +233,14 @@ def _deployment(*, namespace: str, image: str, insecure: bool) -> dict[str, Any]
 
 
 def manifests(
-    *, namespace: str = DEFAULT_NAMESPACE, image: str = DEFAULT_IMAGE, insecure: bool = False
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    image: str = DEFAULT_IMAGE,
+    insecure: bool = False,
+    gang_scheduler: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Every object but the CRDs, in the order `kubectl apply` needs them."""
+    """Every object but the CRDs, in the order `kubectl apply` needs them; with `gang_scheduler`,
+    for delegate mode (the Deployment's settings and the ClusterRole's rule for its PodGroups)."""
     subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}]
     selector = {"app.kubernetes.io/name": NAME}
     return [
@@ -217,7 +250,7 @@ def manifests(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": _meta(NAME),
-            "rules": cluster_rules(),
+            "rules": cluster_rules(gang_scheduler),
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -245,7 +278,7 @@ def manifests(
             },
             "subjects": subject,
         },
-        _deployment(namespace=namespace, image=image, insecure=insecure),
+        _deployment(namespace=namespace, image=image, insecure=insecure, gang_scheduler=gang_scheduler),
         {
             "apiVersion": "v1",
             "kind": "Service",
@@ -310,6 +343,11 @@ def write_manifests(directory: Path) -> list[Path]:
     "--insecure", is_flag=True, help=f"Serve the API without tokens (else from Secret {TOKENS_SECRET})."
 )
 @click.option(
+    "--gang-scheduler",
+    type=click.Choice(GANG_SCHEDULERS),
+    help="Delegate mode: hand pods to this gang scheduler (sets scheduler.mode and grants its PodGroups).",
+)
+@click.option(
     "--write-crds", "crd_dir", type=click.Path(file_okay=False), help="Write one file per CRD here."
 )
 @click.option(
@@ -324,6 +362,7 @@ def install(
     namespace: str,
     image: str,
     insecure: bool,
+    gang_scheduler: str | None,
     crd_dir: str | None,
     manifest_dir: str | None,
 ) -> None:
@@ -350,5 +389,7 @@ def install(
     if print_:
         objects = crds()
         if not crds_only:
-            objects += manifests(namespace=namespace, image=image, insecure=insecure)
+            objects += manifests(
+                namespace=namespace, image=image, insecure=insecure, gang_scheduler=gang_scheduler
+            )
         sys.stdout.write(stream(objects))

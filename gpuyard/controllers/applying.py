@@ -4,8 +4,10 @@ The last of the operator's three steps (observe -> plan -> apply). :class:`Appli
 plan out through `ctx.writer`, in this order: the job's status (`patch_status`, based on the
 job's resourceVersion, so a status decided on a stale job is re-decided), the pods to stop, the
 PodGroup (deleted, created, or its spec changed with :func:`retry_on_conflict`: release requests
-go out only after the pods they concern are stopped), the Services, the pods to create, the
-Services to delete, the Events, and the job itself when its TTL ran out.
+go out only after the pods they concern are stopped), in delegate mode the gang scheduler's
+PodGroup (deleted, created or updated; the pods that name it are created only once it is written),
+the Services, the pods to create, the Services to delete, the Events, and the job itself when its
+TTL ran out.
 
 A refused pod create (:class:`~gpuyard.state.backend.BackendError`) is answered as Kueue's admit
 does: the Reservations that have no pod are released (`spec.release`), a FailedCreatePod event
@@ -21,6 +23,7 @@ from datetime import datetime
 import structlog
 
 from gpuyard.apis.core import Pod, Service
+from gpuyard.apis.gangs import GANG_KIND, GangPodGroup
 from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, PodGroup
@@ -68,9 +71,13 @@ class Applier:
                 pass
         elif plan.pod_group:
             await self._change_pod_group((ns, name), plan.pod_group)
+        if plan.delete_gang_group is not None:
+            await self._delete(GANG_KIND, ns, plan.delete_gang_group.metadata.name)
         for svc in plan.services:
             await self._write_service(svc)
-        requeue = await self._create_pods(job, plan)
+        requeue = await self._write_gang_group(job, plan)
+        if requeue is None:
+            requeue = await self._create_pods(job, plan)
         for svc_name in plan.delete_services:
             await self._delete("Service", ns, svc_name)
         await self._record(job, report.events, now=report.now)
@@ -127,6 +134,34 @@ class Applier:
             plan.report.note("SuccessfulCreatePod", f"Created pod: {pod.metadata.name}")
         if plan.create_pods:
             self.create_failures.pop(key, None)
+        return None
+
+    async def _write_gang_group(self, job: TrainingJob, plan: Plan) -> Requeue | None:
+        """Delegate mode: create or update the gang scheduler's PodGroup; when the API server refuses
+        it (e.g. the gang scheduler's CRD is not installed) no pod is created, a FailedCreatePodGroup
+        event says why and the job is looked at again after a backoff that doubles per failure."""
+        group = plan.gang_group
+        if group is None:
+            return None
+        try:
+            if group.metadata.resource_version:
+                await self.writer.update(group)
+            else:
+                await self.writer.create(group)
+        except AlreadyExists:  # a cache that lags the server: its event brings the key back
+            pass
+        except (BackendError, NotFound) as exc:
+            ns, name = job.metadata.namespace, job.metadata.name
+            plan.report.note(
+                "FailedCreatePodGroup",
+                f"Error creating {group.api_version} PodGroup {name}: {exc}; "
+                "is the gang scheduler (scheduler.gang_scheduler) installed?",
+                warning=True,
+            )
+            failures = self.create_failures.get((ns, name), 0)
+            self.create_failures[(ns, name)] = failures + 1
+            log.warning("job.gang_group_failed", job=f"{ns}/{name}", error=str(exc))
+            return Requeue(after=min(30.0, 0.5 * 2**failures))
         return None
 
     async def _refused(self, job: TrainingJob, plan: Plan, error: str) -> Requeue:
@@ -210,5 +245,8 @@ class Applier:
             if job_owner_uid(svc) is not None:
                 await self._delete("Service", ns, svc.metadata.name)
         await self._delete("PodGroup", ns, name)
+        gang = self.store.get_of(GangPodGroup, ns, name) if GANG_KIND in self.store.kinds() else None
+        if gang is not None and job_owner_uid(gang) is not None:
+            await self._delete(GANG_KIND, ns, name)
         for ev in self.store.list("Event", namespace=ns, selector=selector):
             await self._delete("Event", ns, ev.metadata.name)

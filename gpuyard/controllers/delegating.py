@@ -23,6 +23,10 @@ The pods of a delegated job are created together, without the job's start order 
 workers, ...): the gang scheduler places a group only once its minimum of pods exists, so
 holding some back would deadlock it (KubeDL likewise).
 
+The gang scheduler's PodGroup is an `apis/gangs.py` GangPodGroup (a `PodGroup` on the wire):
+`planning.py` decides when it exists (from the pass that creates the first pods until the job
+finishes or is suspended) and `applying.py` writes it before the pods that name it.
+
 Pure functions of the job and its gang (the gpuyard PodGroup spec the operator builds anyway).
 """
 
@@ -30,9 +34,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Literal, get_args
 
 from gpuyard.apis.core import Pod
+from gpuyard.apis.gangs import (
+    GANG_API_VERSIONS,
+    GANG_SCHEDULERS,
+    GangPodGroup,
+    GangPodGroupSpec,
+)
 from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.quantity import format_quantity
 from gpuyard.apis.scheduling import PodGroupSpec
@@ -42,7 +51,6 @@ __all__ = [
     "ANNOTATION_KOORD_GANG",
     "ANNOTATION_VOLCANO_GROUP",
     "ANNOTATION_VOLCANO_TASK",
-    "DEFAULT_SCHEDULER_NAMES",
     "GANG_SCHEDULERS",
     "LABEL_COSCHEDULING_GROUP",
     "LABEL_KOORD_GROUP",
@@ -51,18 +59,6 @@ __all__ = [
     "mark_pod",
 ]
 
-GangScheduler = Literal["volcano", "coscheduling", "koordinator"]
-GANG_SCHEDULERS: tuple[str, ...] = get_args(GangScheduler)
-DEFAULT_SCHEDULER_NAMES: dict[str, str] = {
-    "volcano": "volcano",
-    "coscheduling": "scheduler-plugins-scheduler",
-    "koordinator": "koord-scheduler",
-}
-POD_GROUP_API: dict[str, str] = {
-    "volcano": "scheduling.volcano.sh/v1beta1",
-    "coscheduling": "scheduling.x-k8s.io/v1alpha1",
-    "koordinator": "scheduling.sigs.k8s.io/v1alpha1",
-}
 ANNOTATION_VOLCANO_GROUP = "scheduling.k8s.io/group-name"
 ANNOTATION_VOLCANO_TASK = "volcano.sh/task-spec"
 LABEL_COSCHEDULING_GROUP = "scheduling.x-k8s.io/pod-group"
@@ -84,13 +80,8 @@ class PodScheduling:
 
     @classmethod
     def from_settings(cls, settings: SchedulerConfig) -> PodScheduling:
-        if settings.mode != "delegate" or settings.gang_scheduler is None:
-            return cls(scheduler_name=settings.name)
-        gang = settings.gang_scheduler
-        return cls(
-            scheduler_name=settings.delegate_scheduler_name or DEFAULT_SCHEDULER_NAMES[gang],
-            gang_scheduler=gang,
-        )
+        gang = settings.gang_scheduler if settings.mode == "delegate" else None
+        return cls(scheduler_name=settings.pod_scheduler_name, gang_scheduler=gang)
 
 
 def _minimum(job: TrainingJob) -> tuple[int, int]:
@@ -142,7 +133,7 @@ def _min_resources(spec: PodGroupSpec) -> dict[str, str]:
     return {name: format_quantity(q) for name, q in sorted(total.items())}
 
 
-def gang_pod_group(job: TrainingJob, spec: PodGroupSpec, *, scheduling: PodScheduling) -> dict[str, Any]:
+def gang_pod_group(job: TrainingJob, spec: PodGroupSpec, *, scheduling: PodScheduling) -> GangPodGroup:
     """The gang scheduler's PodGroup for `job` (same namespace and name, owned by the job).
 
     `spec` is the gpuyard PodGroup spec of the job (`podgroups.pod_group_spec`): its roles give the
@@ -155,32 +146,36 @@ def gang_pod_group(job: TrainingJob, spec: PodGroupSpec, *, scheduling: PodSched
             f"scheduler.mode: not delegate; allowed gang schedulers: {', '.join(GANG_SCHEDULERS)}"
         )
     minimum, _ = _minimum(job)
-    meta: dict[str, Any] = {
-        "name": job.metadata.name,
-        "namespace": job.metadata.namespace or "default",
-        "labels": {"app.kubernetes.io/managed-by": "gpuyard"},
-        "ownerReferences": [
-            {
-                "apiVersion": job.api_version,
-                "kind": job.kind,
-                "name": job.metadata.name,
-                "uid": job.metadata.uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
-    }
-    body: dict[str, Any] = {"minMember": minimum}
+    body = GangPodGroupSpec(min_member=minimum)
     if gang == "volcano":
-        body["minTaskMember"] = {r.name.lower(): r.minimum for r in spec.roles}
-        if spec.queue:
-            body["queue"] = spec.queue
-        if spec.priority_class_name:
-            body["priorityClassName"] = spec.priority_class_name
-        body["minResources"] = _min_resources(spec)
+        body.min_task_member = {r.name.lower(): r.minimum for r in spec.roles}
+        body.queue = spec.queue or None
+        body.priority_class_name = spec.priority_class_name or None
+        body.min_resources = _min_resources(spec)
     elif gang == "coscheduling":
-        body["minResources"] = _min_resources(spec)
-        body["scheduleTimeoutSeconds"] = _timeout(job)
+        body.min_resources = _min_resources(spec)
+        body.schedule_timeout_seconds = _timeout(job)
     else:
-        body["scheduleTimeoutSeconds"] = _timeout(job)
-    return {"apiVersion": POD_GROUP_API[gang], "kind": "PodGroup", "metadata": meta, "spec": body}
+        body.schedule_timeout_seconds = _timeout(job)
+    return GangPodGroup.model_validate(
+        {
+            "apiVersion": GANG_API_VERSIONS[gang],
+            "kind": GangPodGroup.KIND,
+            "metadata": {
+                "name": job.metadata.name,
+                "namespace": job.metadata.namespace or "default",
+                "labels": {"app.kubernetes.io/managed-by": "gpuyard"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": job.api_version,
+                        "kind": job.kind,
+                        "name": job.metadata.name,
+                        "uid": job.metadata.uid,
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": body,
+        }
+    )

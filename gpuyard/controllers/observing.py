@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from gpuyard.apis.core import Node, Pod, Service
 from gpuyard.apis.devicematching import unhealthy_indices
 from gpuyard.apis.devices import NodeTopology
+from gpuyard.apis.gangs import GANG_KIND, GangPodGroup
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, LABEL_MIGRATING_POD, PodGroup, Reservation
 from gpuyard.controllers.judging import Replica
@@ -39,9 +40,10 @@ class Observed:
     stale_group: PodGroup | None = None  # the PodGroup of an earlier job of the same name
     leftovers: int = 0  # Reservations of an earlier gang of this name, not yet collected
     unusable: frozenset[str] = frozenset()  # finished pods whose Reservation is on a lost node or bad GPU
+    gang_group: GangPodGroup | None = None  # delegate mode: the gang scheduler's PodGroup of this name
 
 
-def job_owner_uid(obj: Pod | Service | PodGroup) -> str | None:
+def job_owner_uid(obj: Pod | Service | PodGroup | GangPodGroup) -> str | None:
     """The uid of the training job that owns `obj` (None: not a job's)."""
     for ref in obj.metadata.owner_references:
         if ref.kind in KIND_INFO:
@@ -103,7 +105,8 @@ def observe(store: Store, job: TrainingJob) -> Observed:
         for index in range(job.replica_specs[role].count):
             rname = replica_name(name, role, index)
             replicas.append(Replica(role, index, rname, pods.pop(rname, None), reservations.get(rname)))
-    topologies = "NodeTopology" in store.kinds()
+    kinds = store.kinds()
+    topologies = "NodeTopology" in kinds
     unusable = frozenset(  # asked only of finished pods: a restarted one may have to move
         rep.name
         for rep in replicas
@@ -122,4 +125,5 @@ def observe(store: Store, job: TrainingJob) -> Observed:
         stale_group=stale_group,
         leftovers=leftovers,
         unusable=unusable,
+        gang_group=store.get_of(GangPodGroup, ns, name) if GANG_KIND in kinds else None,
     )

@@ -22,7 +22,11 @@ and the time; it returns a :class:`Plan` that `applying.py` carries out through 
    release and failover requests added, done releases pruned;
 5. one Service per held Reservation (host network: targetPort = the Reservation's host port),
    then, once the PodGroup's status says Placed, the pods of held Reservations, in start order
-   (`ordering.py`), built by `materializing.py`.
+   (`ordering.py`), built by `materializing.py`;
+6. delegate mode (`delegating.py`): once the PodGroup is Placed, the gang scheduler's own PodGroup
+   (`apis/gangs.py`) is created before the pods that name it, its spec kept equal to the job's,
+   and it is deleted when the job finishes or is suspended (or belongs to an earlier job of the
+   same name).
 
 The status (conditions, replica statuses, restart records) is written before anything is
 deleted, so a crash never loses or double-counts a restart: each restart is recorded with the
@@ -36,14 +40,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuyard.apis.core import Pod, Service
+from gpuyard.apis.gangs import GangPodGroup
 from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobspecs import PodRestart
 from gpuyard.apis.priorityclasses import PriorityClass, ResolvedPriority, resolve_priority
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.controllers.delegating import PodScheduling
+from gpuyard.controllers.delegating import PodScheduling, gang_pod_group
 from gpuyard.controllers.judging import Replica, judge, uncounted
 from gpuyard.controllers.materializing import GPUYARD_PLACES, build_pod, build_service
-from gpuyard.controllers.observing import Observed
+from gpuyard.controllers.observing import Observed, job_owner_uid
 from gpuyard.controllers.ordering import can_start, dependencies_of
 from gpuyard.controllers.podgroups import (
     ANNOTATION_JOB_GENERATION,
@@ -86,6 +91,8 @@ class Plan:
     create_pod_group: PodGroup | None = None
     pod_group: PodGroupChange = field(default_factory=PodGroupChange)
     services: list[Service] = field(default_factory=list)  # to create or update, before the pods
+    gang_group: GangPodGroup | None = None  # delegate mode: to create (no resourceVersion) or update
+    delete_gang_group: GangPodGroup | None = None  # delegate mode: the job no longer needs it
     create_pods: list[Pod] = field(default_factory=list)
     held: dict[str, str] = field(default_factory=dict)  # pod name -> uid of each Reservation it may use
     requeue: float | None = None  # look again after this many seconds
@@ -113,6 +120,9 @@ def plan(
     status = report.status
     out.delete_pods.extend(obs.stale_pods)
     out.delete_pod_group = obs.stale_group  # the gang of an earlier job of the same name
+    gang = obs.gang_group
+    if gang is not None and job_owner_uid(gang) not in (None, job.metadata.uid):
+        out.delete_gang_group = gang  # an earlier job's: made again for this one once it is placed
     if status.condition("Created") is None:
         report.set("Created", reason=report.reason("Created"), message=f"{report.name} is created.")
     if status.finished:
@@ -193,6 +203,8 @@ def plan(
         cluster_domain=cluster_domain,
         scheduling=scheduling,
     )
+    if scheduling.delegated:
+        _delegated_gang(out, job=job, obs=obs, scheduling=scheduling)
     out.launch = progress(
         report,
         replicas=obs.replicas,
@@ -424,6 +436,33 @@ def _creates(
             )
 
 
+def _delegated_gang(out: Plan, *, job: TrainingJob, obs: Observed, scheduling: PodScheduling) -> None:
+    """Delegate mode: the gang scheduler's PodGroup exists, as the job says, once gpuyard placed the gang."""
+    pg = obs.pod_group
+    if pg is None or pg.status.phase != "Placed" or out.delete_gang_group is not None:
+        return
+    desired = gang_pod_group(job, pg.spec, scheduling=scheduling)
+    current = obs.gang_group
+    if current is None:
+        out.gang_group = desired
+        return
+    if current.api_version != desired.api_version:  # another gang scheduler was configured
+        out.delete_gang_group = current
+        return
+    # only the fields gpuyard sets: what the gang scheduler's webhooks default stays theirs
+    wanted = desired.spec.model_dump(by_alias=False, exclude_none=True)
+    have = current.spec.model_dump(by_alias=False)
+    if any(have.get(k) != v for k, v in wanted.items()):
+        changed = current.clone()
+        changed.spec = current.spec.model_copy(update=wanted)
+        out.gang_group = changed
+
+
+def _drop_gang_group(out: Plan, obs: Observed) -> None:
+    if obs.gang_group is not None:
+        out.delete_gang_group = obs.gang_group
+
+
 # --- suspension and completion ------------------------------------------------------------------
 
 
@@ -446,6 +485,7 @@ def _suspended(
     out.delete_pods.extend(r.pod for r in obs.replicas if r.pod is not None)
     out.delete_pods.extend(obs.extra_pods)
     release = {name: res.metadata.uid for name, res in obs.reservations.items()}
+    _drop_gang_group(out, obs)
     _gang(
         out,
         job=job,
@@ -473,6 +513,7 @@ def _finished(out: Plan, *, job: TrainingJob, obs: Observed) -> Plan:
                 out.delete_services.append(pod.metadata.name)
     if obs.pod_group is not None:
         out.delete_pod_group = obs.pod_group
+    _drop_gang_group(out, obs)
     out.status = status_changes(job.status, status, now=now)
     ttl = job.run_policy.ttl_seconds_after_finished
     if ttl is not None:

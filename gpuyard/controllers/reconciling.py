@@ -6,7 +6,8 @@ plan out through the writer (`applying.py`). A job that is gone has its pods, se
 and events deleted (the scheduler collects the PodGroup's Reservations).
 
 The reconciler watches every job kind, and the pods, Reservations and PodGroups labelled with a
-job's name, so any change to what a job owns brings its key back; a PriorityClass change brings
+job's name, and the gang scheduler's PodGroups of delegate mode (named like the job), so any change
+to what a job owns brings its key back; a PriorityClass change brings
 back the jobs that name it (their priority is resolved through it). All timing uses the clock.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from gpuyard.apis.gangs import GANG_KIND
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.priorityclasses import PriorityClass, named_class
@@ -53,6 +55,7 @@ class JobReconciler:
             Watch("Pod", _job_key),
             Watch("Reservation", _job_key),
             Watch("PodGroup"),
+            *((Watch(GANG_KIND),) if GANG_KIND in ctx.store.kinds() else ()),  # delegate mode
             *((Watch("PriorityClass", self._jobs_naming),) if "PriorityClass" in ctx.store.kinds() else ()),
         )
         self.metrics = job_metrics(ctx.registry)

@@ -187,7 +187,7 @@ class KubeClient:
         data = await self.request("GET", res.path(namespace=namespace), query=query)
         items = data.get("items") or []
         rv = str((data.get("metadata") or {}).get("resourceVersion") or "")
-        api_version, kind = res.api_version, res.kind
+        api_version, kind = res.api_version, res.wire_kind
         for item in items:  # list items come without apiVersion and kind
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)

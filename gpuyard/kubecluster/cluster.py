@@ -3,7 +3,8 @@
 `run()` connects (kubeconfig, `$KUBECONFIG`, or the in-cluster service account), starts one
 informer per watched resource (Nodes, Pods, Services, ResourceQuotas, and gpuyard's custom
 resources: the job kinds of the configured `job_groups`, PodGroups, Reservations,
-ResourceClasses, NodeTopologies, Queues, ElasticQuotas), the leader elector, the lost-node
+ResourceClasses, NodeTopologies, Queues, ElasticQuotas; in delegate mode the PodGroups of the
+configured gang scheduler), the leader elector, the lost-node
 watcher, the sweep of pods a dead leader created but never bound (`orphans.py`) and the reporter
 of job custom resources that fail validation (`invalid.py`), and sets `synced` once every informer
 has listed. `healthy()` is False while any watch is broken. With `dra` on or auto, the writer gives
@@ -43,15 +44,19 @@ log = structlog.get_logger(__name__)
 UNWATCHED = frozenset({"Event"})
 
 
-def watched_resources(kinds: list[str], *, job_groups: list[str]) -> list[ApiResource]:
+def watched_resources(
+    kinds: list[str], *, job_groups: list[str], gang_scheduler: str | None = None
+) -> list[ApiResource]:
     """The resources to watch: every kind the store knows (less `UNWATCHED`), job kinds only in
-    the configured groups."""
+    the configured groups, a gang scheduler's PodGroups only of `gang_scheduler` (delegate mode)."""
     known = set(kinds) - UNWATCHED
     out = []
     for res in API_RESOURCES:
         if res.kind not in known:
             continue
         if res.categories and "trainingjobs" in res.categories and res.group not in job_groups:
+            continue
+        if res.gang_scheduler and res.gang_scheduler != gang_scheduler:
             continue
         out.append(res)
     return out
@@ -68,6 +73,8 @@ class KubeCluster:
         self.store = ctx.store
         self.clock = ctx.clock
         self.config: KubernetesConfig = ctx.settings.backend.kubernetes
+        scheduler = ctx.settings.scheduler
+        self.gang_scheduler = scheduler.gang_scheduler if scheduler.mode == "delegate" else None
         self.synced = asyncio.Event()
         self._client = client
         self.elector: LeaderElector | None = None
@@ -84,6 +91,7 @@ class KubeCluster:
             node_lost_grace=self.config.node_lost_grace,
             is_leader=self._is_leader,
             scheduler_name=ctx.settings.scheduler.name,
+            delegated_to=ctx.settings.scheduler.pod_scheduler_name if self.gang_scheduler else None,
         )
         self.writer = KubeWriter(
             scheduler_name=ctx.settings.scheduler.name,
@@ -136,7 +144,10 @@ class KubeCluster:
             self.elector.client = client
         self.invalid_jobs.client = client
         self.informers = []
-        for res in watched_resources(self.store.kinds(), job_groups=list(cfg.job_groups)):
+        gang = self.gang_scheduler
+        for res in watched_resources(
+            self.store.kinds(), job_groups=list(cfg.job_groups), gang_scheduler=gang
+        ):
             cls: type[Resource] = self.store.kind_class(res.kind)
             self.informers.append(
                 Informer(
@@ -166,6 +177,7 @@ class KubeCluster:
 
     async def _wait_synced(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self.informers))
+        self.nodes.republish()
         self.synced.set()
         log.info(
             "kube.synced",

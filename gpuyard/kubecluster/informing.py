@@ -132,7 +132,7 @@ class Informer:
 
     def _model(self, raw: Json) -> Resource | None:
         raw.setdefault("apiVersion", self.resource.api_version)
-        raw.setdefault("kind", self.resource.kind)
+        raw["kind"] = self.resource.kind  # the store's kind (GangPodGroup is a `PodGroup` on the wire)
         obj: Resource | None = None
         try:
             obj = self.cls.model_validate(raw)
@@ -159,6 +159,21 @@ class Informer:
         if held is not None and self._mine(held):
             self.mirror.drop(self.resource.kind, key[0], key[1])  # its last valid version is stale
         return None
+
+    def missing_hint(self) -> str:
+        """What to tell the user when the API server does not serve the resource."""
+        res = self.resource
+        if res.gang_scheduler:
+            return (
+                f"the API server does not serve {self.name}: scheduler.mode is delegate with "
+                f"gang_scheduler {res.gang_scheduler}, whose CRDs come with it; install "
+                f"{res.gang_scheduler} or change scheduler.gang_scheduler; retrying"
+            )
+        what = f"CRD {res.crd_name}" if res.group else f"resource {self.name}"
+        return (
+            f"the API server does not serve {self.name}: is the {what} installed? "
+            "run `gpuyard install` (or apply configs/deploy/crds/); retrying"
+        )
 
     def _mine(self, obj: Resource) -> bool:
         """Objects of the store's kind served by this resource (a job kind has one per group)."""
@@ -247,13 +262,7 @@ class Informer:
                 self._broken(str(exc))
                 if not self._missing_logged:
                     self._missing_logged = True
-                    what = f"CRD {self.resource.crd_name}" if self.resource.group else f"resource {self.name}"
-                    log.error(
-                        "informer.resource_missing",
-                        resource=self.name,
-                        error=f"the API server does not serve {self.name}: is the {what} installed? "
-                        "run `gpuyard install` (or apply configs/deploy/crds/); retrying",
-                    )
+                    log.error("informer.resource_missing", resource=self.name, error=self.missing_hint())
                 await self.clock.sleep(self.backoff.next())
             except ApiError as exc:
                 self._broken(str(exc))

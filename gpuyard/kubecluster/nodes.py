@@ -10,7 +10,9 @@ three things are added on the way into the store:
   `schedulerName` is not gpuyard, and the GPUs such pods hold are listed as unavailable in the
   `gpuyard.io/unhealthy-gpus` annotation (the highest indices no gpuyard pod or Reservation
   uses: which device a foreign pod got is the device plugin's secret). What was taken off is shown in annotation
-  `gpuyard.io/foreign-usage`. The Node on the API server is never changed by this; the cached
+  `gpuyard.io/foreign-usage`. In delegate mode the pods of gpuyard's jobs carry the gang
+  scheduler's name but are not foreign: each is counted once, by the Reservation gpuyard's queue
+  admitted it with (a pod whose Reservation is in the store), whichever node the gang scheduler picks. The Node on the API server is never changed by this; the cached
   copy keeps the server's resourceVersion.
 * **Topology.** A node's `NodeTopology` object is used when the server has one; else one is
   derived (kept in the cache only) from the preset named by the node label
@@ -33,8 +35,9 @@ import structlog
 from gpuyard.apis.core import GPU_RESOURCE, Node, Pod
 from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unhealthy, unhealthy_indices
 from gpuyard.apis.devices import NodeTopology
+from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.meta import Resource
-from gpuyard.apis.scheduling import ANNOTATION_DEVICES, Reservation
+from gpuyard.apis.scheduling import ANNOTATION_DEVICES, LABEL_JOB_NAME, Reservation
 from gpuyard.devices.presets import PRESETS, get_preset
 from gpuyard.devices.scenarios import LABEL_TOPOLOGY_PRESET
 from gpuyard.kubecluster.writing import SCHEDULER_NAME
@@ -61,11 +64,14 @@ def _is_foreign(pod: Pod, ours: str = SCHEDULER_NAME) -> bool:
     return (pod.spec.scheduler_name or "default-scheduler") != ours
 
 
-def foreign_usage(pods: list[Pod], *, ours: str = SCHEDULER_NAME) -> dict[str, Decimal]:
-    """The summed requests of the active pods given that scheduler `ours` did not place."""
+def foreign_usage(
+    pods: list[Pod], *, ours: str = SCHEDULER_NAME, reserved: Callable[[Pod], bool] = lambda _: False
+) -> dict[str, Decimal]:
+    """The summed requests of the active pods given that scheduler `ours` did not place (less
+    those `reserved` says a Reservation already counts: delegated pods of gpuyard's jobs)."""
     total: dict[str, Decimal] = {}
     for pod in pods:
-        if pod.status.phase not in ACTIVE or not _is_foreign(pod, ours):
+        if pod.status.phase not in ACTIVE or not _is_foreign(pod, ours) or reserved(pod):
             continue
         for name, q in pod.spec.requests().items():
             total[name] = total.get(name, Decimal(0)) + q
@@ -95,8 +101,10 @@ class NodeModel:
         node_lost_grace: float,
         is_leader: Callable[[], bool] = lambda: True,
         scheduler_name: str = SCHEDULER_NAME,
+        delegated_to: str | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
+        self.delegated_to = delegated_to  # delegate mode: the gang scheduler's schedulerName
         self.store = store
         self.clock = clock
         self.grace = node_lost_grace
@@ -137,7 +145,7 @@ class NodeModel:
         if node is None:
             return
         pods = list(self.pods_on.get(name, {}).values())
-        usage = foreign_usage(pods, ours=self.scheduler_name)
+        usage = foreign_usage(pods, ours=self.scheduler_name, reserved=self._reserved)
         if not usage:
             if self.store.get_of(Node, "", name) is not node:
                 self.store.observe(node, force=True)
@@ -150,9 +158,7 @@ class NodeModel:
         gpus = int(usage.get(GPU_RESOURCE, Decimal(0)))
         if gpus > 0:
             count = int(alloc.get(GPU_RESOURCE, Decimal(0)))
-            ours = _gpu_indices_of(
-                [p for p in pods if not _is_foreign(p, self.scheduler_name) and p.status.phase in ACTIVE]
-            )
+            ours = _gpu_indices_of([p for p in pods if not self._foreign(p) and p.status.phase in ACTIVE])
             ours.update(
                 g for r in self.store.list_of(Reservation) if r.spec.node == name for g in r.spec.gpus
             )
@@ -164,6 +170,25 @@ class NodeModel:
             f"{k}={v}" for k, v in sorted(usage.items())
         )
         self.store.observe(adjusted, force=True)
+
+    def _reserved(self, pod: Pod) -> bool:
+        """A delegated pod of a gpuyard job, whose Reservation already counts its capacity."""
+        if self.delegated_to is None or pod.spec.scheduler_name != self.delegated_to:
+            return False
+        if not any(ref.kind in KIND_INFO for ref in pod.metadata.owner_references):
+            return False
+        res = self.store.get_of(Reservation, pod.metadata.namespace, pod.metadata.name)
+        job = pod.metadata.labels.get(LABEL_JOB_NAME)
+        return res is not None and job is not None and res.metadata.labels.get(LABEL_JOB_NAME) == job
+
+    def _foreign(self, pod: Pod) -> bool:
+        return _is_foreign(pod, self.scheduler_name) and not self._reserved(pod)
+
+    def republish(self) -> None:
+        """Publish every node again (once every informer has listed: the Reservations that tell
+        delegated pods from foreign ones may have arrived after the pods)."""
+        for name in list(self.raw):
+            self._publish(name)
 
     def _derive_topology(self, node: Node) -> None:
         name = node.metadata.name
@@ -210,7 +235,7 @@ class NodeModel:
                 on[key] = p
             else:
                 on.pop(key, None)
-            if _is_foreign(p, self.scheduler_name):
+            if _is_foreign(p, self.scheduler_name):  # delegated ones too: they may have been counted
                 touched.add(p.spec.node_name)
         for name in touched:
             self._publish(name)

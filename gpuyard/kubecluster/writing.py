@@ -112,6 +112,8 @@ class KubeWriter:
             raise BackendError(f"{what}: {why}")
 
     def _mirror(self, cls: type[R], raw: Json) -> R:
+        if cls.KIND:
+            raw["kind"] = cls.KIND  # the store's kind (GangPodGroup is a `PodGroup` on the wire)
         obj = cls.model_validate(raw)
         self.store.observe(obj)
         return obj
@@ -121,7 +123,7 @@ class KubeWriter:
         res = self._resource(obj.kind, obj.api_version)
         cls = type(obj)
         body = to_json(obj)
-        body["apiVersion"], body["kind"] = res.api_version, res.kind
+        body["apiVersion"], body["kind"] = res.api_version, res.wire_kind
         meta = body.setdefault("metadata", {})
         for server_owned in ("resourceVersion", "uid", "creationTimestamp", "generation"):
             meta.pop(server_owned, None)
@@ -216,6 +218,7 @@ class KubeWriter:
         self._check(f"update {obj.kind} {obj.metadata.name}")
         res = self._resource(obj.kind, obj.api_version)
         body = to_json(obj)
+        body["apiVersion"], body["kind"] = res.api_version, res.wire_kind
         if not res.namespaced:
             body.get("metadata", {}).pop("namespace", None)
         if res.status_subresource:

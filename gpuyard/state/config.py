@@ -14,6 +14,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gpuyard.apis.gangs import DEFAULT_SCHEDULER_NAMES, GANG_SCHEDULERS, GangScheduler
+
 __all__ = [
     "AgentConfig",
     "BackendConfig",
@@ -218,7 +220,7 @@ class SchedulerConfig(Section):
         default="gpuyard",
         description="gpuyard: gpuyard places and binds pods; delegate: a gang scheduler places them.",
     )
-    gang_scheduler: Literal["volcano", "coscheduling", "koordinator"] | None = Field(
+    gang_scheduler: GangScheduler | None = Field(
         default=None, description="The gang scheduler pods are handed to in delegate mode."
     )
     delegate_scheduler_name: str | None = Field(
@@ -232,9 +234,17 @@ class SchedulerConfig(Section):
         if self.mode == "delegate" and self.gang_scheduler is None:
             raise ValueError(
                 "scheduler.gang_scheduler is required when scheduler.mode is delegate; "
-                "allowed: volcano, coscheduling, koordinator"
+                f"allowed: {', '.join(GANG_SCHEDULERS)}"
             )
         return self
+
+    @property
+    def pod_scheduler_name(self) -> str:
+        """The schedulerName of the pods the operator creates: gpuyard's own (`name`), or in
+        delegate mode the gang scheduler's (`delegate_scheduler_name`, else its usual name)."""
+        if self.mode != "delegate" or self.gang_scheduler is None:
+            return self.name
+        return self.delegate_scheduler_name or DEFAULT_SCHEDULER_NAMES[self.gang_scheduler]
 
 
 class LoggingConfig(Section):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from gpuyard.apis.core import Event, Node, Pod, Service
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.disruption import PDB_KINDS
+from gpuyard.apis.gangs import GangPodGroup
 from gpuyard.apis.jobkinds import JOB_KINDS
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.priorityclasses import PRIORITY_CLASS_KINDS
@@ -26,6 +27,7 @@ JOURNALED_KINDS: list[type[Resource]] = [
     Pod,
     PodGroup,
     Reservation,
+    GangPodGroup,  # delegate mode: the gang scheduler's PodGroup (apis/gangs.py)
     *JOB_KINDS,
     *RESOURCE_CLASS_KINDS,
     *PRIORITY_CLASS_KINDS,

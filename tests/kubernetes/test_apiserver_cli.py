@@ -1,5 +1,5 @@
 """`gpuyard fake-apiserver` as a user runs it: a process serving on a port, a kubeconfig that
-kubernetes-asyncio loads, gpuyard's CRDs on request, a clean exit on SIGTERM, exit codes for bad input."""
+kubernetes-asyncio loads, gpuyard's CRDs (and the gang schedulers' PodGroups) on request, a clean exit on SIGTERM, exit codes for bad input."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ async def _spawn(*args: str) -> asyncio.subprocess.Process:
 
 async def test_serves_with_a_kubeconfig_and_stops_on_sigterm(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kc.yaml"
-    proc = await _spawn("--port", "0", "--kubeconfig-out", str(kubeconfig), "--gpuyard-crds")
+    proc = await _spawn("--port", "0", "--kubeconfig-out", str(kubeconfig), "--gpuyard-crds", "--gang-crds")
     try:
         assert proc.stderr is not None
         banner = (await asyncio.wait_for(proc.stderr.readline(), 20)).decode()
@@ -45,6 +45,14 @@ async def test_serves_with_a_kubeconfig_and_stops_on_sigterm(tmp_path: Path) -> 
                 {"apiVersion": "scheduling.gpuyard.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"}, "spec": {}},
             )  # fmt: skip
             assert pg["metadata"]["uid"]
+            for group, version in (
+                ("scheduling.volcano.sh", "v1beta1"),
+                ("scheduling.x-k8s.io", "v1alpha1"),
+                ("scheduling.sigs.k8s.io", "v1alpha1"),
+            ):  # --gang-crds: the PodGroups of delegate mode's gang schedulers
+                served = await client.CustomObjectsApi(api).get_api_resources(group, version)
+                assert "podgroups" in {r.name for r in served.resources}
+                assert {r.kind for r in served.resources if r.name == "podgroups"} == {"PodGroup"}
     finally:
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 20)

@@ -20,11 +20,12 @@ import yaml
 from click.testing import CliRunner
 
 from gpuyard.apis.core import Event
+from gpuyard.apis.gangs import GANG_API_VERSIONS, GANG_SCHEDULERS
 from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.resources import API_RESOURCES
 from gpuyard.apis.scheduling import pod_name
 from gpuyard.cli import main
-from gpuyard.cli.install import RULES, manifests, write_manifests
+from gpuyard.cli.install import DELEGATE_RULES, RULES, manifests, write_manifests
 from gpuyard.controllers.delegating import PodScheduling
 from gpuyard.controllers.materializing import build_pod, build_service
 from gpuyard.controllers.statuses import record_event
@@ -150,14 +151,37 @@ def test_cluster_role_is_least_privilege() -> None:
     assert granted[("", "nodes")] == {"get", "list", "watch"}
     assert "create" not in granted[("", "nodes")]
     for r in API_RESOURCES:  # every kind the backend watches is readable (the Lease: by a Role)
-        if r.kind != "Lease":
+        if r.kind != "Lease" and not r.gang_scheduler:
             assert {"list", "watch"} <= granted[(r.group, r.plural)], r.kind
+    assert not any(r.gang_scheduler and (r.group, r.plural) in granted for r in API_RESOURCES)
     for r in API_RESOURCES:
         if r.kind in KIND_INFO:
             assert granted[(r.group, f"{r.plural}/status")] == {"patch", "update"}
             assert "create" not in granted[(r.group, r.plural)]  # users create jobs, gpuyard does not
     assert ("coordination.k8s.io", "leases") not in granted  # the Lease is namespaced: a Role
     assert set(RULES["Event"]) >= {"create", "patch"}
+
+
+@pytest.mark.parametrize("gang", GANG_SCHEDULERS)
+def test_delegate_mode_manifests_grant_only_that_gang_schedulers_pod_groups(gang: str) -> None:
+    objects = printed("--gang-scheduler", gang)
+    role = next(d for d in objects if d["kind"] == "ClusterRole")
+    podgroups = {
+        group: set(rule["verbs"])
+        for rule in role["rules"]
+        if "podgroups" in rule["resources"]
+        for group in rule["apiGroups"]
+    }
+    assert podgroups == {
+        "scheduling.gpuyard.io": set(RULES["PodGroup"]),
+        GANG_API_VERSIONS[gang].split("/")[0]: set(DELEGATE_RULES["GangPodGroup"]),
+    }
+    deployment = next(d for d in objects if d["kind"] == "Deployment")
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GPUYARD__SCHEDULER__MODE"] == "delegate" and env["GPUYARD__SCHEDULER__GANG_SCHEDULER"] == gang
+    for obj in objects:
+        if obj["kind"] not in NOT_BUILT_IN and obj["kind"] != "CustomResourceDefinition":
+            validate(obj)
 
 
 # --- objects gpuyard writes to a cluster ---------------------------------------------------------

@@ -6,6 +6,7 @@ cluster should get; these register the same group/version/plural/scope/names/sta
 test can stand up the resources without those files:
 
     server.install_crds(minimal_crds())  # or `gpuyard fake-apiserver --gpuyard-crds`
+    server.install_crds(gang_crds())     # delegate mode's gang schedulers: `--gang-crds`
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from gpuyard.apis.resources import API_RESOURCES, ApiResource
 
-__all__ = ["minimal_crd", "minimal_crds"]
+__all__ = ["gang_crds", "minimal_crd", "minimal_crds"]
 
 
 def minimal_crd(resource: ApiResource) -> dict[str, Any]:
@@ -27,7 +28,11 @@ def minimal_crd(resource: ApiResource) -> dict[str, Any]:
     }
     if resource.status_subresource:
         version["subresources"] = {"status": {}}
-    names: dict[str, Any] = {"plural": resource.plural, "singular": resource.singular, "kind": resource.kind}
+    names: dict[str, Any] = {
+        "plural": resource.plural,
+        "singular": resource.singular,
+        "kind": resource.wire_kind,
+    }
     if resource.short_names:
         names["shortNames"] = list(resource.short_names)
     if resource.categories:
@@ -48,3 +53,9 @@ def minimal_crd(resource: ApiResource) -> dict[str, Any]:
 def minimal_crds() -> list[dict[str, Any]]:
     """One minimal CRD per custom resource of `API_RESOURCES`."""
     return [minimal_crd(r) for r in API_RESOURCES if r.crd]
+
+
+def gang_crds() -> list[dict[str, Any]]:
+    """Minimal CRDs for the PodGroups of Volcano, scheduler-plugins and Koordinator (delegate mode;
+    on a real cluster each comes with its scheduler)."""
+    return [minimal_crd(r) for r in API_RESOURCES if r.gang_scheduler]
