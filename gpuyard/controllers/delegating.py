@@ -149,7 +149,8 @@ def gang_pod_group(job: TrainingJob, spec: PodGroupSpec, *, scheduling: PodSched
     body = GangPodGroupSpec(min_member=minimum)
     if gang == "volcano":
         body.min_task_member = {r.name.lower(): r.minimum for r in spec.roles}
-        body.queue = spec.queue or None
+        policy = job.run_policy.scheduling_policy  # only a queue the job names: Volcano refuses
+        body.queue = (policy.queue if policy is not None else None) or None  # a group in an unknown one
         body.priority_class_name = spec.priority_class_name or None
         body.min_resources = _min_resources(spec)
     elif gang == "coscheduling":

@@ -66,6 +66,7 @@ async def test_volcano_places_gpuyard_admits_and_writes_the_pod_group(served: Fa
             assert group["metadata"]["ownerReferences"][0]["uid"] == job_uid
             assert group["spec"]["minMember"] == 2 and group["spec"]["minTaskMember"] == {"worker": 2}
             assert group["spec"]["minResources"]["nvidia.com/gpu"] == "8"
+            assert "queue" not in group["spec"]  # the job names none: Volcano's default queue, not gpuyard's
             for pod in pods:
                 assert pod["spec"]["schedulerName"] == "volcano" and not pod["spec"].get("nodeName")
                 assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "mnist"
