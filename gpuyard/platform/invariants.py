@@ -158,9 +158,13 @@ class InvariantChecker:
         return out
 
 
-def check_store(store: Store, *, settled: bool = True, versions: bool = True) -> list[Violation]:
+def check_store(
+    store: Store, *, settled: bool = True, versions: bool = True, delegated_to: str | None = None
+) -> list[Violation]:
     """Every broken invariant in the store now; `settled=False`: the safety ones only;
-    `versions=False`: not the version scan (it reads every object of every kind)."""
+    `versions=False`: not the version scan (it reads every object of every kind). `delegated_to`
+    (delegate mode: the gang scheduler's schedulerName): a pod of that scheduler that has a
+    Reservation is counted through it wherever the gang scheduler bound it."""
     known = set(store.kinds())
     nodes = {n.metadata.name: n for n in store.list_of(Node)}
     reservations = store.list_of(Reservation) if "Reservation" in known else []
@@ -169,7 +173,7 @@ def check_store(store: Store, *, settled: bool = True, versions: bool = True) ->
     quotas = store.list_of(ElasticQuota) if "ElasticQuota" in known else []
     topologies = {t.metadata.name: t for t in store.list_of(NodeTopology)} if "NodeTopology" in known else {}
     out = _versions(store) if versions else []
-    out += _allocation(nodes, topologies, _holding(reservations, groups), pods)
+    out += _allocation(nodes, topologies, _holding(reservations, groups), pods, delegated_to=delegated_to)
     out += _quota_max(quotas)
     if settled:
         jobs = _jobs(store, known)
@@ -233,6 +237,8 @@ def _allocation(
     topologies: Mapping[str, NodeTopology],
     reservations: list[Reservation],
     pods: list[Pod],
+    *,
+    delegated_to: str | None = None,
 ) -> list[Violation]:
     out: list[Violation] = []
     uses: dict[str, list[_Use]] = defaultdict(list)
@@ -266,7 +272,7 @@ def _allocation(
             continue
         held = reserved.get((pod.metadata.namespace, pod.metadata.name))
         if held is not None:
-            if held.spec.node != node:
+            if held.spec.node != node and not (delegated_to and pod.spec.scheduler_name == delegated_to):
                 out.append(
                     Violation(
                         "placement",

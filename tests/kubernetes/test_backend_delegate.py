@@ -4,7 +4,8 @@ The test API server serves Volcano's `scheduling.volcano.sh/v1beta1` PodGroups (
 Volcano's chart would install) beside gpuyard's own; the test plays Volcano (it binds the pods) and
 the kubelet. gpuyard writes the Volcano PodGroup before the pods that name it, never binds a pod
 itself, counts each delegated pod once (by its Reservation, not again as a foreign pod), and
-deletes the Volcano PodGroup when the job is done.
+deletes the Volcano PodGroup when the job is done; the invariant checker does not call a delegated
+pod on another node than its Reservation a broken placement.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Any
 from gpuyard.apis.core import Node, Pod
 from gpuyard.apis.gangs import GANG_API_VERSIONS, GANG_KIND
 from gpuyard.apis.resources import resource_for
+from gpuyard.apis.scheduling import Reservation
 from gpuyard.kubecluster.nodes import ANNOTATION_FOREIGN_USAGE
 from gpuyard.kubecluster.writing import to_json
+from gpuyard.platform.invariants import check_store
 from gpuyard.platform.runtime import Platform
 from gpuyard.state.clock import RealClock
 from gpuyard.state.config import Settings
@@ -73,20 +76,29 @@ async def test_volcano_places_gpuyard_admits_and_writes_the_pod_group(served: Fa
                 assert "gpuyard.io/devices" not in pod["metadata"]["annotations"]
             assert served.bindings() == []  # gpuyard leaves placement to Volcano
 
-            # Volcano binds both pods to gpu-1; a pod of another Volcano user lands there too
+            # Volcano binds each pod to the node gpuyard's books did not pick for it; a pod of another
+            # Volcano user lands on gpu-1 too
             other = to_json(make_pod("someone-else", node="gpu-1", gpus=2))
             other["spec"]["schedulerName"] = "volcano"
             await client.create(PODS, other)
+            where = {other["metadata"]["name"]: "gpu-1"}
             for pod in pods:
-                await client.bind("default", pod["metadata"]["name"], "gpu-1", uid=pod["metadata"]["uid"])
+                name = pod["metadata"]["name"]
+                booked = p.store.must_get_of(Reservation, "default", name).spec.node
+                where[name] = "gpu-1" if booked == "gpu-0" else "gpu-0"
+                await client.bind("default", name, where[name], uid=pod["metadata"]["uid"])
             await eventually(
                 lambda: all(
-                    (q := p.store.get_of(Pod, "default", pod["metadata"]["name"])) is not None
-                    and q.spec.node_name == "gpu-1"
-                    for pod in [*pods, other]
+                    (q := p.store.get_of(Pod, "default", name)) is not None and q.spec.node_name == node
+                    for name, node in where.items()
                 ),
                 what="the bound pods in gpuyard's cache",
             )
+            # gpuyard's books hold the job where its Reservations are: not a broken invariant
+            assert [
+                v for v in check_store(p.store, delegated_to="volcano") if v.invariant == "placement"
+            ] == []
+            assert [v for v in check_store(p.store) if v.invariant == "placement"]  # what it would say else
             usage = p.store.must_get_of(Node, "", "gpu-1").metadata.annotations[ANNOTATION_FOREIGN_USAGE]
             # counted once: the job's 8 GPUs by its Reservations, only the other user's pod as foreign
             assert "nvidia.com/gpu=2" in usage.split(","), usage

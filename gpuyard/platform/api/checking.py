@@ -58,10 +58,12 @@ async def check(request: web.Request) -> web.Response:
     authorize(request, "admin")
     grace = _grace(request.query.get("grace", "1"))
     ctx = request.app[CTX]
-    found = check_store(ctx.store)
+    scheduler = ctx.settings.scheduler
+    delegated_to = scheduler.pod_scheduler_name if scheduler.mode == "delegate" else None
+    found = check_store(ctx.store, delegated_to=delegated_to)
     if grace > 0 and any(v.family == "settled" for v in found):
         await asyncio.sleep(grace)  # real time: a virtual clock may be standing still
-        again = {(v.invariant, v.message) for v in check_store(ctx.store)}
+        again = {(v.invariant, v.message) for v in check_store(ctx.store, delegated_to=delegated_to)}
         found = [v for v in found if v.family == "safety" or (v.invariant, v.message) in again]
     known = set(ctx.store.kinds())
     return web.json_response(
