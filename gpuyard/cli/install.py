@@ -45,33 +45,38 @@ PORT = 8080
 TOKENS_SECRET = "gpuyard-api-tokens"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": NAME}
 
-READ = ("get", "list", "watch")
+WATCH = ("list", "watch")  # what an informer does: LIST, then WATCH from the list's version
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 RULES: dict[str, tuple[str, ...]] = {
-    # kind or kind/subresource -> verbs. Reads are what the informers LIST and WATCH (and GET to
-    # re-read after a 409); writes are what the operator, the scheduler and the backend write.
-    "Node": READ,
-    "Pod": (*READ, "create", "delete"),  # the operator creates and stops pods
+    # kind or kind/subresource -> verbs, exactly the calls gpuyard makes (tests/kubernetes/test_rbac.py
+    # checks both ways). The informers LIST and WATCH what they cache. A create refused because the
+    # name is taken (the cache lags the server) GETs the object holding it (kubecluster/writing.py),
+    # so the kinds gpuyard creates through its writer have `get`. Status is a JSON merge PATCH of the
+    # status subresource, never a PUT; an object's own PUT is `update`.
+    "Node": WATCH,
+    "Pod": (*WATCH, "create", "delete"),  # the operator creates and stops pods
     "Pod/binding": ("create",),  # the scheduler binds pods to the node it chose
     "Pod/status": ("patch",),  # the backend fails the pods of a lost node (NodeLost)
-    "Service": (*READ, "create", "update", "delete"),
-    "Event": (*READ, "create", "update", "patch", "delete"),
-    "ResourceQuota": READ,
-    "PodDisruptionBudget": READ,
-    "PriorityClass": READ,  # a job's priorityClassName
-    "TrainingJob": (*READ, "delete"),  # every job kind; delete: ttlSecondsAfterFinished
-    "TrainingJob/status": ("patch", "update"),
-    "PodGroup": (*READ, "create", "update", "patch", "delete"),
-    "PodGroup/status": ("patch", "update"),
-    "Reservation": (*READ, "create", "delete"),
-    "ResourceClass": (*READ, "create", "update", "delete"),  # one default class per GPU model
-    "NodeTopology": READ,
-    "Queue": READ,
-    "Queue/status": ("patch", "update"),
-    "ElasticQuota": READ,
-    "ElasticQuota/status": ("patch", "update"),
-    # DRA mode (backend.kubernetes.dra): a placed pod's claim, created and allocated before binding
+    "Service": ("get", *WATCH, "create", "update", "delete"),  # update: written back when it differs
+    # Events are written, never watched: update bumps a repeat's count, delete goes with the job
+    "Event": ("get", "create", "update", "delete"),
+    "ResourceQuota": WATCH,  # its status is the cluster's quota controller's (CLUSTER_OWNED_STATUS)
+    "PodDisruptionBudget": WATCH,
+    "PriorityClass": WATCH,  # a job's priorityClassName
+    "TrainingJob": (*WATCH, "delete"),  # every job kind; delete: ttlSecondsAfterFinished
+    "TrainingJob/status": ("patch",),
+    "PodGroup": ("get", *WATCH, "create", "update", "delete"),  # update: release, the job's labels
+    "PodGroup/status": ("patch",),
+    "Reservation": ("get", *WATCH, "create", "delete"),
+    "ResourceClass": ("get", *WATCH, "create"),  # one default class per GPU model
+    "NodeTopology": WATCH,
+    "Queue": WATCH,
+    "Queue/status": ("patch",),
+    "ElasticQuota": WATCH,
+    "ElasticQuota/status": ("patch",),
+    # DRA mode (backend.kubernetes.dra): a placed pod's claim, created and allocated before binding;
+    # delete: a claim an earlier pod of the same name left
     "ResourceClaim": ("create", "delete"),
     "ResourceClaim/status": ("patch",),
     "ResourceSlice": ("list",),  # matched to the NodeTopologies
@@ -81,7 +86,8 @@ every group in :data:`gpuyard.apis.resources.API_RESOURCES`."""
 
 DELEGATE_RULES: dict[str, tuple[str, ...]] = {
     # delegate mode (`--gang-scheduler`): the gang scheduler's PodGroup of each job, in its group only
-    "GangPodGroup": (*READ, "create", "update", "delete"),
+    # get: a create refused because the name is taken reads what holds it
+    "GangPodGroup": ("get", *WATCH, "create", "update", "delete"),
 }
 
 LEASE_VERBS = ("get", "create", "update")  # leader election, in gpuyard's own namespace

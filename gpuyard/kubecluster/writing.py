@@ -17,7 +17,7 @@ over the API server.
 * `patch_status(kind, ns, name, changes)` -> a JSON merge PATCH of `/status` (of the object for
   kinds without a status subresource) that turns the cached status into the changed one; with
   `resource_version` it carries `metadata.resourceVersion`, which the API server treats as a
-  precondition (409).
+  precondition (409). A ResourceQuota's status is left to the cluster (`CLUSTER_OWNED_STATUS`).
 * `delete(kind, ns, name)` -> DELETE (404 -> `NotFound`, as the protocol says: already gone).
 
 Every write answers only after the API server's 2xx, and the object the server returns is
@@ -41,12 +41,23 @@ from gpuyard.kubecluster.dra import DraAllocator
 from gpuyard.state.backend import BackendError
 from gpuyard.state.store import AlreadyExists, Conflict, NotFound, Store
 
-__all__ = ["ANNOTATION_ASSIGNED_NODE", "SCHEDULER_NAME", "KubeWriter", "merge_diff", "to_json"]
+__all__ = [
+    "ANNOTATION_ASSIGNED_NODE",
+    "CLUSTER_OWNED_STATUS",
+    "SCHEDULER_NAME",
+    "KubeWriter",
+    "merge_diff",
+    "to_json",
+]
 
 R = TypeVar("R", bound=Resource)
 
 SCHEDULER_NAME = "gpuyard"  # the default of `scheduler.name`
 ANNOTATION_ASSIGNED_NODE = "gpuyard.io/assigned-node"  # the node a pod is created for (bound next)
+# Kinds whose status the cluster's own controllers write: a ResourceQuota's is kube-controller-manager's
+# (the API server's quota admission charges pods against it), so gpuyard's accounting of it stays in
+# the scheduler and a patch of it answers the cached object, writing nothing (nor asking RBAC for it).
+CLUSTER_OWNED_STATUS = frozenset({"ResourceQuota"})
 
 
 class _WithStatus(Protocol):
@@ -237,6 +248,8 @@ class KubeWriter:
     ) -> Resource:
         self._check(f"patch {kind} {name} status")
         current = self.store.must_get(kind, namespace, name)
+        if kind in CLUSTER_OWNED_STATUS:
+            return current
         cls = type(current)
         if "status" not in cls.model_fields:
             raise ValueError(f"{kind} has no status")

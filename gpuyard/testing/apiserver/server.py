@@ -134,13 +134,16 @@ class FakeApiServer:
 
     # --- kubeconfig -------------------------------------------------------------------------------
 
-    def kubeconfig(self, *, context: str = "gpuyard-fake") -> dict[str, Any]:
-        """A kubeconfig for this server (kubectl and kubernetes-asyncio accept it)."""
+    def kubeconfig(self, *, context: str = "gpuyard-fake", token: str | None = None) -> dict[str, Any]:
+        """A kubeconfig for this server (kubectl and kubernetes-asyncio accept it), presenting `token`
+        (default: the server's own, else `DEFAULT_TOKEN`). A server started without `token` accepts
+        any, and its audit records which one each request presented: give each client its own to
+        tell their calls apart."""
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": context, "cluster": {"server": self.url}}],
-            "users": [{"name": context, "user": {"token": self.token or DEFAULT_TOKEN}}],
+            "users": [{"name": context, "user": {"token": token or self.token or DEFAULT_TOKEN}}],
             "contexts": [
                 {"name": context, "context": {"cluster": context, "user": context, "namespace": "default"}}
             ],
@@ -148,11 +151,13 @@ class FakeApiServer:
             "preferences": {},
         }
 
-    def write_kubeconfig(self, path: str | Path, *, context: str = "gpuyard-fake") -> Path:
+    def write_kubeconfig(
+        self, path: str | Path, *, context: str = "gpuyard-fake", token: str | None = None
+    ) -> Path:
         """Write `kubeconfig()` to `path` (readable by its owner only); the path."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(yaml.safe_dump(self.kubeconfig(context=context), sort_keys=False))
+        target.write_text(yaml.safe_dump(self.kubeconfig(context=context, token=token), sort_keys=False))
         target.chmod(0o600)
         return target
 

@@ -1,0 +1,407 @@
+"""The RBAC that `gpuyard install --print` ships grants exactly the calls gpuyard makes, both ways.
+
+gpuyard (`Platform` with `backend.kind: kubernetes`) runs against the test API server with a
+kubeconfig presenting its own bearer token (`GPUYARD`); the test seeds and inspects objects, and
+plays the kubelets, with the server's default token. The server's audit records the token of every
+request (`AuditRecord.user`), so gpuyard's own calls are the records whose user is `GPUYARD`.
+
+Each scenario of :data:`SCENARIOS` configures one mode (the gpuyard mode with leader election, DRA)
+and drives gpuyard through the paths that mode has: a job's whole life (placed, bound, its status
+and Events, a Service changed behind gpuyard's back, Succeeded, its TTL deleting it and its
+children), a relabelled job, a lost node, names already taken (injected 409s, the scheduler's Event
+an earlier leader left, a DRA claim an earlier pod left), the status of a Queue and an ElasticQuota
+(and a ResourceQuota's, which is the cluster's and never written), the leader releasing the Lease.
+Then
+
+* every call gpuyard made is granted by the shipped ClusterRole, or by the leader-election Role in
+  gpuyard's namespace;
+* every (group, resource[/subresource], verb) those roles grant was called by gpuyard in some
+  scenario. `TrainingJob` in `RULES` stands for every job kind of every group: a verb used on one
+  job resource counts for all of them (with the same subresource).
+
+Both read the roles from :func:`gpuyard.cli.install.manifests`, so a rule added to `RULES` is
+checked at once: exercise it in the scenario of the mode that needs it (add one to `SCENARIOS`
+when the mode is new), or remove the verb nobody uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuyard.apis.crds import crds
+from gpuyard.apis.resources import API_RESOURCES, resource_for
+from gpuyard.cli.install import manifests
+from gpuyard.devices.scenarios import load_scenario
+from gpuyard.kubecluster import fakenodes
+from gpuyard.kubecluster.client import KubeClient
+from gpuyard.kubecluster.dra import RESOURCE_CLAIMS
+from gpuyard.kubecluster.writing import to_json
+from gpuyard.platform.runtime import Platform
+from gpuyard.testing.apiserver import AuditRecord, FakeApiServer
+from tests.builders import make_node
+from tests.kubernetes.test_backend_platform import platform, settings
+
+ROOT = Path(__file__).resolve().parents[2]
+GPUYARD = "gpuyard-serviceaccount"  # gpuyard's bearer token: its calls in the audit
+JOB_FAMILY = "<every job kind>"  # what RULES' `TrainingJob` stands for
+
+Call = tuple[str, str, str]  # (API group, resource[/subresource], verb), as RBAC names a request
+
+NODES = resource_for("Node")
+PODS = resource_for("Pod")
+SERVICES = resource_for("Service")
+EVENTS = resource_for("Event")
+TFJOBS = resource_for("TFJob", "kubeflow.org/v1")
+KUBEDL_TFJOBS = resource_for("TFJob", "training.kubedl.io/v1alpha1")
+PYTORCHJOBS = resource_for("PyTorchJob", "kubeflow.org/v1")
+QUEUES = resource_for("Queue")
+ELASTIC_QUOTAS = resource_for("ElasticQuota")
+PRIORITY_CLASSES = resource_for("PriorityClass")
+RESOURCE_QUOTAS = resource_for("ResourceQuota")
+RESOURCE_CLASSES = resource_for("ResourceClass")
+POD_GROUPS = resource_for("PodGroup")
+RESERVATIONS = resource_for("Reservation")
+# where a create of the gpuyard mode's scenario finds the name taken (409) and gpuyard reads it:
+# injected by `taken_once`, and the Event an earlier leader left (`seed_cluster`)
+TAKEN = [(r.group, r.plural) for r in (SERVICES, POD_GROUPS, RESERVATIONS, RESOURCE_CLASSES)] + [
+    ("", "events")
+]
+JOB_PLURALS = {r.plural for r in API_RESOURCES if "trainingjobs" in r.categories}
+
+
+# --- the shipped roles -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grants:
+    """What the shipped roles allow: cluster-wide (ClusterRole) and in one namespace (Role)."""
+
+    cluster: frozenset[Call]
+    namespaced: dict[str, frozenset[Call]]
+
+    def allows(self, record: AuditRecord) -> bool:
+        call = call_of(record)
+        return call in self.cluster or call in self.namespaced.get(record.namespace, frozenset())
+
+    def all(self) -> set[Call]:
+        return set(self.cluster).union(*self.namespaced.values())
+
+
+def _expand(rules: Iterable[dict[str, Any]]) -> frozenset[Call]:
+    return frozenset(
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    )
+
+
+def shipped_grants() -> Grants:
+    cluster: set[Call] = set()
+    namespaced: dict[str, set[Call]] = {}
+    for obj in manifests():
+        if obj["kind"] == "ClusterRole":
+            cluster |= _expand(obj["rules"])
+        elif obj["kind"] == "Role":
+            namespaced.setdefault(obj["metadata"]["namespace"], set()).update(_expand(obj["rules"]))
+    return Grants(frozenset(cluster), {ns: frozenset(c) for ns, c in namespaced.items()})
+
+
+def call_of(record: AuditRecord) -> Call:
+    resource = f"{record.resource}/{record.subresource}" if record.subresource else record.resource
+    return (record.group, resource, record.verb)
+
+
+def family(call: Call) -> Call:
+    """A job resource's call as the `TrainingJob` rule's (one for every job kind and group)."""
+    _, resource, verb = call
+    plural, _, sub = resource.partition("/")
+    if plural in JOB_PLURALS:
+        return (JOB_FAMILY, f"{JOB_FAMILY}/{sub}" if sub else JOB_FAMILY, verb)
+    return call
+
+
+def test_family_folds_every_job_kind_and_nothing_else() -> None:
+    assert family(("kubeflow.org", "tfjobs/status", "patch")) == family(
+        ("training.kubedl.io", "marsjobs/status", "patch")
+    )
+    assert family(("kubeflow.org", "tfjobs", "delete")) != family(("kubeflow.org", "tfjobs/status", "delete"))
+    assert family(("", "pods", "delete")) == ("", "pods", "delete")
+    assert {family(c)[0] for c in shipped_grants().all() if c[1].split("/")[0] in JOB_PLURALS} == {JOB_FAMILY}
+
+
+# --- driving gpuyard -----------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One scenario's server, the test's own client (the default token) and gpuyard's kubeconfig."""
+
+    server: FakeApiServer
+    seed: KubeClient
+    seed_kubeconfig: Path  # the test's own (the server's default token)
+    kubeconfig: Path  # gpuyard's: presents GPUYARD
+
+    def calls(self) -> set[Call]:
+        return {call_of(r) for r in self.server.audit or [] if r.user == GPUYARD}
+
+    async def called(self, *calls: Call, timeout: float = 15.0) -> None:
+        """Wait until gpuyard has made every call of `calls`."""
+        await until(
+            lambda: set(calls) <= self.calls(), what=f"gpuyard to call {sorted(calls)}", timeout=timeout
+        )
+
+    def objects(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Copies of the objects of `plural` on the server."""
+        out = []
+        for (_, _, p), res in self.server.catalog.resources.items():
+            if p == plural:
+                out += self.server.objects.list(res, namespace=namespace)["items"]
+        return copy.deepcopy(out)
+
+    def pods_of(self, job: str) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in self.objects("pods", "default")
+            if (p["metadata"].get("labels") or {}).get("job-name") == job
+        ]
+
+    async def kubelet(self, job: str, phase: str) -> None:
+        """Play the kubelet: every pod of `job` in `phase` (exit code 0 when it ends)."""
+        for pod in self.pods_of(job):
+            status: dict[str, Any] = {"phase": phase}
+            if phase == "Succeeded":
+                name = pod["spec"]["containers"][0]["name"]
+                terminated = {"exitCode": 0, "reason": "Completed"}
+                status["containerStatuses"] = [
+                    {"name": name, "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
+                ]
+            await self.seed.patch(PODS, "default", pod["metadata"]["name"], {"status": status}, sub="status")
+
+
+async def until(check: Callable[[], Any], *, what: str, timeout: float = 15.0) -> Any:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not (value := check()):
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+    return value
+
+
+@asynccontextmanager
+async def serving(tmp: Path) -> AsyncIterator[Run]:
+    """A test API server with gpuyard's CRDs (auditing on) and the two kubeconfigs."""
+    async with FakeApiServer(port=0, audit=True, bookmark_interval=0.2) as server:
+        server.install_crds(crds())
+        ours = server.write_kubeconfig(tmp / "gpuyard.kubeconfig", token=GPUYARD)
+        theirs = server.write_kubeconfig(tmp / "test.kubeconfig")
+        seed = await KubeClient.connect(kubeconfig=str(theirs), request_timeout=5.0)
+        try:
+            yield Run(server=server, seed=seed, seed_kubeconfig=theirs, kubeconfig=ours)
+        finally:
+            await seed.close()
+
+
+def pytorchjob(name: str, *, gpus: int) -> dict[str, Any]:
+    container = {"name": "pytorch", "image": "pt:1", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    master = {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {"containers": [container]}}}
+    return {
+        "apiVersion": PYTORCHJOBS.api_version,
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"pytorchReplicaSpecs": {"Master": master}},
+    }
+
+
+def tfjob(
+    name: str, *, api_version: str = "kubeflow.org/v1", workers: int, gpus: int, **run: Any
+) -> dict[str, Any]:
+    container = {"name": "tensorflow", "image": "tf:1", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    worker = {
+        "replicas": workers,
+        "restartPolicy": "Never",
+        "template": {"spec": {"containers": [container]}},
+    }
+    spec: dict[str, Any] = {"tfReplicaSpecs": {"Worker": worker}}
+    if run:
+        spec["runPolicy"] = run
+    return {
+        "apiVersion": api_version,
+        "kind": "TFJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+
+
+def seen(p: Platform, kind: str, namespace: str, name: str) -> str | None:
+    """The resourceVersion of the object in the platform's cache."""
+    obj = p.store.get(kind, namespace, name)
+    return None if obj is None else obj.metadata.resource_version
+
+
+def leading(p: Platform) -> bool:
+    return (lead := p.backend.leadership) is not None and lead.is_leader()
+
+
+def taken_once(run: Run, collection: str) -> None:
+    """The next create in `collection` (a path) answers 409, as when another writer took the name
+    first: gpuyard's writer then reads what holds the name (a GET) so its cache catches up."""
+    run.server.faults.fail_next(1, code=409, path_prefix=collection, verb="create")
+
+
+async def seed_cluster(run: Run) -> None:
+    """Two GPU models' nodes, the default Queue, a PriorityClass, an ElasticQuota and a ResourceQuota of
+    namespace `default`, and an Event an earlier leader left."""
+    seed = run.seed
+    await seed.create(NODES, to_json(make_node("gpu-0", gpus=8)))
+    await seed.create(NODES, to_json(make_node("gpu-1", gpus=8, model="a100")))
+    for res, body in (
+        (QUEUES, {"metadata": {"name": "default"}}),
+        (PRIORITY_CLASSES, {"metadata": {"name": "high"}, "value": 1000}),
+        (
+            ELASTIC_QUOTAS,
+            {
+                "metadata": {"name": "team", "namespace": "default"},
+                "spec": {"max": {"nvidia.com/gpu": 16}, "namespaces": ["default"]},
+            },
+        ),
+        (
+            RESOURCE_QUOTAS,
+            {
+                "metadata": {"name": "gpus", "namespace": "default"},
+                "spec": {"hard": {"requests.nvidia.com/gpu": 16}},
+            },
+        ),
+        # The scheduler's Event about a job is named `<job>.<reason>`, and Events are not watched: one
+        # left by an earlier leader is found by the create's 409, read, then updated.
+        (
+            EVENTS,
+            {
+                "metadata": {"name": "train.scheduled", "namespace": "default"},
+                "involvedObject": {"kind": "TFJob", "namespace": "default", "name": "train"},
+                "reason": "Scheduled",
+                "message": "an earlier leader's",
+                "type": "Normal",
+                "count": 1,
+            },
+        ),
+    ):
+        await seed.create(res, {"apiVersion": res.api_version, "kind": res.kind, **body})
+
+
+async def gpuyard_mode(run: Run) -> None:
+    """Two replicas' leader election, and jobs' whole lives in the gpuyard mode."""
+    seed = run.seed
+    await seed_cluster(run)
+    taken_once(run, RESOURCE_CLASSES.path())  # the default class of one GPU model
+    kc = run.kubeconfig
+    async with platform(settings(kc, identity="replica-a", node_lost_grace=0.5)) as leader:
+        await until(lambda: leading(leader), what="replica-a leading")
+        async with platform(settings(kc, identity="replica-b")):
+            for res in (SERVICES, POD_GROUPS, RESERVATIONS):
+                taken_once(run, res.path(namespace="default"))
+            job = tfjob(
+                "train",
+                workers=2,
+                gpus=4,
+                ttlSecondsAfterFinished=0,
+                schedulingPolicy={"priorityClass": "high"},
+            )
+            await seed.create(TFJOBS, job)
+            await until(
+                lambda: len([p for p in run.pods_of("train") if p["spec"].get("nodeName")]) == 2,
+                what="train's pods bound",
+            )
+            await run.called(
+                *((group, plural, "get") for group, plural in TAKEN),
+                ("", "events", "update"),  # the earlier leader's Event, read after the 409
+            )
+            # A Service changed behind gpuyard's back is written back at the job's next reconcile.
+            svc = run.objects("services", "default")[0]
+            svc["spec"]["ports"][0]["port"] = 1
+            changed = int((await seed.replace(SERVICES, svc))["metadata"]["resourceVersion"])
+            key = ("Service", "default", svc["metadata"]["name"])
+            await until(
+                lambda: int(seen(leader, *key) or 0) >= changed, what="the changed Service in the cache"
+            )
+            await run.kubelet("train", "Running")
+            await run.called(("", "services", "update"))
+            await run.kubelet("train", "Succeeded")
+            # ttlSecondsAfterFinished: 0 deletes the job at once, and gpuyard its children
+            await run.called(
+                ("kubeflow.org", "tfjobs", "delete"), ("", "services", "delete"), ("", "events", "delete")
+            )
+            await seed.create(
+                KUBEDL_TFJOBS, tfjob("lost", api_version=KUBEDL_TFJOBS.api_version, workers=1, gpus=1)
+            )
+            pod = await until(
+                lambda: [p for p in run.pods_of("lost") if p["spec"].get("nodeName")], what="lost placed"
+            )
+            # The job's labels go to its PodGroup (`kubectl label tfjob lost team=vision`).
+            await seed.patch(KUBEDL_TFJOBS, "default", "lost", {"metadata": {"labels": {"team": "vision"}}})
+            await run.called(("scheduling.gpuyard.io", "podgroups", "update"))
+            # A pod on a node that goes away fails NodeLost after the grace period.
+            await run.kubelet("lost", "Running")
+            await seed.delete(NODES, "", pod[0]["spec"]["nodeName"])
+            await run.called(("", "pods/status", "patch"))
+
+
+async def dra_mode(run: Run) -> None:
+    """DRA (`backend.kubernetes.dra: on`): fake-nodes publish ResourceSlices, and a placed pod gets
+    a ResourceClaim, replacing one an earlier pod of the same name left."""
+    api = await fakenodes.connect(str(run.seed_kubeconfig))
+    async with api:
+        nodes = fakenodes.FakeNodes(
+            api, scenario=load_scenario(ROOT / "configs" / "clusters" / "small.yaml"), heartbeat=0.5
+        )
+        task = asyncio.create_task(nodes.run())
+        try:
+            await asyncio.wait_for(nodes.registered.wait(), 10)
+            left = {"metadata": {"name": "claimed-master-0-gpus", "namespace": "default"}, "spec": {}}
+            await run.seed.create(
+                RESOURCE_CLAIMS, {"apiVersion": RESOURCE_CLAIMS.api_version, "kind": "ResourceClaim", **left}
+            )
+            async with platform(settings(run.kubeconfig, election=False, dra="on")):
+                await run.seed.create(PYTORCHJOBS, pytorchjob("claimed", gpus=2))
+                await run.called(
+                    ("resource.k8s.io", "resourceclaims", "delete"),
+                    ("resource.k8s.io", "resourceclaims", "create"),
+                    ("resource.k8s.io", "resourceclaims/status", "patch"),
+                )
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+SCENARIOS: dict[str, Callable[[Run], Awaitable[None]]] = {
+    "gpuyard mode": gpuyard_mode,
+    "DRA": dra_mode,
+}
+
+
+async def test_the_shipped_rbac_grants_exactly_what_gpuyard_calls(tmp_path: Path) -> None:
+    grants = shipped_grants()
+    denied: dict[str, set[Call]] = {}
+    used: set[Call] = set()
+    for name, scenario in SCENARIOS.items():
+        async with serving(tmp_path / name.replace(" ", "-")) as run:
+            await scenario(run)
+            ours = [r for r in run.server.audit or [] if r.user == GPUYARD]
+            assert ours, f"{name}: no call presented gpuyard's token"
+            if refused := {call_of(r) for r in ours if not grants.allows(r)}:
+                denied[name] = refused
+            used |= {family(call_of(r)) for r in ours}
+    assert not denied, f"calls gpuyard made that the shipped roles do not grant, per scenario: {denied}"
+    unused = sorted({family(c) for c in grants.all()} - used)
+    assert not unused, (
+        "granted by the shipped roles but never called by gpuyard in any scenario (remove the verb "
+        f"from RULES, or exercise it in the scenario of the mode that uses it): {unused}"
+    )
