@@ -5,7 +5,8 @@ kubeconfig presenting its own bearer token (`GPUYARD`); the test seeds and inspe
 plays the kubelets, with the server's default token. The server's audit records the token of every
 request (`AuditRecord.user`), so gpuyard's own calls are the records whose user is `GPUYARD`.
 
-Each scenario of :data:`SCENARIOS` configures one mode (the gpuyard mode with leader election, DRA)
+Each scenario of :data:`SCENARIOS` configures one mode (the gpuyard mode with leader election, DRA,
+delegate mode with the roles of `--gang-scheduler volcano`)
 and drives gpuyard through the paths that mode has: a job's whole life (placed, bound, its status
 and Events, a Service changed behind gpuyard's back, Succeeded, its TTL deleting it and its
 children), a relabelled job, a lost node, names already taken (injected 409s, the scheduler's Event
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuyard.apis.crds import crds
+from gpuyard.apis.gangs import GANG_API_VERSIONS, GANG_KIND
 from gpuyard.apis.resources import API_RESOURCES, resource_for
 from gpuyard.cli.install import manifests
 from gpuyard.devices.scenarios import load_scenario
@@ -44,6 +46,7 @@ from gpuyard.kubecluster.dra import RESOURCE_CLAIMS
 from gpuyard.kubecluster.writing import to_json
 from gpuyard.platform.runtime import Platform
 from gpuyard.testing.apiserver import AuditRecord, FakeApiServer
+from gpuyard.testing.apiserver.crds import minimal_crd
 from tests.builders import make_node
 from tests.kubernetes.test_backend_platform import platform, settings
 
@@ -103,10 +106,11 @@ def _expand(rules: Iterable[dict[str, Any]]) -> frozenset[Call]:
     )
 
 
-def shipped_grants() -> Grants:
+def shipped_grants(gang_scheduler: str | None = None) -> Grants:
+    """The roles `gpuyard install --print [--gang-scheduler G]` ships."""
     cluster: set[Call] = set()
     namespaced: dict[str, set[Call]] = {}
-    for obj in manifests():
+    for obj in manifests(gang_scheduler=gang_scheduler):
         if obj["kind"] == "ClusterRole":
             cluster |= _expand(obj["rules"])
         elif obj["kind"] == "Role":
@@ -381,26 +385,67 @@ async def dra_mode(run: Run) -> None:
             await asyncio.gather(task, return_exceptions=True)
 
 
-SCENARIOS: dict[str, Callable[[Run], Awaitable[None]]] = {
-    "gpuyard mode": gpuyard_mode,
-    "DRA": dra_mode,
+async def delegate_mode(run: Run) -> None:
+    """Delegate mode (`gpuyard install --gang-scheduler volcano`): the operator writes Volcano's
+    PodGroup (the name found taken once), puts its spec back when someone changes it, and deletes
+    it when the job is done; the test plays Volcano (binds the pods) and the kubelet."""
+    volcano = resource_for(GANG_KIND, GANG_API_VERSIONS["volcano"])
+    run.server.install_crds([minimal_crd(volcano)])
+    seed = run.seed
+    await seed.create(NODES, to_json(make_node("gpu-0", gpus=8)))
+    await seed.create(
+        QUEUES, {"apiVersion": QUEUES.api_version, "kind": "Queue", "metadata": {"name": "default"}}
+    )
+    s = settings(run.kubeconfig, election=False)
+    s = s.model_copy(
+        update={"scheduler": s.scheduler.model_copy(update={"mode": "delegate", "gang_scheduler": "volcano"})}
+    )
+    taken_once(run, volcano.path(namespace="default"))
+    async with platform(s) as p:
+        await seed.create(TFJOBS, tfjob("handed", workers=2, gpus=2))
+        pods = await until(lambda: len(run.pods_of("handed")) == 2 and run.pods_of("handed"), what="two pods")
+        await until(
+            lambda: p.store.get(GANG_KIND, "default", "handed") is not None, what="Volcano's PodGroup"
+        )
+        await run.called(("scheduling.volcano.sh", "podgroups", "get"))  # after the 409
+        await seed.patch(volcano, "default", "handed", {"spec": {"minMember": 1}})  # someone else's change
+        await run.called(("scheduling.volcano.sh", "podgroups", "update"))
+        for pod in pods:
+            await seed.bind("default", pod["metadata"]["name"], "gpu-0", uid=pod["metadata"]["uid"])
+        await run.kubelet("handed", "Running")
+        await run.kubelet("handed", "Succeeded")
+        await run.called(("scheduling.volcano.sh", "podgroups", "delete"))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    drive: Callable[[Run], Awaitable[None]]
+    gang_scheduler: str | None = None  # `gpuyard install --gang-scheduler`: delegate mode's roles
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "gpuyard mode": Scenario(gpuyard_mode),
+    "DRA": Scenario(dra_mode),
+    "delegate mode": Scenario(delegate_mode, gang_scheduler="volcano"),
 }
 
 
 async def test_the_shipped_rbac_grants_exactly_what_gpuyard_calls(tmp_path: Path) -> None:
-    grants = shipped_grants()
     denied: dict[str, set[Call]] = {}
     used: set[Call] = set()
+    granted: set[Call] = set()
     for name, scenario in SCENARIOS.items():
+        grants = shipped_grants(scenario.gang_scheduler)
+        granted |= {family(c) for c in grants.all()}
         async with serving(tmp_path / name.replace(" ", "-")) as run:
-            await scenario(run)
+            await scenario.drive(run)
             ours = [r for r in run.server.audit or [] if r.user == GPUYARD]
             assert ours, f"{name}: no call presented gpuyard's token"
             if refused := {call_of(r) for r in ours if not grants.allows(r)}:
                 denied[name] = refused
             used |= {family(call_of(r)) for r in ours}
     assert not denied, f"calls gpuyard made that the shipped roles do not grant, per scenario: {denied}"
-    unused = sorted({family(c) for c in grants.all()} - used)
+    unused = sorted(granted - used)
     assert not unused, (
         "granted by the shipped roles but never called by gpuyard in any scenario (remove the verb "
         f"from RULES, or exercise it in the scenario of the mode that uses it): {unused}"
