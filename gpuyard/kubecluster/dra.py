@@ -14,7 +14,11 @@ it is bound) the writer calls :meth:`PendingClaim.write`, which creates the Reso
 annotation, reserved for the pod, owned by it so the garbage collector deletes it with the pod) and
 writes its `status` through the status subresource.
 
-Slices are read with a LIST (at the first pod of a node, and again when a node has none yet) and
+Slices are read with a LIST, not watched (the group may not be served, and a watch of a missing
+resource would keep `/readyz` down): at the first pod, again when a pod goes to a node with no
+slice yet (at most once per `min_interval` seconds, so a cluster whose nodes mostly lack the
+driver is not LISTed per pod), and again at the next pod once the last LIST is older than
+`max_age` seconds (a driver that republished its devices is seen within that). They are
 matched to the node's NodeTopology by UUID / PCI bus id (`devices.dra.match_slice_devices`); a
 published device that matches no GPU is reported once as a Warning Event on the node
 (`devices.dra.unmatched_event`) and never allocated.
@@ -24,6 +28,8 @@ from __future__ import annotations
 
 import copy
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -127,10 +133,24 @@ class PendingClaim:
 class DraAllocator:
     """Decides per node whether DRA applies, and prepares the pods and claims; see the module docstring."""
 
-    def __init__(self, *, client: KubeClient, store: Store, mode: str) -> None:
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        store: Store,
+        mode: str,
+        now: Callable[[], float] = time.monotonic,
+        min_interval: float = 5.0,
+        max_age: float = 60.0,
+    ) -> None:
         self.client = client
         self.store = store
         self.mode = mode
+        self.now = now
+        self.min_interval = min_interval  # seconds between LISTs for a node without a slice
+        self.max_age = max_age  # seconds after which the slices are LISTed again
+        self.listed_at: float | None = None
+        self.lists = 0
         self.served: bool | None = None  # resource.k8s.io/v1 served (None: not asked yet)
         self.slices: dict[str, Json] = {}  # node -> its gpu.nvidia.com slice
         self.matched: dict[str, dict[str, int]] = {}  # node -> device name -> GPU index
@@ -153,6 +173,8 @@ class DraAllocator:
     async def refresh(self) -> None:
         """LIST the `gpu.nvidia.com` slices (one pool per node)."""
         items, _ = await self.client.list(RESOURCE_SLICES)
+        self.listed_at = self.now()
+        self.lists += 1
         self.slices = {
             s["spec"]["nodeName"]: s
             for s in items
@@ -163,7 +185,8 @@ class DraAllocator:
     async def _slice_for(self, node: str) -> Json | None:
         if self.mode == "off" or not await self._serves():
             return None
-        if node not in self.slices:
+        age = None if self.listed_at is None else self.now() - self.listed_at
+        if age is None or age >= self.max_age or (node not in self.slices and age >= self.min_interval):
             await self.refresh()
         return self.slices.get(node)
 

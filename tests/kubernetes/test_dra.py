@@ -18,6 +18,7 @@ from kubernetes_asyncio import client as kclient
 from gpuyard.apis.crds import crds
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.resources import ApiResource, resource_for
+from gpuyard.devices.dra import resource_slice
 from gpuyard.devices.scenarios import load_scenario
 from gpuyard.kubecluster.client import KubeClient
 from gpuyard.kubecluster.dra import RESOURCE_CLAIMS, RESOURCE_SLICES, DraAllocator
@@ -208,5 +209,47 @@ async def test_on_without_a_slice_refuses_and_auto_leaves_the_pod(fake_apiserver
         on = DraAllocator(client=kube, store=store, mode="on")
         with pytest.raises(BackendError, match=f"node {node} publishes no gpu.nvidia.com ResourceSlice"):
             await on.prepare(pod, body, node)
+    finally:
+        await kube.close()
+
+
+async def test_slices_are_listed_again_rate_limited_and_when_old(fake_apiserver: RunningApiServer) -> None:
+    """A node without a slice does not cost a LIST per pod; a slice published later is found after
+    `min_interval`, and a driver that republished fewer devices is seen once the LIST is `max_age` old."""
+    kube = await KubeClient.connect(kubeconfig=str(fake_apiserver.kubeconfig), request_timeout=5.0)
+    try:
+        topology = SCENARIO.topologies()[0]
+        node = topology.metadata.name
+        store = Store()
+        store.register(NodeTopology)
+        store.observe(topology)
+        clock = [0.0]
+        dra = DraAllocator(
+            client=kube, store=store, mode="auto", now=lambda: clock[0], min_interval=5.0, max_age=60.0
+        )
+
+        def pod() -> tuple[Any, dict[str, Any]]:
+            p = make_pod("p", node=node, gpus=2)
+            p.metadata.annotations["gpuyard.io/devices"] = json.dumps({"gpus": [0, 1]})
+            return p, to_json(p)
+
+        async def prepare(at: float) -> Any:
+            clock[0] = at
+            p, body = pod()
+            return await dra.prepare(p, body, node)
+
+        assert await prepare(0.0) is None and dra.lists == 1  # no slice yet: the pod keeps nvidia.com/gpu
+        assert await prepare(1.0) is None and dra.lists == 1  # not LISTed again per pod
+        published = resource_slice(topology, driver_version="550.54.15", cuda_driver_version="12.4")
+        await kube.create(RESOURCE_SLICES, published)
+        assert await prepare(2.0) is None and dra.lists == 1
+        assert await prepare(6.0) is not None and dra.lists == 2  # found after min_interval
+        stored = (await kube.list(RESOURCE_SLICES))[0][0]
+        stored["spec"]["devices"] = [d for d in stored["spec"]["devices"] if d["name"] != "gpu-1"]
+        await kube.replace(RESOURCE_SLICES, stored)
+        assert await prepare(30.0) is not None and dra.lists == 2  # the cached slice, still young
+        with pytest.raises(BackendError, match=r"GPUs \[1\] .* not published"):
+            await prepare(70.0)  # older than max_age: listed again, GPU 1 is gone
+        assert dra.lists == 3
     finally:
         await kube.close()
