@@ -17,6 +17,7 @@ from typing import Any
 from gpuyard.apis.core import Node
 from gpuyard.apis.leases import Lease
 from gpuyard.apis.resources import resource_for
+from gpuyard.cli.install import manifests
 from gpuyard.kubecluster.heartbeats import (
     NODE_STATUS_UNKNOWN,
     Heartbeat,
@@ -61,6 +62,31 @@ def lease_body(node: str, *, renewed: datetime) -> dict[str, Any]:
             "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         },
     }
+
+
+# --- RBAC -------------------------------------------------------------------------------------
+
+
+def test_node_leases_are_readable_through_a_role_in_their_namespace_only() -> None:
+    objects = manifests(namespace="ml-platform")
+    roles = [o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == "kube-node-lease"]
+    (role,) = roles
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch"]}
+    ]
+    (binding,) = [
+        o for o in objects if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == "kube-node-lease"
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuyard", "namespace": "ml-platform"}]
+    cluster_role = next(o for o in objects if o["kind"] == "ClusterRole")
+    assert not any("leases" in rule["resources"] for rule in cluster_role["rules"])
+    moved = manifests(node_lease_namespace="heartbeats")
+    assert any(o["kind"] == "Role" and o["metadata"]["namespace"] == "heartbeats" for o in moved)
 
 
 # --- the rule ----------------------------------------------------------------------------------
