@@ -256,10 +256,10 @@ async def test_a_renewed_lease_and_a_node_without_one_keep_their_nodes_ready(
         await client.create(NODES, to_json(make_node("leased", gpus=8)))
         await client.create(NODES, to_json(make_node("static", gpus=8)))
         await client.create(LEASES, lease_body("leased", renewed=datetime.now(UTC)))
-        s = settings(served.kubeconfig, election=False, node_lost_grace=0.5, node_monitor_grace=0.8)
+        s = settings(served.kubeconfig, election=False, node_lost_grace=0.5, node_monitor_grace=1.5)
         async with platform(s) as p:
             renewing = asyncio.create_task(kubelet(stop))
-            await asyncio.sleep(2.0)  # more than twice the monitor grace
+            await asyncio.sleep(3.2)  # more than twice the monitor grace
             assert p.store.must_get_of(Node, "", "leased").ready
             assert p.store.must_get_of(Node, "", "static").ready
             assert not p.backend.nodes.lost_since
