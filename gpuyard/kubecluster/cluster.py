@@ -8,11 +8,10 @@ the PodGroups of the configured gang scheduler), two scoped informers (`informer
 Events gpuyard wrote about jobs (label `job-name`: a new process or leader finds them, so a repeat
 is aggregated, `describe job` shows them and a deleted job's are deleted) and the nodes'
 heartbeat Leases in `node_lease_namespace` (a stale one makes its node NotReady in gpuyard's
-view: `heartbeats.py`), the leader elector, the lost-node
-watcher, the sweep of pods a dead leader created but never bound (`orphans.py`), the sweep of
-Events of jobs deleted while no leader ran (`jobevents.py`) and the reporter
-of job custom resources that fail validation (`invalid.py`), and sets `synced` once every informer
-has listed. `healthy()` is False while any watch is broken. With `dra` on or auto, the writer gives
+view: `heartbeats.py`); then the leader elector, the lost-node watcher, the sweep of pods a dead
+leader created but never bound (`orphans.py`), the sweep of Events of jobs deleted while no
+leader ran (`jobevents.py`) and the reporter of job custom resources that fail validation
+(`invalid.py`), and sets `synced` once every informer has listed. `healthy()` is False while any watch is broken. With `dra` on or auto, the writer gives
 placed pods ResourceClaims (`dra.py`). The store is the informers' cache: objects keep the API
 server's resourceVersions, and nothing is journaled (the API server is the store of record).
 
