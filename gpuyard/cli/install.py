@@ -4,6 +4,7 @@
 `kubectl apply --server-side -f -`: the CRDs (:mod:`gpuyard.apis.crds`), then the Namespace,
 ServiceAccount, least-privilege ClusterRole (:data:`RULES`: exactly the verbs gpuyard uses on each
 resource) and its binding, the Role for the leader-election Lease in gpuyard's namespace, the
+read-only Role for the nodes' heartbeat Leases in `kube-node-lease` (with their bindings), the
 Deployment (two replicas: one leader, one standby), the Service of the HTTP API and metrics, and
 a ServiceMonitor for the Prometheus operator. The files under `configs/deploy/` are the same
 objects with the default options (`--write-crds DIR`, `--write-manifests DIR`; `make deploy`);
@@ -27,6 +28,7 @@ from gpuyard.apis.gangs import GANG_SCHEDULERS
 from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.resources import API_RESOURCES
 from gpuyard.cli.common import fail
+from gpuyard.state.config import NODE_LEASE_NAMESPACE
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -59,8 +61,9 @@ RULES: dict[str, tuple[str, ...]] = {
     "Pod/binding": ("create",),  # the scheduler binds pods to the node it chose
     "Pod/status": ("patch",),  # the backend fails the pods of a lost node (NodeLost)
     "Service": ("get", *WATCH, "create", "update", "delete"),  # update: written back when it differs
-    # Events are written, never watched: update bumps a repeat's count, delete goes with the job
-    "Event": ("get", "create", "update", "delete"),
+    # the Events about jobs (label job-name) are watched; update bumps a repeat's count, delete goes
+    # with the job (or the sweep of a deleted job's Events)
+    "Event": ("get", *WATCH, "create", "update", "delete"),
     "ResourceQuota": WATCH,  # its status is the cluster's quota controller's (CLUSTER_OWNED_STATUS)
     "PodDisruptionBudget": WATCH,
     "PriorityClass": WATCH,  # a job's priorityClassName
@@ -244,11 +247,15 @@ def manifests(
     image: str = DEFAULT_IMAGE,
     insecure: bool = False,
     gang_scheduler: str | None = None,
+    node_lease_namespace: str = NODE_LEASE_NAMESPACE,
 ) -> list[dict[str, Any]]:
     """Every object but the CRDs, in the order `kubectl apply` needs them; with `gang_scheduler`,
-    for delegate mode (the Deployment's settings and the ClusterRole's rule for its PodGroups)."""
+    for delegate mode (the Deployment's settings and the ClusterRole's rule for its PodGroups).
+    The nodes' heartbeat Leases are read through a Role in `node_lease_namespace`, not the
+    ClusterRole (least privilege: no other Lease of the cluster is readable)."""
     subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}]
     selector = {"app.kubernetes.io/name": NAME}
+    heartbeats = f"{NAME}-node-leases"
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(namespace)},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, namespace)},
@@ -282,6 +289,19 @@ def manifests(
                 "kind": "Role",
                 "name": f"{NAME}-leader-election",
             },
+            "subjects": subject,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(heartbeats, node_lease_namespace),
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": list(WATCH)}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(heartbeats, node_lease_namespace),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": heartbeats},
             "subjects": subject,
         },
         _deployment(namespace=namespace, image=image, insecure=insecure, gang_scheduler=gang_scheduler),

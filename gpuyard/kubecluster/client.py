@@ -4,7 +4,8 @@ The Kubernetes backend's informers and writer speak to the API server only throu
 :class:`KubeClient`: LIST, WATCH (a stream of raw events), GET, POST, PUT, merge PATCH (of the
 object or a subresource), DELETE and `pods/binding`. URLs come from
 `gpuyard.apis.resources.ApiResource`; bodies are plain JSON dicts (the callers convert to and from
-the `apis/` models). Kubernetes errors become gpuyard's: 404 :class:`NotFound`, 409
+the `apis/` models). LIST and WATCH take a namespace and a label selector, so an informer can watch
+a part of a resource (Events labelled `job-name`, Leases in `kube-node-lease`). Kubernetes errors become gpuyard's: 404 :class:`NotFound`, 409
 :class:`AlreadyExists` (on create) or :class:`Conflict`, 410 :class:`Gone`, anything else (5xx,
 timeouts, a refused connection, 4xx such as 403/422) :class:`ApiError`, a
 :class:`~gpuyard.state.backend.BackendError` with the HTTP status.
@@ -201,10 +202,13 @@ class KubeClient:
         timeout_seconds: float,
         inactivity: float,
         opened: Callable[[], None] | None = None,
+        namespace: str | None = None,
+        selector: str | None = None,
     ) -> AsyncIterator[Json]:
-        """The raw events (`{"type", "object"}`) of one WATCH request from `resource_version`,
-        bookmarks included, until the server ends the stream; `opened()` is called once the
-        server has accepted the request.
+        """The raw events (`{"type", "object"}`) of one WATCH request from `resource_version`
+        (of the objects in `namespace` matching the label `selector`, when given), bookmarks
+        included, until the server ends the stream; `opened()` is called once the server has
+        accepted the request.
 
         Raises :class:`Gone` on a 410 (answer or ERROR event), :class:`WatchSilent` when nothing
         arrives for `inactivity` seconds, :class:`ApiError` on any other failure.
@@ -216,7 +220,9 @@ class KubeClient:
         }
         if resource_version:
             query["resourceVersion"] = resource_version
-        path = res.path()
+        if selector:
+            query["labelSelector"] = selector
+        path = res.path(namespace=namespace)
         timeout = aiohttp.ClientTimeout(total=None, connect=self.request_timeout)
         resp = await self._open("GET", path, query=query, timeout=timeout)
         try:

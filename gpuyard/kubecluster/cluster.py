@@ -1,13 +1,17 @@
 """`KubeCluster`: the `ClusterBackend` over a real (or test) Kubernetes API server.
 
 `run()` connects (kubeconfig, `$KUBECONFIG`, or the in-cluster service account), starts one
-informer per watched resource (Nodes, Pods, Services, ResourceQuotas, and gpuyard's custom
-resources: the job kinds of the configured `job_groups`, PodGroups, Reservations,
-ResourceClasses, NodeTopologies, Queues, ElasticQuotas; in delegate mode the PodGroups of the
-configured gang scheduler), the leader elector, the lost-node
-watcher, the sweep of pods a dead leader created but never bound (`orphans.py`) and the reporter
-of job custom resources that fail validation (`invalid.py`), and sets `synced` once every informer
-has listed. `healthy()` is False while any watch is broken. With `dra` on or auto, the writer gives
+informer per watched resource (Nodes, Pods, Services, ResourceQuotas, PodDisruptionBudgets,
+PriorityClasses, and gpuyard's custom resources: the job kinds of the configured `job_groups`,
+PodGroups, Reservations, ResourceClasses, NodeTopologies, Queues, ElasticQuotas; in delegate mode
+the PodGroups of the configured gang scheduler), two scoped informers (`informer_scope`): the
+Events gpuyard wrote about jobs (label `job-name`: a new process or leader finds them, so a repeat
+is aggregated, `describe job` shows them and a deleted job's are deleted) and the nodes'
+heartbeat Leases in `node_lease_namespace` (a stale one makes its node NotReady in gpuyard's
+view: `heartbeats.py`); then the leader elector, the lost-node watcher, the sweep of pods a dead
+leader created but never bound (`orphans.py`), the sweep of Events of jobs deleted while no
+leader ran (`jobevents.py`) and the reporter of job custom resources that fail validation
+(`invalid.py`), and sets `synced` once every informer has listed. `healthy()` is False while any watch is broken. With `dra` on or auto, the writer gives
 placed pods ResourceClaims (`dra.py`). The store is the informers' cache: objects keep the API
 server's resourceVersions, and nothing is journaled (the API server is the store of record).
 
@@ -22,12 +26,15 @@ import asyncio
 
 import structlog
 
+from gpuyard.apis.leases import Lease
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import API_RESOURCES, ApiResource
+from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.kubecluster.client import ApiError, KubeClient
 from gpuyard.kubecluster.dra import DraAllocator
 from gpuyard.kubecluster.informing import Informer, Mirror
 from gpuyard.kubecluster.invalid import InvalidJobs
+from gpuyard.kubecluster.jobevents import JobEventSweeper
 from gpuyard.kubecluster.leading import LeaderElector
 from gpuyard.kubecluster.nodes import NodeModel
 from gpuyard.kubecluster.orphans import OrphanSweeper
@@ -36,20 +43,17 @@ from gpuyard.state.backend import BackendError, FaultInjector, Leadership
 from gpuyard.state.config import KubernetesConfig
 from gpuyard.state.context import Context
 
-__all__ = ["KubeCluster", "watched_resources"]
+__all__ = ["KubeCluster", "informer_scope", "watched_resources"]
 
 log = structlog.get_logger(__name__)
-
-# Kinds the store knows that are not watched: Events are written, never read back.
-UNWATCHED = frozenset({"Event"})
 
 
 def watched_resources(
     kinds: list[str], *, job_groups: list[str], gang_scheduler: str | None = None
 ) -> list[ApiResource]:
-    """The resources to watch: every kind the store knows (less `UNWATCHED`), job kinds only in
-    the configured groups, a gang scheduler's PodGroups only of `gang_scheduler` (delegate mode)."""
-    known = set(kinds) - UNWATCHED
+    """The resources to watch: every kind the store knows, job kinds only in the configured
+    groups, a gang scheduler's PodGroups only of `gang_scheduler` (delegate mode)."""
+    known = set(kinds)
     out = []
     for res in API_RESOURCES:
         if res.kind not in known:
@@ -60,6 +64,19 @@ def watched_resources(
             continue
         out.append(res)
     return out
+
+
+def informer_scope(res: ApiResource, config: KubernetesConfig) -> tuple[str | None, str | None]:
+    """(namespace, label selector) of the informer of `res`; None: all of it.
+
+    Events: only those labelled `job-name` (gpuyard's own about jobs; the Events it writes about
+    nodes are never read back). Leases: only the nodes' heartbeats in `node_lease_namespace` (the
+    leader elector reads its own Lease itself)."""
+    if res.kind == "Event":
+        return None, LABEL_JOB_NAME
+    if res.kind == Lease.KIND:
+        return config.node_lease_namespace, None
+    return None, None
 
 
 class KubeCluster:
@@ -77,6 +94,7 @@ class KubeCluster:
         self.gang_scheduler = scheduler.gang_scheduler if scheduler.mode == "delegate" else None
         self.synced = asyncio.Event()
         self._client = client
+        ctx.store.register(Lease)  # the nodes' heartbeats; Kubernetes mode only (never journaled)
         self.elector: LeaderElector | None = None
         if self.config.leader_election.enabled:
             self.elector = LeaderElector(
@@ -89,6 +107,8 @@ class KubeCluster:
             store=ctx.store,
             clock=ctx.clock,
             node_lost_grace=self.config.node_lost_grace,
+            node_monitor_grace=self.config.node_monitor_grace,
+            lease_namespace=self.config.node_lease_namespace,
             is_leader=self._is_leader,
             scheduler_name=ctx.settings.scheduler.name,
             delegated_to=ctx.settings.scheduler.pod_scheduler_name if self.gang_scheduler else None,
@@ -103,6 +123,14 @@ class KubeCluster:
         self.nodes.writer = self.writer
         self.orphans = OrphanSweeper(
             store=ctx.store, writer=self.writer, clock=ctx.clock, is_leader=self._is_leader
+        )
+        self.job_events = JobEventSweeper(
+            store=ctx.store,
+            writer=self.writer,
+            clock=ctx.clock,
+            judged=self._listed,
+            ready=self._leading_and_synced,
+            is_leader=self._is_leader,
         )
         self.invalid_jobs = InvalidJobs(clock=ctx.clock, may_write=self._why_not_write)
         self.informers: list[Informer] = []
@@ -119,6 +147,18 @@ class KubeCluster:
     def _is_leader(self) -> bool:
         return self.elector is None or self.elector.is_leader()
 
+    def _listed(self, kind: str, api_version: str) -> bool:
+        """Whether the informer of that resource has listed (its objects are all in the cache)."""
+        return any(
+            i.resource.kind == kind and i.resource.api_version == api_version and i.synced.is_set()
+            for i in self.informers
+        )
+
+    async def _leading_and_synced(self) -> None:
+        await self.synced.wait()
+        if self.elector is not None:
+            await self.elector.wait_leading()
+
     def _why_not_write(self) -> str | None:
         if self.elector is None or self.elector.is_leader():
             return None
@@ -133,6 +173,8 @@ class KubeCluster:
             return self.nodes.pod_mirror()
         if res.kind == "NodeTopology":
             return self.nodes.topology_mirror()
+        if res.kind == Lease.KIND:
+            return self.nodes.lease_mirror()
         return None
 
     def _build(self, client: KubeClient) -> None:
@@ -149,6 +191,7 @@ class KubeCluster:
             self.store.kinds(), job_groups=list(cfg.job_groups), gang_scheduler=gang
         ):
             cls: type[Resource] = self.store.kind_class(res.kind)
+            namespace, selector = informer_scope(res, cfg)
             self.informers.append(
                 Informer(
                     client=client,
@@ -161,6 +204,8 @@ class KubeCluster:
                     inactivity_timeout=cfg.inactivity_timeout,
                     backoff_max=cfg.backoff_max,
                     invalid=self.invalid_jobs if "trainingjobs" in res.categories else None,
+                    namespace=namespace,
+                    selector=selector,
                 )
             )
 
@@ -198,6 +243,7 @@ class KubeCluster:
                 tg.create_task(self._wait_synced(), name="kube:synced")
                 tg.create_task(self.nodes.run(), name="kube:node-lost")
                 tg.create_task(self.orphans.run(), name="kube:orphan-pods")
+                tg.create_task(self.job_events.run(), name="kube:job-events")
                 tg.create_task(self.invalid_jobs.run(), name="kube:invalid-jobs")
                 if self.elector is not None:
                     tg.create_task(self.elector.run(), name="kube:leader-election")

@@ -13,7 +13,11 @@ kopf's `watching.py`):
    `inactivity_timeout` seconds is restarted from the last version. Any other failure (5xx, a
    refused connection) is retried with exponential backoff and full jitter, capped at
    `backoff_max`; while it lasts, `healthy` is False (so `/readyz` is not ready).
-4. A resource the server does not serve (404 on LIST: a CRD not installed) is logged once, with
+4. An informer may watch part of a resource: the objects of one `namespace` (the nodes' heartbeat
+   Leases in `kube-node-lease`) or those matching a label `selector` (the Events gpuyard wrote about
+   jobs: `job-name`). LIST and WATCH both carry the scope, and a re-list forgets only the objects
+   of the store inside it (an object that stops matching arrives as DELETED, as the server says).
+5. A resource the server does not serve (404 on LIST: a CRD not installed) is logged once, with
    the CRD's name and `gpuyard install`, and retried with backoff; never a crash loop.
 
 Objects go to a :class:`Mirror` (the store itself by default; the node model wraps it for Nodes,
@@ -34,6 +38,7 @@ from typing import Protocol
 import structlog
 from pydantic import ValidationError
 
+from gpuyard.apis.labels import Selector, parse_selector
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import ApiResource
 from gpuyard.kubecluster.client import ApiError, Json, KubeClient, WatchSilent
@@ -102,7 +107,10 @@ class Informer:
         backoff_max: float = 30.0,
         on_relist: Callable[[], None] | None = None,
         invalid: InvalidJobs | None = None,
+        namespace: str | None = None,
+        selector: str | None = None,
     ) -> None:
+        """`namespace` and `selector` (a label selector, e.g. `job-name`) limit what is watched."""
         self.client = client
         self.resource = resource
         self.cls = cls
@@ -114,6 +122,9 @@ class Informer:
         self.backoff = Backoff(cap=backoff_max)
         self.on_relist = on_relist
         self.invalid = invalid
+        self.namespace = namespace or None
+        self.selector = selector or None
+        self._matcher: Selector = parse_selector(selector)
         self.synced = asyncio.Event()
         self.healthy = False
         self.error: str | None = None
@@ -179,8 +190,14 @@ class Informer:
         """Objects of the store's kind served by this resource (a job kind has one per group)."""
         return obj.api_version == self.resource.api_version
 
+    def _in_scope(self, obj: Resource) -> bool:
+        """Inside what this informer watches (its namespace and label selector)."""
+        if self.namespace is not None and obj.metadata.namespace != self.namespace:
+            return False
+        return self._matcher.matches(obj.metadata.labels)
+
     async def relist(self) -> None:
-        items, rv = await self.client.list(self.resource)
+        items, rv = await self.client.list(self.resource, namespace=self.namespace, selector=self.selector)
         seen: set[tuple[str, str]] = set()
         for raw in items:
             obj = self._model(raw)
@@ -191,7 +208,7 @@ class Informer:
         kind = self.resource.kind
         for ns, name in self.store.keys_of(kind):
             held = self.store.get(kind, ns, name)
-            if (ns, name) not in seen and held is not None and self._mine(held):
+            if (ns, name) not in seen and held is not None and self._mine(held) and self._in_scope(held):
                 self.mirror.drop(kind, ns, name)
         self.resource_version = rv
         self.lists += 1
@@ -242,6 +259,8 @@ class Informer:
                     timeout_seconds=self.watch_timeout,
                     inactivity=self.inactivity_timeout,
                     opened=self._opened,
+                    namespace=self.namespace,
+                    selector=self.selector,
                 ):
                     self.healthy, self.error = True, None
                     self.backoff.reset()

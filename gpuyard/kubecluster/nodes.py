@@ -22,12 +22,18 @@ three things are added on the way into the store:
 * **Lost nodes.** A node that disappears from the API server or turns NotReady is remembered
   with the time it was lost; after `node_lost_grace` seconds its active pods are failed with
   reason `NodeLost` (a status PATCH, as the node controller would), by the leader only.
+* **Heartbeats.** A node whose Lease in the node-lease namespace was not renewed for
+  `node_monitor_grace` seconds (`heartbeats.py`, checked by the same loop) counts as NotReady:
+  lost since its heartbeat went stale, and published into the store with its Ready condition
+  `Unknown` (reason `NodeStatusUnknown`), so the scheduler places nothing new there. A renewed
+  Lease makes it Ready again; a node without a Lease is judged by its Ready condition alone.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from decimal import Decimal
 
 import structlog
@@ -40,8 +46,18 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import ANNOTATION_DEVICES, LABEL_JOB_NAME, Reservation
 from gpuyard.devices.presets import PRESETS, get_preset
 from gpuyard.devices.scenarios import LABEL_TOPOLOGY_PRESET
+from gpuyard.kubecluster.heartbeats import (
+    Heartbeat,
+    LeaseMirror,
+    heartbeat_seen,
+    is_stale,
+    stale_message,
+    stale_since,
+    with_unknown_ready,
+)
 from gpuyard.kubecluster.writing import SCHEDULER_NAME
 from gpuyard.state.clock import Clock
+from gpuyard.state.config import NODE_LEASE_NAMESPACE
 from gpuyard.state.store import NotFound, Store
 from gpuyard.state.writing import Writer
 
@@ -91,7 +107,7 @@ def _gpu_indices_of(pods: list[Pod]) -> set[int]:
 
 
 class NodeModel:
-    """Mirror for the Node, Pod and NodeTopology informers; see the module docstring."""
+    """Mirror for the Node, Pod, NodeTopology and node-Lease informers; see the module docstring."""
 
     def __init__(
         self,
@@ -99,6 +115,8 @@ class NodeModel:
         store: Store,
         clock: Clock,
         node_lost_grace: float,
+        node_monitor_grace: float = 40.0,
+        lease_namespace: str = NODE_LEASE_NAMESPACE,
         is_leader: Callable[[], bool] = lambda: True,
         scheduler_name: str = SCHEDULER_NAME,
         delegated_to: str | None = None,
@@ -112,6 +130,10 @@ class NodeModel:
         self.raw: dict[str, Node] = {}  # node name -> as the API server holds it
         self.pods_on: dict[str, dict[tuple[str, str], Pod]] = {}  # node -> its pods
         self.lost_since: dict[str, float] = {}  # node -> when it went away or NotReady
+        self.monitor_grace = node_monitor_grace
+        self.lease_namespace = lease_namespace
+        self.heartbeats: dict[str, Heartbeat] = {}  # node -> its Lease's last renewal seen
+        self.stale: set[str] = set()  # nodes whose heartbeat is older than the monitor grace
         self.writer: Writer | None = None
         self.pods_failed = 0
 
@@ -123,12 +145,22 @@ class NodeModel:
             raise TypeError(f"NodeModel mirrors Nodes, not {obj.kind}")
         name = obj.metadata.name
         self.raw[name] = obj
-        if obj.ready:
+        self._judge(name)
+        self._publish(name)
+        self._derive_topology(obj)
+
+    def _judge(self, name: str) -> None:
+        """Remember whether (and since when) the node is lost: NotReady, or its heartbeat stale."""
+        node = self.raw.get(name)
+        if node is None:
+            return  # `drop` decides for a node that went away
+        beat = self.heartbeats.get(name)
+        if name in self.stale and beat is not None:
+            self.lost_since.setdefault(name, stale_since(beat, grace=self.monitor_grace))
+        elif node.ready:
             self.lost_since.pop(name, None)
         else:
             self.lost_since.setdefault(name, self.clock.now())
-        self._publish(name)
-        self._derive_topology(obj)
 
     def drop(self, kind: str, namespace: str, name: str) -> None:
         self.raw.pop(name, None)
@@ -144,6 +176,14 @@ class NodeModel:
         node = self.raw.get(name)
         if node is None:
             return
+        beat = self.heartbeats.get(name)
+        if name in self.stale and beat is not None:  # the copy, never the server's Node
+            message = stale_message(
+                namespace=self.lease_namespace, name=name, beat=beat, grace=self.monitor_grace
+            )
+            node = with_unknown_ready(
+                node, message=message, since=stale_since(beat, grace=self.monitor_grace)
+            )
         pods = list(self.pods_on.get(name, {}).values())
         usage = foreign_usage(pods, ours=self.scheduler_name, reserved=self._reserved)
         if not usage:
@@ -240,6 +280,55 @@ class NodeModel:
         for name in touched:
             self._publish(name)
 
+    # --- heartbeats (node Leases) ----------------------------------------------------------------
+
+    def lease_mirror(self) -> LeaseMirror:
+        return LeaseMirror(self)
+
+    def lease_seen(self, name: str, renew_time: datetime | None) -> None:
+        """The node-lease informer saw the Lease of node `name` (see `heartbeats.py`)."""
+        self.heartbeats[name] = heartbeat_seen(self.heartbeats.get(name), renew_time, now=self.clock.now())
+        self.check_heartbeats(only=name)
+
+    def lease_gone(self, name: str) -> None:
+        """The node's Lease was deleted: its Ready condition alone decides again."""
+        self.heartbeats.pop(name, None)
+        if name in self.stale:
+            self.stale.discard(name)
+            self._restored(name)
+
+    def check_heartbeats(self, *, only: str | None = None) -> list[str]:
+        """Mark the nodes whose heartbeat went stale, unmark the renewed ones; the changed names."""
+        now = self.clock.now()
+        changed = []
+        for name in [only] if only is not None else list(self.heartbeats):
+            beat = self.heartbeats.get(name)
+            stale = is_stale(beat, now=now, grace=self.monitor_grace)
+            if stale == (name in self.stale) or beat is None:
+                continue
+            changed.append(name)
+            if stale:
+                self.stale.add(name)
+                log.warning(
+                    "kube.node_heartbeat_stale",
+                    node=name,
+                    lease=f"{self.lease_namespace}/{name}",
+                    renew_time=beat.renew_time.isoformat() if beat.renew_time else None,
+                    grace=self.monitor_grace,
+                )
+                self._judge(name)
+                self._publish(name)
+            else:
+                self.stale.discard(name)
+                log.info("kube.node_heartbeat_renewed", node=name)
+                self._restored(name)
+        return changed
+
+    def _restored(self, name: str) -> None:
+        """The heartbeat no longer counts against the node: lost only if NotReady."""
+        self._judge(name)
+        self._publish(name)
+
     # --- lost nodes ------------------------------------------------------------------------------
 
     async def fail_lost(self) -> int:
@@ -273,8 +362,11 @@ class NodeModel:
         return failed
 
     async def run(self, *, interval: float = 1.0) -> None:
+        """Every `interval` seconds at most (a quarter of the shorter grace when less): mark the
+        nodes whose heartbeat went stale, then fail the pods of nodes lost beyond the grace."""
         while True:
-            await self.clock.sleep(min(interval, max(self.grace / 4, 0.05)))
+            await self.clock.sleep(min(interval, max(min(self.grace, self.monitor_grace) / 4, 0.05)))
+            self.check_heartbeats()
             await self.fail_lost()
 
 

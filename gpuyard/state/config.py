@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from gpuyard.apis.gangs import DEFAULT_SCHEDULER_NAMES, GANG_SCHEDULERS, GangScheduler
 
 __all__ = [
+    "NODE_LEASE_NAMESPACE",
     "AgentConfig",
     "BackendConfig",
     "ConfigError",
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 DEFAULT_CONFIG = Path("configs/gpuyard.yaml")
+NODE_LEASE_NAMESPACE = "kube-node-lease"  # where kubelets renew their nodes' heartbeat Leases
 
 
 class ConfigError(Exception):
@@ -116,6 +118,19 @@ class KubernetesConfig(Section):
         default=300.0,
         ge=0,
         description="Seconds a node may be gone or NotReady before its pods fail NodeLost.",
+    )
+    node_lease_namespace: str = Field(
+        default=NODE_LEASE_NAMESPACE,
+        min_length=1,
+        description="Namespace of the nodes' heartbeat Leases (one per node, named after it).",
+    )
+    node_monitor_grace: float = Field(
+        default=40.0,
+        gt=0,
+        description=(
+            "Seconds a node's Lease may go unrenewed before gpuyard treats the node as NotReady "
+            "(Kubernetes' --node-monitor-grace-period)."
+        ),
     )
     watch_timeout: float = Field(
         default=300.0, gt=0, description="Seconds the server may hold one WATCH request (timeoutSeconds)."

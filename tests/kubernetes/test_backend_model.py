@@ -171,4 +171,4 @@ def test_only_the_configured_job_groups_are_watched() -> None:
     kubeflow = {(r.kind, r.group) for r in watched_resources(kinds, job_groups=["kubeflow.org"])}
     assert ("TFJob", "kubeflow.org") in kubeflow
     assert not any(group == "training.kubedl.io" for _, group in kubeflow)
-    assert ("Event", "") not in both  # written, never read back
+    assert ("Event", "") in both  # scoped to label job-name (informer_scope)

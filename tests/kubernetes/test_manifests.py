@@ -64,6 +64,8 @@ def test_print_emits_crds_then_every_manifest_and_all_validate() -> None:
         "ClusterRoleBinding",
         "Role",
         "RoleBinding",
+        "Role",  # the nodes' heartbeat Leases, read-only, in kube-node-lease
+        "RoleBinding",
         "Deployment",
         "Service",
         "ServiceMonitor",
