@@ -8,11 +8,12 @@ the PodGroups of the configured gang scheduler), two scoped informers (`informer
 Events gpuyard wrote about jobs (label `job-name`: a new process or leader finds them, so a repeat
 is aggregated, `describe job` shows them and a deleted job's are deleted) and the nodes'
 heartbeat Leases in `node_lease_namespace` (a stale one makes its node NotReady in gpuyard's
-view: `heartbeats.py`); then the leader elector, the lost-node watcher, the sweep of pods a dead
-leader created but never bound (`orphans.py`), the sweep of Events of jobs deleted while no
-leader ran (`jobevents.py`) and the reporter of job custom resources that fail validation
-(`invalid.py`), and sets `synced` once every informer has listed. `healthy()` is False while any watch is broken. With `dra` on or auto, the writer gives
-placed pods ResourceClaims (`dra.py`). The store is the informers' cache: objects keep the API
+view: `heartbeats.py`); then the leader elector (it stands for the lead only once every
+informer has listed), the lost-node watcher, the sweep of pods a dead leader created but never
+bound (`orphans.py`), the sweep of Events of jobs deleted while no leader ran (`jobevents.py`)
+and the reporter of job custom resources that fail validation (`invalid.py`), and sets `synced`
+once every informer has listed. `healthy()` is False while any watch is broken. With `dra` on or
+auto, the writer gives placed pods ResourceClaims (`dra.py`). The store is the informers' cache: objects keep the API
 server's resourceVersions, and nothing is journaled (the API server is the store of record).
 
 The writer (:class:`~gpuyard.kubecluster.writing.KubeWriter`) exists from construction, but its
@@ -220,6 +221,12 @@ class KubeCluster:
         except ApiError as exc:
             raise BackendError(str(exc)) from None
 
+    async def _campaign(self, elector: LeaderElector) -> None:
+        """Stand for the lead only once every informer has listed: a replica that cannot sync (a
+        CRD missing, no access) never takes the Lease from one that could lead."""
+        await self.synced.wait()
+        await elector.run()
+
     async def _wait_synced(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self.informers))
         self.nodes.republish()
@@ -246,7 +253,7 @@ class KubeCluster:
                 tg.create_task(self.job_events.run(), name="kube:job-events")
                 tg.create_task(self.invalid_jobs.run(), name="kube:invalid-jobs")
                 if self.elector is not None:
-                    tg.create_task(self.elector.run(), name="kube:leader-election")
+                    tg.create_task(self._campaign(self.elector), name="kube:leader-election")
         finally:
             if owned:
                 await client.close()

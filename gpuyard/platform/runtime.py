@@ -14,7 +14,9 @@ of record; the store is the backend's informer cache). Where the backend has a `
 (several replicas, one Lease), the backend, metrics and HTTP API run on every replica, and the
 leader-only components (operator and scheduler reconcilers) start once this replica leads; a
 replica that loses the lead stops (as kube-scheduler exits) and is restarted as a standby, so a
-reconciler never writes from a stale view. While this replica does not lead, the HTTP API's
+reconciler never writes from a stale view. On every backend the leader-only components start
+only once the backend has synced (every informer listed; the fake cluster loaded), so no
+reconciler places or creates from a partial cache. While this replica does not lead, the HTTP API's
 mutating routes answer 503 naming the leader; reads and the dashboard work. `/readyz` is ready
 once the backend has synced and while it is healthy (every watch open).
 """
@@ -265,10 +267,17 @@ class Platform:
         self._stop.set()
 
     async def _lead(self, components: list[Component]) -> None:
-        """Wait to lead, then run the leader-only components until the lead is lost; then stop
-        the platform (a process that lost the lease never writes from its old view again)."""
+        """Wait for the backend's first full sync (no reconciler decides from a partial cache, as
+        client-go's controllers wait for their caches), then, where the backend elects a leader,
+        to lead; run the leader-only components until the lead is lost, then stop the platform (a
+        process that lost the lease never writes from its old view again)."""
+        await self.backend.synced.wait()
         leadership = self.backend.leadership
-        assert leadership is not None, "only started where the backend elects a leader"
+        if leadership is None:
+            async with asyncio.TaskGroup() as tg:
+                for c in components:
+                    tg.create_task(supervise(c, clock=self.clock), name=c.name)
+            return
         await leadership.wait_leading()
         log.info("leader.started", components=[c.name for c in components])
         async with asyncio.TaskGroup() as tg:
@@ -282,8 +291,8 @@ class Platform:
 
     async def run(self) -> None:
         """Run every component until `stop()`; then cancel them all and flush the journal."""
-        comps = [c for c in self.components if not c.leader_only or self.backend.leadership is None]
-        led = [c for c in self.components if c.leader_only and self.backend.leadership is not None]
+        comps = [c for c in self.components if not c.leader_only]
+        led = [c for c in self.components if c.leader_only]
         if self.serve_http:
             comps.append(Component("http", self._serve_http, restart=False))
         if led:

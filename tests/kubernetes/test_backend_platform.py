@@ -339,3 +339,32 @@ async def test_a_leader_that_loses_the_lease_stops(served: FakeApiServerView) ->
             assert not leadership.is_leader()
     finally:
         await client.close()
+
+
+async def test_nothing_is_placed_or_led_before_every_informer_has_listed(served: FakeApiServerView) -> None:
+    """A job and its nodes are cached, but the Reservations are not listed yet: placing now could
+    hand out GPUs an earlier leader reserved. The replica neither stands for the Lease nor runs
+    the scheduler and the operator until every informer has listed."""
+    client = await connect(served)
+    try:
+        await client.create(NODES, to_json(make_node("gpu-0", gpus=8)))
+        await client.create(TFJOBS, tfjob("early", workers=1, gpus=8))
+        served.fail(10_000, verb="list", path_prefix="/apis/scheduling.gpuyard.io/v1alpha1/reservations")
+        p = Platform(settings(served.kubeconfig, backoff_max=0.1), clock=RealClock(), serve_http=False)
+        task = asyncio.create_task(p.run())
+        try:
+            await eventually(
+                lambda: p.store.count("Node") == 1 and p.store.count("TFJob") == 1, what="cached"
+            )
+            await asyncio.sleep(1.0)
+            assert not p.backend.synced.is_set()
+            assert served.get("leases", "gpuyard-system", "gpuyard") is None  # not standing for the lead
+            assert job_pods(served, "early") == [] and p.store.count("PodGroup") == 0
+            served.clear_faults()
+            await eventually(lambda: job_pods(served, "early"), what="placed once synced")
+            assert served.get("leases", "gpuyard-system", "gpuyard") is not None
+        finally:
+            p.stop()
+            await asyncio.wait_for(task, 10)
+    finally:
+        await client.close()
