@@ -31,6 +31,7 @@ from gpuyard.cli.common import fail
 from gpuyard.state.config import NODE_LEASE_NAMESPACE
 
 __all__ = [
+    "API_RULES",
     "DEFAULT_IMAGE",
     "DEFAULT_NAMESPACE",
     "DELEGATE_RULES",
@@ -93,6 +94,24 @@ DELEGATE_RULES: dict[str, tuple[str, ...]] = {
     "GangPodGroup": ("get", *WATCH, "create", "update", "delete"),
 }
 
+API_RULES: dict[str, tuple[str, ...]] = {
+    # The HTTP API's write routes (served by the leader), made with gpuyard's ServiceAccount and gated by
+    # gpuyard's own API tokens, roles and tenant namespaces. `get`: the writer reads what holds a name a
+    # create found taken (the cache lags the server); the route then answers 409.
+    # submit; PATCH (labels, suspend, priority, queue) PUTs the job
+    "TrainingJob": ("get", "create", "update"),
+    "ElasticQuota": ("get", "create", "update", "delete"),  # PUT/DELETE /quotas/{name}, apply
+    "Queue": ("get", "create", "update", "delete"),  # PUT/DELETE /queues/{name}, apply
+    "ResourceQuota": ("get", "create", "update", "delete"),  # PUT/DELETE .../resourcequotas/{name}, apply
+    "ResourceClass": ("get", "create", "update", "delete"),  # PUT/DELETE /resourceclasses/{name}, apply
+    # PUT/DELETE /nodetopologies/{name}, apply: `gpuyard agent --server` (the shipped DaemonSet) writes here
+    "NodeTopology": ("get", "create", "update", "delete"),
+    "PriorityClass": ("get", "create", "update"),  # apply only (value immutable: no delete route)
+    "PodDisruptionBudget": ("get", "create", "update"),  # apply only; its status stays the cluster's
+}
+"""What the HTTP API's write routes need on top of :data:`RULES` (the job's delete, `ResourceClass`'s
+get and create are there already); :func:`cluster_rules` grants the union."""
+
 LEASE_VERBS = ("get", "create", "update")  # leader election, in gpuyard's own namespace
 # built-in kinds gpuyard reads that apis/resources.py may not list
 _BUILT_IN = {
@@ -127,11 +146,19 @@ def _targets(kind: str, *, gang_scheduler: str | None = None) -> list[tuple[str,
     return found or ([_BUILT_IN[kind]] if kind in _BUILT_IN else [])
 
 
+_VERB_ORDER = {v: i for i, v in enumerate(("get", "list", "watch", "create", "update", "patch", "delete"))}
+
+
 def cluster_rules(gang_scheduler: str | None = None) -> list[dict[str, Any]]:
-    """The ClusterRole's rules: one per (group, verbs), resources sorted, so the diff stays small;
-    with `gang_scheduler` (delegate mode) also :data:`DELEGATE_RULES` for that scheduler's group."""
+    """The ClusterRole's rules: one per (group, verbs), resources sorted, so the diff stays small:
+    :data:`RULES` and :data:`API_RULES`, and with `gang_scheduler` (delegate mode) also
+    :data:`DELEGATE_RULES` for that scheduler's group."""
     grouped: dict[tuple[str, tuple[str, ...]], set[str]] = {}
-    entries = {**RULES, **(DELEGATE_RULES if gang_scheduler else {})}
+    entries: dict[str, tuple[str, ...]] = {}
+    for rules in (RULES, API_RULES, DELEGATE_RULES if gang_scheduler else {}):
+        for entry, verbs in rules.items():  # the union, each verb once, in kubectl's order
+            union = {*entries.get(entry, ()), *verbs}
+            entries[entry] = tuple(sorted(union, key=lambda v: (_VERB_ORDER.get(v, len(_VERB_ORDER)), v)))
     for entry, verbs in entries.items():
         kind, _, sub = entry.partition("/")
         targets = _targets(kind, gang_scheduler=gang_scheduler)

@@ -10,7 +10,8 @@ over the API server.
   un-assumes the placement). In DRA mode (`dra.py`) the pod references a ResourceClaim instead of
   requesting `nvidia.com/gpu`, and the claim, allocated to the chosen GPUs, is written between the
   create and the binding. A status given at create is written with a status PATCH after it
-  (the API server drops it from a create), except for pods, whose status is the kubelet's.
+  (the API server drops it from a create), except for pods, whose status is the kubelet's, and
+  the kinds of `CLUSTER_OWNED_STATUS`.
 * `update(obj)` -> PUT with the object's resourceVersion: 409 -> `Conflict` (the caller's
   `retry_on_conflict` re-reads the cache and decides again). Status is a subresource: a PUT of
   the object never changes it, as in the store's own writer.
@@ -55,9 +56,10 @@ R = TypeVar("R", bound=Resource)
 SCHEDULER_NAME = "gpuyard"  # the default of `scheduler.name`
 ANNOTATION_ASSIGNED_NODE = "gpuyard.io/assigned-node"  # the node a pod is created for (bound next)
 # Kinds whose status the cluster's own controllers write: a ResourceQuota's is kube-controller-manager's
-# (the API server's quota admission charges pods against it), so gpuyard's accounting of it stays in
-# the scheduler and a patch of it answers the cached object, writing nothing (nor asking RBAC for it).
-CLUSTER_OWNED_STATUS = frozenset({"ResourceQuota"})
+# (the API server's quota admission charges pods against it), a PodDisruptionBudget's the disruption
+# controller's. gpuyard's accounting of them stays in the scheduler: a patch of their status answers the
+# cached object, and a create (`gpuyard apply`) leaves the status out, writing nothing (nor asking RBAC for it).
+CLUSTER_OWNED_STATUS = frozenset({"ResourceQuota", "PodDisruptionBudget"})
 
 
 class _WithStatus(Protocol):
@@ -150,7 +152,7 @@ class KubeWriter:
         except AlreadyExists:
             await self._mirror_existing(cls, res, meta.get("namespace", ""), meta.get("name", ""))
             raise
-        if status and res.status_subresource:
+        if status and res.status_subresource and obj.kind not in CLUSTER_OWNED_STATUS:
             raw = await self._api().patch(
                 res,
                 raw["metadata"].get("namespace", ""),

@@ -25,7 +25,7 @@ from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.resources import API_RESOURCES
 from gpuyard.apis.scheduling import pod_name
 from gpuyard.cli import main
-from gpuyard.cli.install import DELEGATE_RULES, RULES, manifests, write_manifests
+from gpuyard.cli.install import API_RULES, DELEGATE_RULES, RULES, manifests, write_manifests
 from gpuyard.controllers.delegating import PodScheduling
 from gpuyard.controllers.materializing import build_pod, build_service
 from gpuyard.controllers.statuses import record_event
@@ -159,7 +159,13 @@ def test_cluster_role_is_least_privilege() -> None:
     for r in API_RESOURCES:
         if r.kind in KIND_INFO:
             assert granted[(r.group, f"{r.plural}/status")] == {"patch"}
-            assert "create" not in granted[(r.group, r.plural)]  # users create jobs, gpuyard does not
+            # every job kind of every group: what the operator does (list, watch, delete) and what the
+            # HTTP API's routes do (submit: create, get after a 409; a job's PATCH is a PUT: update)
+            assert granted[(r.group, r.plural)] == {*RULES["TrainingJob"], *API_RULES["TrainingJob"]}, r.kind
+            assert "patch" not in granted[(r.group, r.plural)]  # only the status is patched
+    # the status of the built-in kinds the API creates is the cluster's controllers'
+    assert ("", "resourcequotas/status") not in granted
+    assert ("policy", "poddisruptionbudgets/status") not in granted
     assert ("coordination.k8s.io", "leases") not in granted  # the Lease is namespaced: a Role
     assert set(RULES["Event"]) >= {"create", "update"}
 

@@ -6,16 +6,17 @@ plays the kubelets, with the server's default token. The server's audit records 
 request (`AuditRecord.user`), so gpuyard's own calls are the records whose user is `GPUYARD`.
 
 Each scenario of :data:`SCENARIOS` configures one mode (the gpuyard mode with leader election, DRA,
-delegate mode with the roles of `--gang-scheduler volcano`)
-and drives gpuyard through the paths that mode has: a job's whole life (placed, bound, its status
-and Events, a Service changed behind gpuyard's back, Succeeded, its TTL deleting it and its
-children), a relabelled job, a lost node, names already taken (injected 409s, the scheduler's Event
-an earlier leader left, a DRA claim an earlier pod left), the status of a Queue and an ElasticQuota
-(and a ResourceQuota's, which is the cluster's and never written), the leader releasing the Lease.
+delegate mode with the roles of `--gang-scheduler volcano`, the HTTP API's write routes called with
+gpuyard's own API tokens) and drives gpuyard through the paths that mode has: a job's whole life
+(placed, bound, its status and Events, a Service changed behind gpuyard's back, Succeeded, its TTL
+deleting it and its children), a relabelled job, a lost node, names already taken (injected 409s,
+the scheduler's Event an earlier leader left, a DRA claim an earlier pod left, the name of each kind
+an API route creates), the status of a Queue and an ElasticQuota (and a ResourceQuota's, which is
+the cluster's and never written), the leader releasing the Lease, every write route of the API.
 Then
 
-* every call gpuyard made is granted by the shipped ClusterRole, or by the leader-election Role in
-  gpuyard's namespace;
+* every call gpuyard made is granted by the shipped ClusterRole (`RULES`, `API_RULES` and, in
+  delegate mode, `DELEGATE_RULES`), or by the leader-election Role in gpuyard's namespace;
 * every (group, resource[/subresource], verb) those roles grant was called by gpuyard in some
   scenario. `TrainingJob` in `RULES` stands for every job kind of every group: a verb used on one
   job resource counts for all of them (with the same subresource).
@@ -29,22 +30,28 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from gpuyard.apis.crds import crds
 from gpuyard.apis.gangs import GANG_API_VERSIONS, GANG_KIND
 from gpuyard.apis.resources import API_RESOURCES, resource_for
 from gpuyard.cli.install import manifests
+from gpuyard.devices import get_preset
 from gpuyard.devices.scenarios import load_scenario
 from gpuyard.kubecluster import fakenodes
 from gpuyard.kubecluster.client import KubeClient
 from gpuyard.kubecluster.dra import RESOURCE_CLAIMS
 from gpuyard.kubecluster.writing import to_json
+from gpuyard.platform.api.auth import hash_token
 from gpuyard.platform.runtime import Platform
+from gpuyard.state.config import Settings, TokenConfig
 from gpuyard.testing.apiserver import AuditRecord, FakeApiServer
 from gpuyard.testing.apiserver.crds import minimal_crd
 from tests.builders import make_node
@@ -70,6 +77,8 @@ RESOURCE_QUOTAS = resource_for("ResourceQuota")
 RESOURCE_CLASSES = resource_for("ResourceClass")
 POD_GROUPS = resource_for("PodGroup")
 RESERVATIONS = resource_for("Reservation")
+PDBS = resource_for("PodDisruptionBudget")
+NODE_TOPOLOGIES = resource_for("NodeTopology")
 # where a create of the gpuyard mode's scenario finds the name taken (409) and gpuyard reads it:
 # injected by `taken_once`, and the Event an earlier leader left (`seed_cluster`)
 TAKEN = [(r.group, r.plural) for r in (SERVICES, POD_GROUPS, RESERVATIONS, RESOURCE_CLASSES)] + [
@@ -417,6 +426,149 @@ async def delegate_mode(run: Run) -> None:
         await run.called(("scheduling.volcano.sh", "podgroups", "delete"))
 
 
+# --- the HTTP API's writes ---------------------------------------------------------------------
+
+API_TOKENS = {  # gpuyard's own API tokens (server.tokens): who may ask gpuyard to write
+    "api-admin": {"user": "ops", "role": "admin"},
+    "api-tenant": {"user": "alice", "role": "user", "namespaces": ["default"]},
+    "api-viewer": {"user": "vic", "role": "viewer", "namespaces": ["default"]},
+}
+
+
+@dataclass
+class Api:
+    """gpuyard's HTTP API, called as one of :data:`API_TOKENS`."""
+
+    http: aiohttp.ClientSession
+    url: str
+
+    async def call(
+        self, method: str, path: str, *, expect: int, token: str = "api-admin", **kwargs: Any
+    ) -> Any:
+        headers = {"Authorization": f"Bearer {token}", **kwargs.pop("headers", {})}
+        async with self.http.request(method, f"{self.url}{path}", headers=headers, **kwargs) as resp:
+            body = await resp.json()
+            assert resp.status == expect, f"{method} {path} as {token}: {resp.status} {body}"
+            return body
+
+    async def put(self, path: str, doc: dict[str, Any], *, expect: int) -> Any:
+        return await self.call("PUT", path, json=doc, expect=expect)
+
+    async def apply(self, *docs: dict[str, Any], expect: int = 200) -> dict[str, str]:
+        """`gpuyard apply -f`: the action per kind."""
+        body = await self.call("POST", "/api/v1/apply", json=list(docs), expect=expect)
+        return {a["kind"]: a["action"] for a in body.get("applied", [])}
+
+
+def api_settings(kubeconfig: Path) -> Settings:
+    s = settings(kubeconfig, election=False)
+    tokens = [TokenConfig(sha256=hash_token(t), **who) for t, who in API_TOKENS.items()]
+    return s.model_copy(update={"server": s.server.model_copy(update={"tokens": tokens})})
+
+
+def policy(*, weight: float, gpus: int) -> list[dict[str, Any]]:
+    """One document of every kind `POST /api/v1/apply` takes (APPLY_KINDS)."""
+    topology = get_preset("dgx-a100", node_name="gpu-0").to_dict()
+    topology["metadata"] = {"name": "gpu-0"}
+    docs = [
+        {"kind": "Queue", "metadata": {"name": "team"}, "spec": {"weight": weight}},
+        {
+            "kind": "ElasticQuota",
+            "metadata": {"name": "team", "namespace": "default"},
+            "spec": {"max": {"nvidia.com/gpu": gpus}, "namespaces": ["default"]},
+        },
+        {
+            "kind": "ResourceQuota",
+            "apiVersion": "v1",
+            "metadata": {"name": "gpus", "namespace": "default"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": str(gpus)}},
+        },
+        {
+            "kind": "ResourceClass",
+            "metadata": {"name": "fast"},
+            "spec": {"selector": {"matchLabels": {"gpuyard.io/gpu-model": "a100"}}},
+        },
+        {
+            "kind": "PriorityClass",
+            "apiVersion": "scheduling.k8s.io/v1",
+            "metadata": {"name": "high"},
+            "value": 1000,
+            "description": f"weight {weight}",
+        },
+        {
+            "kind": "PodDisruptionBudget",
+            "apiVersion": "policy/v1",
+            "metadata": {"name": "train", "namespace": "default"},
+            "spec": {"maxUnavailable": gpus // 8, "selector": {"matchLabels": {"job-name": "train"}}},
+        },
+        {**topology, "kind": "NodeTopology"},
+    ]
+    for doc in docs:  # a new weight changes every object
+        doc["metadata"]["labels"] = {"policy": f"w{weight:g}"}
+    return docs
+
+
+def gpuyard_created(run: Run, plural: str) -> bool:
+    return any(
+        r.user == GPUYARD and r.resource == plural and r.verb == "create" for r in run.server.audit or []
+    )
+
+
+async def api_writes(run: Run) -> None:
+    """The HTTP API's write routes, called with gpuyard's own API tokens (a viewer's write is
+    refused by gpuyard before anything reaches the API server): `gpuyard submit`, `patch job`
+    and `delete job` as a tenant, `gpuyard apply -f` with every kind it takes (created, then
+    changed), and the PUT and DELETE of quotas, queues, ResourceQuotas, ResourceClasses and
+    NodeTopologies as an admin. Each kind's name is found taken once (the cache lagging the
+    server): the API answers 409, the writer reads what holds the name, and the retry works."""
+    seed = run.seed
+    await seed.create(NODES, to_json(make_node("gpu-0", gpus=8, model="a100")))
+    async with platform(api_settings(run.kubeconfig), serve_http=True) as p, aiohttp.ClientSession() as http:
+        await asyncio.wait_for(p.serving.wait(), 5)
+        api = Api(http, p.url)
+        job = tfjob("api", workers=1, gpus=1)
+        await api.call("POST", "/api/v1/jobs", json=job, token="api-viewer", expect=403)
+        assert not gpuyard_created(run, "tfjobs"), "a write gpuyard's own roles refuse reached the cluster"
+        taken_once(run, TFJOBS.path(namespace="default"))
+        await api.call("POST", "/api/v1/jobs", json=job, token="api-tenant", expect=409)
+        await api.call("POST", "/api/v1/jobs", json=job, token="api-tenant", expect=201)
+        labels = {"metadata": {"labels": {"team": "vision"}}}
+        path = "/api/v1/namespaces/default/jobs/api"
+        patch = {"data": json.dumps(labels), "headers": {"Content-Type": "application/merge-patch+json"}}
+        await api.call("PATCH", path, token="api-tenant", expect=200, **patch)
+        await api.call("DELETE", path, token="api-tenant", expect=200)
+        assert not run.objects("tfjobs", "default")
+        # `gpuyard apply -f`: first the names of the kinds only apply writes are found taken (the
+        # file's other objects are written all the same)
+        taken_once(run, PRIORITY_CLASSES.path())
+        taken_once(run, PDBS.path(namespace="default"))
+        await api.apply(*policy(weight=1, gpus=8), expect=409)
+        actions = await api.apply(*policy(weight=1, gpus=8))
+        assert actions["PriorityClass"] == actions["PodDisruptionBudget"] == "created", actions
+        assert set((await api.apply(*policy(weight=2, gpus=16))).values()) == {"configured"}
+        # the PUT and DELETE routes: each object made again, its name found taken once first
+        routes = {
+            "/api/v1/quotas/team": (ELASTIC_QUOTAS.path(namespace="default"), "ElasticQuota"),
+            "/api/v1/queues/team": (QUEUES.path(), "Queue"),
+            "/api/v1/namespaces/default/resourcequotas/gpus": (
+                RESOURCE_QUOTAS.path(namespace="default"),
+                "ResourceQuota",
+            ),
+            "/api/v1/resourceclasses/fast": (RESOURCE_CLASSES.path(), "ResourceClass"),
+            "/api/v1/nodetopologies/gpu-0": (NODE_TOPOLOGIES.path(), "NodeTopology"),
+        }
+        docs = {d["kind"]: d for d in policy(weight=3, gpus=24)}
+        for route, (collection, kind) in routes.items():
+            await api.call("DELETE", route, expect=200)
+            taken_once(run, collection)
+            await api.put(route, docs[kind], expect=409)
+            await api.put(route, docs[kind], expect=201)
+        assert {o["metadata"]["labels"]["policy"] for o in run.objects("nodetopologies")} == {"w3"}
+        # the built-in kinds' status is the cluster's controllers': created without it, never patched
+        assert not any(o.get("status") for o in run.objects("resourcequotas", "default"))
+        assert not any(o.get("status") for o in run.objects("poddisruptionbudgets", "default"))
+
+
 @dataclass(frozen=True)
 class Scenario:
     drive: Callable[[Run], Awaitable[None]]
@@ -427,6 +579,7 @@ SCENARIOS: dict[str, Scenario] = {
     "gpuyard mode": Scenario(gpuyard_mode),
     "DRA": Scenario(dra_mode),
     "delegate mode": Scenario(delegate_mode, gang_scheduler="volcano"),
+    "HTTP API writes": Scenario(api_writes),
 }
 
 

@@ -27,7 +27,7 @@ from gpuyard.platform.api.ratelimit import make_rate_limit_middleware
 from gpuyard.platform.api.redaction import NamespaceIndex, make_redaction_middleware
 from gpuyard.platform.metrics import exposition
 from gpuyard.state.context import Context
-from gpuyard.state.store import NotFound
+from gpuyard.state.store import AlreadyExists, NotFound
 from gpuyard.state.writing import Writer
 
 __all__ = ["CTX", "NAMESPACES", "READY", "delete_object", "make_app", "stored", "writer_of"]
@@ -78,6 +78,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return response
     except DocumentLimitError as exc:
         return error_response(exc.status, exc.message, exc.details)
+    except AlreadyExists as exc:  # a create whose name was taken after the handler looked (the cache lags)
+        return error_response(409, f"{exc}; it was created meanwhile: read it and try again")
     except json.JSONDecodeError as exc:
         return error_response(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
     except Exception:

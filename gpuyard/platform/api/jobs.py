@@ -26,6 +26,7 @@ durable; the job operator reacts to what they write.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, get_args
 
 from aiohttp import web
@@ -309,6 +310,7 @@ async def delete_job(request: web.Request) -> web.Response:
 
 
 PATCH_TYPES = ("application/merge-patch+json", "application/json")
+PATCH_ATTEMPTS = 5
 
 
 @operation(
@@ -329,7 +331,6 @@ async def patch_job(request: web.Request) -> web.Response:
             details=[{"field": "Content-Type", "reason": f"allowed: {', '.join(PATCH_TYPES)}"}],
         )
     job = _job(request, "write")
-    ctx = request.app[CTX]
     try:
         patch = json_loads((await request.read()).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -347,6 +348,26 @@ async def patch_job(request: web.Request) -> web.Response:
         if isinstance(patch.get("metadata"), dict)
         else None
     )
+    # Without a resourceVersion in the patch, a write that raced the operator's (its status, on
+    # Kubernetes a 409 from the API server) is decided again on the fresher job, as the API server
+    # does for a merge patch; with one, the 409 is the answer.
+    attempts = 1 if wanted_rv is not None else PATCH_ATTEMPTS
+    for attempt in range(attempts):
+        try:
+            return await _patch_once(request, job, patch=patch, wanted_rv=wanted_rv)
+        except Conflict as exc:
+            if attempt == attempts - 1:
+                raise ApiError(409, f"{exc}; nothing was changed") from None
+        await asyncio.sleep(0.01 * (attempt + 1))
+        job = _job(request, "write")
+    raise AssertionError("unreachable")
+
+
+async def _patch_once(
+    request: web.Request, job: TrainingJob, *, patch: dict[str, Any], wanted_rv: object
+) -> web.Response:
+    """One try of `patch_job` against `job` as stored now; raises :class:`Conflict` when it is stale."""
+    ctx = request.app[CTX]
     if wanted_rv is not None and str(wanted_rv) != job.metadata.resource_version:
         raise ApiError(
             409,
@@ -381,10 +402,7 @@ async def patch_job(request: web.Request) -> web.Response:
     updated.metadata = job.metadata.model_copy(
         update={"labels": updated.metadata.labels, "annotations": updated.metadata.annotations}
     )
-    try:
-        stored = await writer_of(ctx).update(updated)
-    except Conflict as exc:
-        raise ApiError(409, f"{exc}; nothing was changed") from None
+    stored = await writer_of(ctx).update(updated)
     assert isinstance(stored, TrainingJob)
     return web.json_response(summarize(stored))
 

@@ -8,7 +8,8 @@ Shared by the quota routes (`quotas`) and `apply` (`applying`):
   (a validation error as 422 `details`);
 * storing, through the context's writer (answered once durable): :func:`put_object` creates an
   object or replaces the stored one's spec, labels and annotations, keeping the status the
-  scheduler wrote (conditional on a resourceVersion: 409 when stale); :func:`find_quota` finds an ElasticQuota by its cluster-wide
+  scheduler wrote (conditional on a resourceVersion: 409 when stale; without one, a write that
+  raced the scheduler's is decided again); :func:`find_quota` finds an ElasticQuota by its cluster-wide
   name in whichever namespace it lives;
 * listing: :func:`list_response` (one page), :func:`list_schema` and :data:`PAGING` for the
   OpenAPI document.
@@ -16,6 +17,7 @@ Shared by the quota routes (`quotas`) and `apply` (`applying`):
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any, Protocol, cast
@@ -184,8 +186,27 @@ def _existing(store: Store, obj: Resource) -> Resource | None:
     return store.get(obj.kind, ns, obj.metadata.name)
 
 
+PUT_ATTEMPTS = 5
+
+
 async def put_object(ctx: Context, obj: Resource, *, conditional: bool = False) -> tuple[Resource, str]:
-    """Create `obj`, or replace the stored one's spec, labels and annotations (keeping its status)."""
+    """Create `obj`, or replace the stored one's spec, labels and annotations (keeping its status).
+
+    `conditional` (the body gave a resourceVersion): 409 when it is stale. Otherwise a replace that
+    lost a race (the scheduler wrote the object's status meanwhile: on Kubernetes the API server
+    answers 409) is decided again on the fresher object, a few times."""
+    attempts = 1 if conditional else PUT_ATTEMPTS
+    for attempt in range(attempts):
+        try:
+            return await _put_once(ctx, obj, conditional=conditional)
+        except Conflict as exc:
+            if attempt == attempts - 1:
+                raise ApiError(409, str(exc)) from None
+            await asyncio.sleep(0.01 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+async def _put_once(ctx: Context, obj: Resource, *, conditional: bool) -> tuple[Resource, str]:
     existing = _existing(ctx.store, obj)
     if existing is None:
         return await writer_of(ctx).create(obj), "created"
@@ -205,10 +226,7 @@ async def put_object(ctx: Context, obj: Resource, *, conditional: bool = False) 
             ),
         }
     )
-    try:
-        return await writer_of(ctx).update(fresh), "configured"
-    except Conflict as exc:
-        raise ApiError(409, str(exc)) from None
+    return await writer_of(ctx).update(fresh), "configured"
 
 
 def find_quota(store: Store, name: str) -> ElasticQuota | None:
