@@ -106,8 +106,9 @@ API_RULES: dict[str, tuple[str, ...]] = {
     "ResourceClass": ("get", "create", "update", "delete"),  # PUT/DELETE /resourceclasses/{name}, apply
     # PUT/DELETE /nodetopologies/{name}, apply: `gpuyard agent --server` (the shipped DaemonSet) writes here
     "NodeTopology": ("get", "create", "update", "delete"),
-    "PriorityClass": ("get", "create", "update"),  # apply only (value immutable: no delete route)
-    "PodDisruptionBudget": ("get", "create", "update"),  # apply only; its status stays the cluster's
+    # apply only; delete: an apply the cluster refused in part deletes what it created (no route does)
+    "PriorityClass": ("get", "create", "update", "delete"),
+    "PodDisruptionBudget": ("get", "create", "update", "delete"),  # its status stays the cluster's
 }
 """What the HTTP API's write routes need on top of :data:`RULES` (the job's delete, `ResourceClass`'s
 get and create are there already); :func:`cluster_rules` grants the union."""

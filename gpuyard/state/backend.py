@@ -36,7 +36,11 @@ __all__ = ["BackendError", "ClusterBackend", "FaultError", "FaultInjector", "Lea
 
 
 class BackendError(Exception):
-    """A backend write that failed (the caller un-assumes and retries)."""
+    """A backend write that failed (the caller un-assumes and retries). `status`: the HTTP status
+    the cluster's API server answered (0: no answer, or a refusal of the backend's own, such as a
+    standby's)."""
+
+    status: int = 0
 
 
 class FaultError(ValueError):

@@ -460,6 +460,16 @@ class Api:
         return {a["kind"]: a["action"] for a in body.get("applied", [])}
 
 
+def file_objects(run: Run) -> list[str]:
+    """The objects of :func:`policy` (but the NodeTopology, whose name is the node's) on the server."""
+    return [
+        f"{plural}/{o['metadata']['name']}"
+        for plural in ("queues", "elasticquotas", "resourcequotas", "resourceclasses", "priorityclasses")
+        for o in run.objects(plural)
+        if o["metadata"]["name"] in ("team", "gpus", "fast", "high")
+    ] + [f"poddisruptionbudgets/{o['metadata']['name']}" for o in run.objects("poddisruptionbudgets")]
+
+
 def api_settings(kubeconfig: Path) -> Settings:
     s = settings(kubeconfig, election=False)
     tokens = [TokenConfig(sha256=hash_token(t), **who) for t, who in API_TOKENS.items()]
@@ -538,14 +548,25 @@ async def api_writes(run: Run) -> None:
         await api.call("PATCH", path, token="api-tenant", expect=200, **patch)
         await api.call("DELETE", path, token="api-tenant", expect=200)
         assert not run.objects("tfjobs", "default")
-        # `gpuyard apply -f`: first the names of the kinds only apply writes are found taken (the
-        # file's other objects are written all the same)
+        # `gpuyard apply -f` is all or nothing: first the names of the kinds only apply writes are
+        # found taken (read after the 409), then an ElasticQuota's: what the file's other writes
+        # created is deleted again (the PriorityClass and the PodDisruptionBudget too)
         taken_once(run, PRIORITY_CLASSES.path())
         taken_once(run, PDBS.path(namespace="default"))
         await api.apply(*policy(weight=1, gpus=8), expect=409)
+        assert not file_objects(run)
+        taken_once(run, ELASTIC_QUOTAS.path(namespace="default"))
+        await api.apply(*policy(weight=1, gpus=8), expect=409)
+        assert not file_objects(run)
         actions = await api.apply(*policy(weight=1, gpus=8))
         assert actions["PriorityClass"] == actions["PodDisruptionBudget"] == "created", actions
         assert set((await api.apply(*policy(weight=2, gpus=16))).values()) == {"configured"}
+        # the cluster refuses one object of a change (a webhook): 422, and the others are put back
+        run.server.faults.fail_next(1, code=422, path_prefix=QUEUES.path(), verb="update")
+        refused = await api.apply(*policy(weight=3, gpus=24), expect=422)
+        assert refused == {}
+        (quota,) = [q for q in run.objects("elasticquotas", "default") if q["metadata"]["name"] == "team"]
+        assert quota["spec"]["max"]["nvidia.com/gpu"] in (16, "16")  # the earlier spec again
         # the PUT and DELETE routes: each object made again, its name found taken once first
         routes = {
             "/api/v1/quotas/team": (ELASTIC_QUOTAS.path(namespace="default"), "ElasticQuota"),

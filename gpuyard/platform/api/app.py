@@ -21,11 +21,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gpuyard.apis.decoding import DocumentLimitError
 from gpuyard.apis.meta import Resource
 from gpuyard.platform.api.auth import METRICS_ROLES, make_auth_middleware, principal_of
-from gpuyard.platform.api.errors import ApiError, error_response
+from gpuyard.platform.api.errors import ApiError, cluster_refusal, error_response
 from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
 from gpuyard.platform.api.ratelimit import make_rate_limit_middleware
 from gpuyard.platform.api.redaction import NamespaceIndex, make_redaction_middleware
 from gpuyard.platform.metrics import exposition
+from gpuyard.state.backend import BackendError
 from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists, NotFound
 from gpuyard.state.writing import Writer
@@ -78,6 +79,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return response
     except DocumentLimitError as exc:
         return error_response(exc.status, exc.message, exc.details)
+    except BackendError as exc:  # the cluster refused or did not take a write
+        log.warning("http.write_failed", path=request.path, method=request.method, error=str(exc))
+        refused = cluster_refusal(exc)
+        return error_response(refused.status, refused.message, refused.details)
     except AlreadyExists as exc:  # a create whose name was taken after the handler looked (the cache lags)
         return error_response(409, f"{exc}; it was created meanwhile: read it and try again")
     except json.JSONDecodeError as exc:

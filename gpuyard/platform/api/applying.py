@@ -6,8 +6,10 @@ by `topologies.parse_node_topology`).
 The body is a multi-document YAML (or a JSON list): every document is validated first by
 :func:`apply_documents` (the quotas as one tree: the tree in force with all of the file's quotas
 in it), then all are written together through the writer — ResourceClasses, Queues, ResourceQuotas,
-then ElasticQuotas, one after another with nothing in between — or none is. A problem is a 422 whose `details` name the object and the field
-`documents[I].<field>`. Unknown fields follow `?fieldValidation=Strict|Warn|Ignore` (`fields`).
+then ElasticQuotas, one after another with nothing in between — or none is: when the cluster
+refuses one write (or a name was taken meanwhile), the writes that went through are put back
+(`_undo`) and the answer says so. A problem is a 422 whose `details` name the object and the
+field `documents[I].<field>`. Unknown fields follow `?fieldValidation=Strict|Warn|Ignore` (`fields`).
 Needs the admin role. Decoding and storing are shared with the quota
 routes (`manifests`).
 """
@@ -15,8 +17,9 @@ routes (`manifests`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
+import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
@@ -28,7 +31,7 @@ from gpuyard.apis.quotakinds import ElasticQuota, Queue, ResourceQuota
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
 from gpuyard.platform.api.app import CTX, writer_of
 from gpuyard.platform.api.auth import authorize
-from gpuyard.platform.api.errors import ApiError, details_from_validation
+from gpuyard.platform.api.errors import ApiError, cluster_refusal, details_from_validation
 from gpuyard.platform.api.fields import (
     FIELD_VALIDATION_PARAM,
     answer_unknown_fields,
@@ -38,11 +41,14 @@ from gpuyard.platform.api.fields import (
 from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas
 from gpuyard.platform.api.openapi import operation
 from gpuyard.platform.api.topologies import parse_node_topology
+from gpuyard.state.backend import BackendError
 from gpuyard.state.context import Context
-from gpuyard.state.store import Store
+from gpuyard.state.store import AlreadyExists, Conflict, NotFound, Store
 from gpuyard.state.writing import write_together
 
 __all__ = ["apply_documents", "setup"]
+
+log = structlog.get_logger(__name__)
 
 APPLY_KINDS = (
     "ElasticQuota",
@@ -330,17 +336,18 @@ async def apply(request: web.Request) -> web.Response:
             unknown += unknown_fields(model, doc, prefix=f"documents[{i}].")
     warnings = answer_unknown_fields(mode, unknown)  # Strict: 422 naming them
     ctx = request.app[CTX]
+    ordered = sorted(objects, key=lambda o: _ORDER[o.kind])
+    before = {_key(o): store.get(o.kind, o.metadata.namespace, o.metadata.name) for o in ordered}
     # written together, in order, with nothing in between: the scheduler sees the whole file at
     # once; one journal commit makes it durable before the answer
     results = await write_together(
         _put_priority_class(ctx, obj) if isinstance(obj, PriorityClass) else put_object(ctx, obj)
-        for obj in sorted(objects, key=lambda o: _ORDER[o.kind])
+        for obj in ordered
     )
-    done: list[tuple[Resource, str]] = []
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result  # the first error, as the objects were given
-        done.append(result)
+    done = [r for r in results if not isinstance(r, BaseException)]
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:  # the first error, as the objects were given; what was written is undone
+        await _undo(ctx, done, before, failed[0])
     applied = []
     for stored, action in done:
         applied.append(
@@ -355,6 +362,50 @@ async def apply(request: web.Request) -> web.Response:
     for warning in warnings:
         response.headers.add("Warning", warning)
     return response
+
+
+def _key(obj: Resource) -> tuple[str, str, str]:
+    return (obj.kind, obj.metadata.namespace, obj.metadata.name)
+
+
+async def _undo(
+    ctx: Context,
+    done: list[tuple[Resource, str]],
+    before: dict[tuple[str, str, str], Resource | None],
+    error: BaseException,
+) -> NoReturn:
+    """A write of the file failed (the cluster refused one, or a name was taken meanwhile): put
+    back what the others changed, in reverse order (a created object is deleted, a configured one
+    gets its earlier spec, labels and annotations again), then raise the failure saying so. On the
+    fake backend nothing fails after validation; on a cluster this keeps the file all or nothing."""
+    writer = writer_of(ctx)
+    undone, stuck = 0, []
+    for stored, action in reversed(done):
+        kind, ns, name = _key(stored)
+        old = before.get(_key(stored))
+        try:
+            if action == "created":
+                await writer.delete(kind, ns, name)
+            elif action == "configured" and old is not None:
+                current = ctx.store.get(kind, ns, name) or stored
+                meta = old.metadata.model_copy(update={"resource_version": current.metadata.resource_version})
+                await writer.update(old.model_copy(update={"metadata": meta}))
+            else:
+                continue
+            undone += 1
+        except (BackendError, Conflict, NotFound, AlreadyExists) as exc:
+            stuck.append(f"{kind} {ns + '/' if ns else ''}{name} ({exc})")
+            log.error("apply.undo_failed", kind=kind, namespace=ns, name=name, error=str(exc))
+    note = f"; nothing was applied: the {undone} object(s) written before it were put back"
+    if stuck:
+        note = f"; {undone} object(s) written before it were put back, these could not be: {', '.join(stuck)}"
+    if isinstance(error, BackendError):
+        raise cluster_refusal(error, note=note) from None
+    if isinstance(error, AlreadyExists):
+        raise ApiError(409, f"{error}; it was created meanwhile: read it and try again{note}") from None
+    if isinstance(error, ApiError):
+        raise ApiError(error.status, f"{error.message}{note}", details=error.details) from None
+    raise error
 
 
 def setup(app: web.Application) -> None:
