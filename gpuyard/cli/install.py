@@ -150,13 +150,13 @@ def _targets(kind: str, *, gang_scheduler: str | None = None) -> list[tuple[str,
 _VERB_ORDER = {v: i for i, v in enumerate(("get", "list", "watch", "create", "update", "patch", "delete"))}
 
 
-def cluster_rules(gang_scheduler: str | None = None) -> list[dict[str, Any]]:
+def cluster_rules(gang_scheduler: str | None = None, *, read_only_api: bool = False) -> list[dict[str, Any]]:
     """The ClusterRole's rules: one per (group, verbs), resources sorted, so the diff stays small:
-    :data:`RULES` and :data:`API_RULES`, and with `gang_scheduler` (delegate mode) also
-    :data:`DELEGATE_RULES` for that scheduler's group."""
+    :data:`RULES` and (unless `read_only_api`) :data:`API_RULES`, and with `gang_scheduler`
+    (delegate mode) also :data:`DELEGATE_RULES` for that scheduler's group."""
     grouped: dict[tuple[str, tuple[str, ...]], set[str]] = {}
     entries: dict[str, tuple[str, ...]] = {}
-    for rules in (RULES, API_RULES, DELEGATE_RULES if gang_scheduler else {}):
+    for rules in (RULES, {} if read_only_api else API_RULES, DELEGATE_RULES if gang_scheduler else {}):
         for entry, verbs in rules.items():  # the union, each verb once, in kubectl's order
             union = {*entries.get(entry, ()), *verbs}
             entries[entry] = tuple(sorted(union, key=lambda v: (_VERB_ORDER.get(v, len(_VERB_ORDER)), v)))
@@ -181,7 +181,9 @@ def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
     return meta
 
 
-def _deployment(*, namespace: str, image: str, insecure: bool, gang_scheduler: str | None) -> dict[str, Any]:
+def _deployment(
+    *, namespace: str, image: str, insecure: bool, gang_scheduler: str | None, read_only_api: bool
+) -> dict[str, Any]:
     args = ["serve", "--backend", "kubernetes", "--host", "0.0.0.0", "--port", str(PORT)]
     args += ["--data-dir", "/var/lib/gpuyard"]
     env: list[dict[str, Any]] = [
@@ -189,6 +191,8 @@ def _deployment(*, namespace: str, image: str, insecure: bool, gang_scheduler: s
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
+    if read_only_api:  # the API takes no writes: its RBAC (API_RULES) is left out
+        env.append({"name": "GPUYARD__SERVER__READ_ONLY", "value": "true"})
     if gang_scheduler:  # delegate mode: the gang scheduler places the pods (docs/kubernetes.md)
         env += [
             {"name": "GPUYARD__SCHEDULER__MODE", "value": "delegate"},
@@ -275,10 +279,12 @@ def manifests(
     image: str = DEFAULT_IMAGE,
     insecure: bool = False,
     gang_scheduler: str | None = None,
+    read_only_api: bool = False,
     node_lease_namespace: str = NODE_LEASE_NAMESPACE,
 ) -> list[dict[str, Any]]:
     """Every object but the CRDs, in the order `kubectl apply` needs them; with `gang_scheduler`,
-    for delegate mode (the Deployment's settings and the ClusterRole's rule for its PodGroups).
+    for delegate mode (the Deployment's settings and the ClusterRole's rule for its PodGroups);
+    with `read_only_api`, an API that takes no writes (`server.read_only`) and no API_RULES.
     The nodes' heartbeat Leases are read through a Role in `node_lease_namespace`, not the
     ClusterRole (least privilege: no other Lease of the cluster is readable)."""
     subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}]
@@ -291,7 +297,7 @@ def manifests(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": _meta(NAME),
-            "rules": cluster_rules(gang_scheduler),
+            "rules": cluster_rules(gang_scheduler, read_only_api=read_only_api),
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -332,7 +338,13 @@ def manifests(
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": heartbeats},
             "subjects": subject,
         },
-        _deployment(namespace=namespace, image=image, insecure=insecure, gang_scheduler=gang_scheduler),
+        _deployment(
+            namespace=namespace,
+            image=image,
+            insecure=insecure,
+            gang_scheduler=gang_scheduler,
+            read_only_api=read_only_api,
+        ),
         {
             "apiVersion": "v1",
             "kind": "Service",
@@ -402,6 +414,12 @@ def write_manifests(directory: Path) -> list[Path]:
     help="Delegate mode: hand pods to this gang scheduler (sets scheduler.mode and grants its PodGroups).",
 )
 @click.option(
+    "--read-only-api",
+    is_flag=True,
+    help="The HTTP API takes no writes (server.read_only); the ClusterRole then grants only what the "
+    "controllers use (no API_RULES).",
+)
+@click.option(
     "--write-crds", "crd_dir", type=click.Path(file_okay=False), help="Write one file per CRD here."
 )
 @click.option(
@@ -417,6 +435,7 @@ def install(
     image: str,
     insecure: bool,
     gang_scheduler: str | None,
+    read_only_api: bool,
     crd_dir: str | None,
     manifest_dir: str | None,
 ) -> None:
@@ -444,6 +463,10 @@ def install(
         objects = crds()
         if not crds_only:
             objects += manifests(
-                namespace=namespace, image=image, insecure=insecure, gang_scheduler=gang_scheduler
+                namespace=namespace,
+                image=image,
+                insecure=insecure,
+                gang_scheduler=gang_scheduler,
+                read_only_api=read_only_api,
             )
         sys.stdout.write(stream(objects))

@@ -80,6 +80,11 @@ class ServerConfig(Section):
     rate_limit: RateLimitConfig | None = Field(
         default=None, description="Per-token request rate limit (token bucket); null: unlimited."
     )
+    read_only: bool = Field(
+        default=False,
+        description="Refuse every write through the HTTP API (403); objects are created and changed with "
+        "kubectl. `gpuyard install --read-only-api` sets it and leaves the API's RBAC out.",
+    )
 
 
 class LeaderElectionConfig(Section):

@@ -192,6 +192,32 @@ def test_delegate_mode_manifests_grant_only_that_gang_schedulers_pod_groups(gang
             validate(obj)
 
 
+def test_a_read_only_api_install_grants_only_what_the_controllers_use() -> None:
+    objects = printed("--read-only-api")
+    role = next(d for d in objects if d["kind"] == "ClusterRole")
+    assert (
+        role["rules"] == next(d for d in manifests(read_only_api=True) if d["kind"] == "ClusterRole")["rules"]
+    )
+    granted = {
+        (group, resource): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    for r in API_RESOURCES:
+        if r.kind in KIND_INFO:  # users create jobs with kubectl; gpuyard only deletes them (TTL)
+            assert granted[(r.group, r.plural)] == set(RULES["TrainingJob"]), r.plural
+    assert granted[("gpuyard.io", "queues")] == set(RULES["Queue"])  # read only
+    assert ("scheduling.k8s.io", "priorityclasses") in granted
+    assert "create" not in granted[("scheduling.k8s.io", "priorityclasses")]
+    deployment = next(d for d in objects if d["kind"] == "Deployment")
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GPUYARD__SERVER__READ_ONLY"] == "true"
+    for obj in objects:
+        if obj["kind"] not in NOT_BUILT_IN and obj["kind"] != "CustomResourceDefinition":
+            validate(obj)
+
+
 # --- objects gpuyard writes to a cluster ---------------------------------------------------------
 
 

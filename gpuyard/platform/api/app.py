@@ -92,6 +92,22 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(500, "internal error; see the server log")
 
 
+READ_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+@web.middleware
+async def read_only_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """`server.read_only`: every write through the API is refused (after authentication)."""
+    if request.method not in READ_METHODS:
+        return error_response(
+            403,
+            f"{request.method} {request.path}: this gpuyard serves a read-only API (server.read_only: "
+            "true); create and change objects with kubectl",
+            [{"field": "server.read_only", "reason": "true: the API takes no writes"}],
+        )
+    return await handler(request)
+
+
 def stored(
     request: web.Request, kind: str, namespace: str, name: str, *, what: str, field: str | None = None
 ) -> Resource:
@@ -156,6 +172,7 @@ def make_app(ctx: Context, *, ready: Callable[[], bool] = lambda: True) -> web.A
             *limits,
             make_redaction_middleware(lambda request: request.app[NAMESPACES]),
             make_auth_middleware(server.tokens, metrics_public=server.metrics_public),
+            *([read_only_middleware] if server.read_only else []),
         ],
         client_max_size=ctx.settings.server.max_body_bytes,
     )
