@@ -16,10 +16,10 @@ writes its `status` through the status subresource.
 
 Slices are read with a LIST, not watched (the group may not be served, and a watch of a missing
 resource would keep `/readyz` down): at the first pod, again when a pod goes to a node with no
-slice yet (at most once per `min_interval` seconds, so a cluster whose nodes mostly lack the
-driver is not LISTed per pod), and again at the next pod once the last LIST is older than
-`max_age` seconds (a driver that republished its devices is seen within that). They are
-matched to the node's NodeTopology by UUID / PCI bus id (`devices.dra.match_slice_devices`); a
+slice yet (a node that just joined may have published one since; in `auto` mode a pod placed
+there without a claim would ask the device plugin instead), and again at the next pod once the
+last LIST is older than `max_age` seconds (a driver that republished its devices is seen within
+that). They are matched to the node's NodeTopology by UUID / PCI bus id (`devices.dra.match_slice_devices`); a
 published device that matches no GPU is reported once as a Warning Event on the node
 (`devices.dra.unmatched_event`) and never allocated.
 """
@@ -140,14 +140,12 @@ class DraAllocator:
         store: Store,
         mode: str,
         now: Callable[[], float] = time.monotonic,
-        min_interval: float = 5.0,
         max_age: float = 60.0,
     ) -> None:
         self.client = client
         self.store = store
         self.mode = mode
         self.now = now
-        self.min_interval = min_interval  # seconds between LISTs for a node without a slice
         self.max_age = max_age  # seconds after which the slices are LISTed again
         self.listed_at: float | None = None
         self.lists = 0
@@ -186,7 +184,7 @@ class DraAllocator:
         if self.mode == "off" or not await self._serves():
             return None
         age = None if self.listed_at is None else self.now() - self.listed_at
-        if age is None or age >= self.max_age or (node not in self.slices and age >= self.min_interval):
+        if age is None or age >= self.max_age or node not in self.slices:
             await self.refresh()
         return self.slices.get(node)
 
