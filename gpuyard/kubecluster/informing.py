@@ -150,6 +150,11 @@ class Informer:
             problem = self.invalid.check(raw) if self.invalid is not None else None
         except ValidationError as exc:
             problem = problem_text(exc)
+        if obj is not None and problem is None and self.invalid is not None:
+            held = self.store.get(self.resource.kind, obj.metadata.namespace, obj.metadata.name)
+            problem, evict = self.invalid.clash(obj, held)
+            if evict:  # the other group's job of this name came later: it leaves the store
+                self.mirror.drop(self.resource.kind, obj.metadata.namespace, obj.metadata.name)
         if obj is not None and problem is None:
             if self.invalid is not None:
                 self.invalid.cleared(self.resource, raw, obj)

@@ -11,6 +11,11 @@ to the API server, on the leader only:
   as precondition (a fix made meanwhile wins), and `status.phase: Failed`;
 - a Warning `core/v1` Event on the job with the same reason and message.
 
+A job whose kind, namespace and name are taken by a job of the other group gpuyard reconciles
+(KubeDL's `training.kubedl.io` and Kubeflow's `kubeflow.org` both define TFJob, ...; both would own
+the same pods) is reported the same way (:meth:`InvalidJobs.clash`): the one created first keeps
+the name. The other is picked up once it is renamed, or at the next LIST after the first is gone.
+
 Once per resourceVersion, and no hot loop: the status patch brings the object back (a new
 resourceVersion, still invalid), but its status already carries that very condition, so
 nothing more is written. A fixed object validates again; :meth:`InvalidJobs.cleared` strips
@@ -61,6 +66,18 @@ def problem_text(exc: ValidationError) -> str:
     if more > 0:
         text += f"; and {more} more problem{'s' if more > 1 else ''}"
     return text
+
+
+def _older(a: Resource, b: Resource) -> bool:
+    """`a` was created before `b` (ties: by group name, so every replica decides alike)."""
+    far = datetime.max.replace(tzinfo=UTC)
+    ta = a.metadata.creation_timestamp or far
+    tb = b.metadata.creation_timestamp or far
+    if ta.tzinfo is None:
+        ta = ta.replace(tzinfo=UTC)
+    if tb.tzinfo is None:
+        tb = tb.replace(tzinfo=UTC)
+    return (ta, a.api_version) < (tb, b.api_version)
 
 
 def _is_ours(cond: Any) -> bool:
@@ -119,6 +136,28 @@ class InvalidJobs:
             more = len(exc.details) - 1
             return text + (f"; and {more} more problem{'s' if more > 1 else ''}" if more > 0 else "")
         return None
+
+    def clash(self, obj: Resource, held: Resource | None) -> tuple[str | None, bool]:
+        """Two jobs of one kind, namespace and name in the two groups gpuyard reconciles (KubeDL's
+        and Kubeflow's): both would own the same pods, services and PodGroup, so the one created
+        first keeps the name and the other fails `InvalidSpec` naming it. Returns the problem of
+        `obj` (None: it may be stored) and whether `held`, the one in the store, must leave it
+        (then it is reported here instead: `obj` is older)."""
+        if held is None or held.api_version == obj.api_version or held.metadata.uid == obj.metadata.uid:
+            return None, False
+        first, second = (held, obj) if _older(held, obj) else (obj, held)
+        meta = second.metadata
+        group, other = second.api_version.split("/")[0], first.api_version.split("/")[0]
+        message = (
+            f"metadata.name: {first.kind} {meta.namespace}/{meta.name} of {other} was created first with "
+            f"this name; gpuyard reconciles both {other} and {group} (backend.kubernetes.job_groups) "
+            "and a job's pods and services are named after it: rename this job, or reconcile one group"
+        )
+        if second is obj:
+            return message, False
+        raw = held.model_dump(by_alias=True, exclude_none=True, mode="json")
+        self.note(resource_for(held.kind, held.api_version), raw, message)
+        return None, True
 
     def note(self, resource: ApiResource, raw: Json, message: str) -> None:
         """An object of `resource` failed validation: report it unless its status already does."""
