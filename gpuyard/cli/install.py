@@ -68,7 +68,9 @@ RULES: dict[str, tuple[str, ...]] = {
     "ResourceQuota": WATCH,  # its status is the cluster's quota controller's (CLUSTER_OWNED_STATUS)
     "PodDisruptionBudget": WATCH,
     "PriorityClass": WATCH,  # a job's priorityClassName
-    "TrainingJob": (*WATCH, "delete"),  # every job kind; delete: ttlSecondsAfterFinished
+    # every job kind; delete: ttlSecondsAfterFinished; get: a job that lost a name clash to the other
+    # job group's, fetched again once the winner is gone (kubecluster/invalid.py)
+    "TrainingJob": ("get", *WATCH, "delete"),
     "TrainingJob/status": ("patch",),
     "PodGroup": ("get", *WATCH, "create", "update", "delete"),  # update: release, the job's labels
     "PodGroup/status": ("patch",),

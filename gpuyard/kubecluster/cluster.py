@@ -134,6 +134,8 @@ class KubeCluster:
             is_leader=self._is_leader,
         )
         self.invalid_jobs = InvalidJobs(clock=ctx.clock, may_write=self._why_not_write)
+        self.invalid_jobs.revisit = self._revisit
+        self._refetches: set[asyncio.Task[None]] = set()
         self.informers: list[Informer] = []
 
     # --- ClusterBackend ------------------------------------------------------------------------
@@ -220,6 +222,15 @@ class KubeCluster:
             )
         except ApiError as exc:
             raise BackendError(str(exc)) from None
+
+    def _revisit(self, resource: ApiResource, namespace: str, name: str) -> None:
+        """Fetch a job that lost a name clash again through its informer (the winner is gone)."""
+        for informer in self.informers:
+            if informer.resource == resource:
+                task = asyncio.get_running_loop().create_task(informer.refetch(namespace, name))
+                self._refetches.add(task)
+                task.add_done_callback(self._refetches.discard)
+                return
 
     async def _campaign(self, elector: LeaderElector) -> None:
         """Stand for the lead only once every informer has listed: a replica that cannot sync (a

@@ -191,6 +191,25 @@ class Informer:
             "run `gpuyard install` (or apply configs/deploy/crds/); retrying"
         )
 
+    def _drop(self, kind: str, namespace: str, name: str) -> None:
+        self.mirror.drop(kind, namespace, name)
+        if self.invalid is not None:  # a job that won a name clash may leave room for the loser
+            self.invalid.freed(kind, namespace, name)
+
+    async def refetch(self, namespace: str, name: str) -> None:
+        """GET one object and mirror it as a watch event would (a job that lost a name clash,
+        looked at again once the winner is gone)."""
+        try:
+            raw = await self.client.get(self.resource, namespace, name)
+        except (NotFound, ApiError) as exc:
+            log.info(
+                "informer.refetch_skipped", resource=self.name, object=f"{namespace}/{name}", error=str(exc)
+            )
+            return
+        obj = self._model(raw)
+        if obj is not None:
+            self.mirror.put(obj)
+
     def _mine(self, obj: Resource) -> bool:
         """Objects of the store's kind served by this resource (a job kind has one per group)."""
         return obj.api_version == self.resource.api_version
@@ -214,7 +233,7 @@ class Informer:
         for ns, name in self.store.keys_of(kind):
             held = self.store.get(kind, ns, name)
             if (ns, name) not in seen and held is not None and self._mine(held) and self._in_scope(held):
-                self.mirror.drop(kind, ns, name)
+                self._drop(kind, ns, name)
         self.resource_version = rv
         self.lists += 1
         if self.on_relist is not None:
@@ -233,7 +252,7 @@ class Informer:
         if obj is None:
             return
         if kind == "DELETED":
-            self.mirror.drop(obj.kind, obj.metadata.namespace, obj.metadata.name)
+            self._drop(obj.kind, obj.metadata.namespace, obj.metadata.name)
         elif kind in ("ADDED", "MODIFIED"):
             self.mirror.put(obj)
 

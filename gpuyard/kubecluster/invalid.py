@@ -14,7 +14,8 @@ to the API server, on the leader only:
 A job whose kind, namespace and name are taken by a job of the other group gpuyard reconciles
 (KubeDL's `training.kubedl.io` and Kubeflow's `kubeflow.org` both define TFJob, ...; both would own
 the same pods) is reported the same way (:meth:`InvalidJobs.clash`): the one created first keeps
-the name. The other is picked up once it is renamed, or at the next LIST after the first is gone.
+the name. When the first leaves, the other is fetched again (:meth:`InvalidJobs.freed`) and, valid
+now, is picked up as a new job.
 
 Once per resourceVersion, and no hot loop: the status patch brings the object back (a new
 resourceVersion, still invalid), but its status already carries that very condition, so
@@ -117,6 +118,10 @@ class InvalidJobs:
         self.may_write = may_write
         self.retry = retry
         self._pending: dict[tuple[str, str, str], _Pending] = {}
+        self.clashed: dict[tuple[str, str, str], ApiResource] = {}  # (kind, ns, name) -> the loser's
+        # called with the loser's resource, namespace and name once the winner is gone (the backend
+        # fetches it again through its informer)
+        self.revisit: Callable[[ApiResource, str, str], None] | None = None
         self._wake = asyncio.Event()
         self.conditions_written = 0
         self.events_written = 0
@@ -147,6 +152,7 @@ class InvalidJobs:
             return None, False
         first, second = (held, obj) if _older(held, obj) else (obj, held)
         meta = second.metadata
+        self.clashed[(second.kind, meta.namespace, meta.name)] = resource_for(second.kind, second.api_version)
         group, other = second.api_version.split("/")[0], first.api_version.split("/")[0]
         message = (
             f"metadata.name: {first.kind} {meta.namespace}/{meta.name} of {other} was created first with "
@@ -158,6 +164,12 @@ class InvalidJobs:
         raw = held.model_dump(by_alias=True, exclude_none=True, mode="json")
         self.note(resource_for(held.kind, held.api_version), raw, message)
         return None, True
+
+    def freed(self, kind: str, namespace: str, name: str) -> None:
+        """A job left the store: if it had won a name clash, the job that lost is looked at again."""
+        loser = self.clashed.pop((kind, namespace, name), None)
+        if loser is not None and self.revisit is not None:
+            self.revisit(loser, namespace, name)
 
     def note(self, resource: ApiResource, raw: Json, message: str) -> None:
         """An object of `resource` failed validation: report it unless its status already does."""

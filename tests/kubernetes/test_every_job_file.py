@@ -2,7 +2,8 @@
 Succeeded on the Kubernetes backend: created through the API server as `kubectl apply` would, its
 pods created and bound by gpuyard, played by fake nodes (`gpuyard fake-nodes`), its status written
 back. One platform and one cluster for all of them at once (they queue for the GPUs they share).
-KubeDL's and Kubeflow's XGBoost examples share a name: the later one fails, naming the clash."""
+KubeDL's and Kubeflow's XGBoost examples share a name: the later one fails, naming the clash, and
+runs once the first is deleted."""
 
 from __future__ import annotations
 
@@ -88,7 +89,12 @@ async def test_every_job_file_runs_to_succeeded_with_pods_bound_by_gpuyard(serve
                 # created first (same second: by group name) runs, the other fails naming the clash
                 name = "xgboost-dist-iris-test-train"
                 pair = {res: f"{res.plural}.{res.group}/default/{name}" for res in XGBOOST}
-                assert sorted(outcome.pop(key) for key in pair.values()) == ["Failed", "Succeeded"]
+                clashing = {key: outcome.pop(key) for key in pair.values()}
+                assert sorted(clashing.values()) == ["Failed", "Succeeded"]
+
+                def outcome_of(key: str) -> str | None:
+                    return clashing[key]
+
                 for res in XGBOOST:
                     conditions = (await client.get(res, "default", name))["status"]["conditions"]
                     failed = [c for c in conditions if c["type"] == "Failed" and c["status"] == "True"]
@@ -97,6 +103,17 @@ async def test_every_job_file_runs_to_succeeded_with_pods_bound_by_gpuyard(serve
                         assert failed[0]["reason"] == "InvalidSpec"
                         assert f"of {other.group} was created first" in failed[0]["message"]
                 assert {k: v for k, v in outcome.items() if v != "Succeeded"} == {}, outcome
+                # the winner goes: the job that lost the name is fetched again and runs
+                (winner,) = [r for r in XGBOOST if outcome_of(pair[r]) == "Succeeded"]
+                (loser,) = [r for r in XGBOOST if r is not winner]
+                await client.delete(winner, "default", name)
+                for _ in range(300):
+                    if finished(await client.get(loser, "default", name)) == "Succeeded":
+                        break
+                    await asyncio.sleep(0.2)
+                rerun = await client.get(loser, "default", name)
+                assert finished(rerun) == "Succeeded", rerun.get("status")
+                assert not any(c.get("reason") == "InvalidSpec" for c in rerun["status"]["conditions"])
                 bound = {pod for pod in served.bindings()}
                 pods = [p for p in served.list("pods") if (p["metadata"].get("labels") or {}).get("job-name")]
                 assert pods and all(
