@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import structlog
 from aiohttp import web
@@ -28,7 +29,7 @@ from gpuyard.platform.api.redaction import NamespaceIndex, make_redaction_middle
 from gpuyard.platform.metrics import exposition
 from gpuyard.state.backend import BackendError
 from gpuyard.state.context import Context
-from gpuyard.state.store import AlreadyExists, NotFound
+from gpuyard.state.store import AlreadyExists, Conflict, NotFound
 from gpuyard.state.writing import Writer
 
 __all__ = ["CTX", "NAMESPACES", "READY", "delete_object", "make_app", "stored", "writer_of"]
@@ -123,6 +124,27 @@ def writer_of(ctx: Context) -> Writer:
     """The one write path (the backend's writer); handlers never write the store themselves."""
     assert ctx.writer is not None, "Context always has a writer"
     return ctx.writer
+
+
+T = TypeVar("T")
+WRITE_ATTEMPTS = 5
+
+
+async def decided_again(
+    write: Callable[[], Awaitable[T]], *, attempts: int = WRITE_ATTEMPTS, note: str = ""
+) -> T:
+    """Run `write` (which reads the store afresh each time) until it does not conflict: a write
+    without the caller's resourceVersion that raced another writer (the scheduler's status; on
+    Kubernetes the API server's 409) is decided again on the fresher object, as the API server
+    does for a merge patch. The last :class:`Conflict` is a 409 (`note` added to its message)."""
+    for attempt in range(attempts):
+        try:
+            return await write()
+        except Conflict as exc:
+            if attempt == attempts - 1:
+                raise ApiError(409, f"{exc}{note}") from None
+            await asyncio.sleep(0.01 * (attempt + 1))
+    raise AssertionError("unreachable: attempts >= 1")
 
 
 async def delete_object(ctx: Context, kind: str, namespace: str, name: str, *, what: str) -> None:

@@ -26,7 +26,6 @@ durable; the job operator reacts to what they write.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, get_args
 
 from aiohttp import web
@@ -45,7 +44,7 @@ from gpuyard.apis.scheduling import (
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
 )
-from gpuyard.platform.api.app import CTX, delete_object, writer_of
+from gpuyard.platform.api.app import CTX, WRITE_ATTEMPTS, decided_again, delete_object, writer_of
 from gpuyard.platform.api.auth import Action, allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.fields import (
@@ -59,7 +58,7 @@ from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.api.paging import PAGING, event_order, list_body, paginate
 from gpuyard.platform.api.priorityclasses import all_classes
 from gpuyard.platform.api.tenancy import binding_problems
-from gpuyard.state.store import AlreadyExists, Conflict
+from gpuyard.state.store import AlreadyExists
 from gpuyard.state.writing import create_all
 
 __all__ = ["pod_view", "setup", "summarize"]
@@ -310,7 +309,6 @@ async def delete_job(request: web.Request) -> web.Response:
 
 
 PATCH_TYPES = ("application/merge-patch+json", "application/json")
-PATCH_ATTEMPTS = 5
 
 
 @operation(
@@ -330,7 +328,7 @@ async def patch_job(request: web.Request) -> web.Response:
             f"unsupported content type {request.content_type!r}; allowed: {', '.join(PATCH_TYPES)}",
             details=[{"field": "Content-Type", "reason": f"allowed: {', '.join(PATCH_TYPES)}"}],
         )
-    job = _job(request, "write")
+    _job(request, "write")  # 404, or 403 for a caller who may not write it, before the body is read
     try:
         patch = json_loads((await request.read()).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -351,16 +349,11 @@ async def patch_job(request: web.Request) -> web.Response:
     # Without a resourceVersion in the patch, a write that raced the operator's (its status, on
     # Kubernetes a 409 from the API server) is decided again on the fresher job, as the API server
     # does for a merge patch; with one, the 409 is the answer.
-    attempts = 1 if wanted_rv is not None else PATCH_ATTEMPTS
-    for attempt in range(attempts):
-        try:
-            return await _patch_once(request, job, patch=patch, wanted_rv=wanted_rv)
-        except Conflict as exc:
-            if attempt == attempts - 1:
-                raise ApiError(409, f"{exc}; nothing was changed") from None
-        await asyncio.sleep(0.01 * (attempt + 1))
-        job = _job(request, "write")
-    raise AssertionError("unreachable")
+    return await decided_again(
+        lambda: _patch_once(request, _job(request, "write"), patch=patch, wanted_rv=wanted_rv),
+        attempts=1 if wanted_rv is not None else WRITE_ATTEMPTS,
+        note="; nothing was changed",
+    )
 
 
 async def _patch_once(

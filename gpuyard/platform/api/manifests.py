@@ -17,7 +17,6 @@ Shared by the quota routes (`quotas`) and `apply` (`applying`):
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any, Protocol, cast
@@ -31,12 +30,12 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError
 from gpuyard.apis.quotakinds import API_ELASTIC_QUOTA, API_QUEUE, ElasticQuota
 from gpuyard.apis.resourceclasses import ResourceClass
-from gpuyard.platform.api.app import CTX, writer_of
+from gpuyard.platform.api.app import CTX, WRITE_ATTEMPTS, decided_again, writer_of
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.paging import PAGING, list_body, paginate
 from gpuyard.state.context import Context
-from gpuyard.state.store import Conflict, Store
+from gpuyard.state.store import Store
 
 __all__ = [
     "PAGING",
@@ -186,24 +185,15 @@ def _existing(store: Store, obj: Resource) -> Resource | None:
     return store.get(obj.kind, ns, obj.metadata.name)
 
 
-PUT_ATTEMPTS = 5
-
-
 async def put_object(ctx: Context, obj: Resource, *, conditional: bool = False) -> tuple[Resource, str]:
     """Create `obj`, or replace the stored one's spec, labels and annotations (keeping its status).
 
     `conditional` (the body gave a resourceVersion): 409 when it is stale. Otherwise a replace that
     lost a race (the scheduler wrote the object's status meanwhile: on Kubernetes the API server
-    answers 409) is decided again on the fresher object, a few times."""
-    attempts = 1 if conditional else PUT_ATTEMPTS
-    for attempt in range(attempts):
-        try:
-            return await _put_once(ctx, obj, conditional=conditional)
-        except Conflict as exc:
-            if attempt == attempts - 1:
-                raise ApiError(409, str(exc)) from None
-            await asyncio.sleep(0.01 * (attempt + 1))
-    raise AssertionError("unreachable")
+    answers 409) is decided again on the fresher object, a few times (`decided_again`)."""
+    return await decided_again(
+        lambda: _put_once(ctx, obj, conditional=conditional), attempts=1 if conditional else WRITE_ATTEMPTS
+    )
 
 
 async def _put_once(ctx: Context, obj: Resource, *, conditional: bool) -> tuple[Resource, str]:
