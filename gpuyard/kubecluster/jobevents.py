@@ -6,7 +6,8 @@ collector takes its pods and PodGroup (they name the job as owner), but Events h
 would stay until the server's event TTL. Since the Event informer (label `job-name`) puts them in
 the cache, :class:`JobEventSweeper` finds them on the leader: an Event about a job kind
 (`involvedObject`) whose job the cache does not hold (or holds with another uid, a job
-re-created under the same name) is deleted. Only job kinds whose informer has listed are judged,
+re-created under the same name) is deleted, except the `InvalidSpec` Events `invalid.py` writes
+about jobs it keeps out of the store on purpose. Only job kinds whose informer has listed are judged,
 so a job group that is not reconciled (`job_groups`) or whose CRD is missing loses nothing; an
 Event is deleted only when found orphaned by two passes `confirm` seconds apart (a job and its
 Events arriving from different watches can never race it). The first sweep runs once this replica
@@ -23,6 +24,7 @@ from gpuyard.apis.core import Event
 from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.kubecluster.client import ApiError
+from gpuyard.kubecluster.invalid import REASON as INVALID
 from gpuyard.state.backend import BackendError
 from gpuyard.state.clock import Clock
 from gpuyard.state.store import NotFound, Store
@@ -40,6 +42,8 @@ def orphaned_events(store: Store, *, judged: Callable[[str, str], bool]) -> set[
     that the store does not hold with the Event's `involvedObject.uid`."""
     out: set[EventKey] = set()
     for ev in store.list_of(Event, selector=LABEL_JOB_NAME):
+        if ev.reason == INVALID:
+            continue  # about a job kept out of the store on purpose (`invalid.py`), not a deleted one
         involved = ev.involved_object
         kind, api_version = involved.get("kind", ""), involved.get("apiVersion", "")
         if kind not in KIND_INFO or not judged(kind, api_version):

@@ -20,12 +20,13 @@ from typing import Any
 import aiohttp
 
 from gpuyard.apis.core import Event
-from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobkinds import TrainingJob, find_job
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.resources import resource_for
 from gpuyard.controllers.statuses import record_event
 from gpuyard.kubecluster.client import KubeClient
 from gpuyard.kubecluster.informing import Informer
+from gpuyard.kubecluster.jobevents import orphaned_events
 from gpuyard.kubecluster.writing import to_json
 from gpuyard.platform.runtime import Platform
 from gpuyard.state.clock import RealClock
@@ -44,6 +45,7 @@ from tests.kubernetes.test_backend_platform import (
     settings,
     tfjob,
 )
+from tests.unit.controllers.fakes import load_job
 
 __all__ = ["served"]
 
@@ -216,3 +218,38 @@ async def test_the_event_informer_lists_watches_and_forgets_only_labelled_events
                 await task
     finally:
         await client.close()
+
+
+def test_only_events_of_jobs_that_are_gone_are_orphaned() -> None:
+    """An Event about a job the cache holds stays; one about a job that is gone (or re-created under
+    the same name) is orphaned; the InvalidSpec Event of a job kept out of the cache on purpose (it
+    failed validation, or lost its name to the other group's job) stays."""
+    store = Store()
+    register_kinds(store)
+    job = load_job("tf-dist-mnist", namespace="default")
+    job.metadata.uid = "uid-live"
+    store.create(job)
+    live = find_job(store, "default", job.metadata.name)
+    assert live is not None
+
+    def event(name: str, *, uid: str, reason: str) -> Event:
+        return Event.model_validate(
+            {
+                "metadata": {"name": name, "namespace": "default", "uid": name, "labels": {"job-name": "x"}},
+                "involvedObject": {
+                    "apiVersion": job.api_version,
+                    "kind": job.kind,
+                    "namespace": "default",
+                    "name": job.metadata.name,
+                    "uid": uid,
+                },
+                "reason": reason,
+                "message": "m",
+            }
+        )
+
+    store.create(event("about-live", uid=live.metadata.uid, reason="TFJobRunning"))
+    store.create(event("about-gone", uid="uid-earlier", reason="TFJobRunning"))
+    store.create(event("about-invalid", uid="uid-other-group", reason="InvalidSpec"))
+    orphans = orphaned_events(store, judged=lambda kind, api_version: True)
+    assert {name for _, name, _ in orphans} == {"about-gone"}
