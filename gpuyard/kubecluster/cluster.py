@@ -13,8 +13,9 @@ informer has listed), the lost-node watcher, the sweep of pods a dead leader cre
 bound (`orphans.py`), the sweep of Events of jobs deleted while no leader ran (`jobevents.py`)
 and the reporter of job custom resources that fail validation (`invalid.py`), and sets `synced`
 once every informer has listed. `healthy()` is False while any watch is broken. With `dra` on or
-auto, the writer gives placed pods ResourceClaims (`dra.py`). The store is the informers' cache: objects keep the API
-server's resourceVersions, and nothing is journaled (the API server is the store of record).
+auto, the writer gives placed pods ResourceClaims (`dra.py`). The store is the informers' cache:
+objects keep the API server's resourceVersions, and nothing is journaled (the API server is the
+store of record).
 
 The writer (:class:`~gpuyard.kubecluster.writing.KubeWriter`) exists from construction, but its
 client is connected in `run()`: a write before that fails with `BackendError`. `leadership` is

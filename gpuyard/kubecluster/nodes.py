@@ -9,11 +9,12 @@ three things are added on the way into the store:
   `status.allocatable` less the requests of every active (not finished) pod bound to it whose
   `schedulerName` is not gpuyard, and the GPUs such pods hold are listed as unavailable in the
   `gpuyard.io/unhealthy-gpus` annotation (the highest indices no gpuyard pod or Reservation
-  uses: which device a foreign pod got is the device plugin's secret). What was taken off is shown in annotation
-  `gpuyard.io/foreign-usage`. In delegate mode the pods of gpuyard's jobs carry the gang
-  scheduler's name but are not foreign: each is counted once, by the Reservation gpuyard's queue
-  admitted it with (a pod whose Reservation is in the store), whichever node the gang scheduler picks. The Node on the API server is never changed by this; the cached
-  copy keeps the server's resourceVersion.
+  uses: which device a foreign pod got is the device plugin's secret). What was taken off is
+  shown in annotation `gpuyard.io/foreign-usage`. In delegate mode the pods of gpuyard's jobs
+  carry the gang scheduler's name but are not foreign: each is counted once, by the Reservation
+  gpuyard's queue admitted it with (a pod whose Reservation is in the store), whichever node the
+  gang scheduler picks. The Node on the API server is never changed by this; the cached copy
+  keeps the server's resourceVersion.
 * **Topology.** A node's `NodeTopology` object is used when the server has one; else one is
   derived (kept in the cache only) from the preset named by the node label
   `gpuyard.io/topology-preset` (`devices/presets.py`); else there is none and the scheduler uses
