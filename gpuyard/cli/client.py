@@ -329,6 +329,15 @@ class ApiClient:
     def job(self, namespace: str, name: str) -> Any:
         return self.request("GET", f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}")
 
+    def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> Any:
+        """A JSON merge patch (RFC 7386) of the job."""
+        return self.request(
+            "PATCH",
+            f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}",
+            body=json.dumps(patch).encode(),
+            content_type="application/merge-patch+json",
+        )
+
     def delete_job(self, namespace: str, name: str) -> Any:
         return self.request("DELETE", f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}")
 

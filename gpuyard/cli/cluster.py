@@ -19,7 +19,7 @@ import yaml
 
 from gpuyard.apis.devicematching import LABEL_BLOCK, LABEL_GPU_MODEL, LABEL_SPINE
 from gpuyard.cli.client import ApiClient, ClientError
-from gpuyard.cli.common import call, client_options, fail, mount
+from gpuyard.cli.common import call, client_options, fail, mount, split_ref
 from gpuyard.cli.output import age as _age
 from gpuyard.cli.output import emit as _emit
 from gpuyard.cli.output import table as _table
@@ -27,15 +27,6 @@ from gpuyard.cli.output import table as _table
 __all__ = ["events", "get", "register", "top", "watch"]
 
 GPU = "nvidia.com/gpu"
-
-
-def _split_ref(ref: str) -> tuple[str, str]:
-    ns, sep, name = ref.partition("/")
-    if not sep:
-        return "default", ref
-    if not ns or not name or "/" in name:
-        fail(f"--job: {ref!r} is not NAMESPACE/NAME", 2)
-    return ns, name
 
 
 def _bytes(n: float) -> str:
@@ -273,7 +264,7 @@ def events(
 ) -> None:
     """A job's events, oldest first; with --follow, then every new one (like `logs -f`) until the
     job is deleted."""
-    ns, name = _split_ref(job_ref)
+    ns, name = split_ref(job_ref, option="--job")
     client = ApiClient(server, token=token)
     job = call(client.job, ns, name)
     listed = call(client.job_events, ns, name)

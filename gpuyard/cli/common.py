@@ -27,6 +27,7 @@ __all__ = [
     "mount",
     "print_warnings",
     "read_yaml_files",
+    "split_ref",
     "validate_option",
 ]
 
@@ -36,6 +37,17 @@ OUTPUTS = click.Choice(["table", "wide", "json", "yaml"])
 def fail(message: str, code: int = 2) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+def split_ref(ref: str, namespace: str | None = None, *, option: str = "") -> tuple[str, str]:
+    """`NAMESPACE/NAME`, or a bare `NAME` in `namespace` (else `default`); a malformed one exits 2
+    (its message names `option` when the reference came from one)."""
+    if "/" not in ref:
+        return namespace or "default", ref
+    ns, _, name = ref.partition("/")
+    if not ns or not name or "/" in name:
+        fail(f"{option + ': ' if option else ''}{ref!r} is not NAMESPACE/NAME", 2)
+    return ns, name
 
 
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -29,21 +29,13 @@ from gpuyard.cli.common import (
     mount,
     print_warnings,
     read_yaml_files,
+    split_ref,
     validate_option,
 )
 from gpuyard.cli.output import age, emit
 from gpuyard.cli.output import table as print_table
 
 __all__ = ["delete", "describe", "get", "register", "submit"]
-
-
-def _split_ref(ref: str, namespace: str | None) -> tuple[str, str]:
-    if "/" in ref:
-        ns, _, name = ref.partition("/")
-        if not ns or not name or "/" in name:
-            fail(f"{ref!r} is not NAMESPACE/NAME", 2)
-        return ns, name
-    return namespace or "default", ref
 
 
 def _replicas(summary: dict[str, Any]) -> str:
@@ -161,7 +153,7 @@ def get_jobs(
 @client_options
 def get_pods(job_ref: str, namespace: str | None, output: str, server: str | None, token: str | None) -> None:
     """List the pods of a job, with node, host port and GPUs."""
-    ns, name = _split_ref(job_ref, namespace)
+    ns, name = split_ref(job_ref, namespace)
     result = call(ApiClient(server, token=token).job_pods, ns, name)
     items = result.get("items", [])
 
@@ -200,7 +192,7 @@ def describe() -> None:
 @client_options
 def describe_job(ref: str, namespace: str | None, output: str, server: str | None, token: str | None) -> None:
     """Show a job: spec summary, conditions, replica statuses, who preempted or moved it, pods and events."""
-    ns, name = _split_ref(ref, namespace)
+    ns, name = split_ref(ref, namespace)
     client = ApiClient(server, token=token)
     job = call(client.job, ns, name)
     pods = call(client.job_pods, ns, name).get("items", [])
@@ -297,7 +289,7 @@ def delete() -> None:
 @client_options
 def delete_job(ref: str, namespace: str | None, output: str, server: str | None, token: str | None) -> None:
     """Delete a job; its pods, services and reservations go with it."""
-    ns, name = _split_ref(ref, namespace)
+    ns, name = split_ref(ref, namespace)
     result = call(ApiClient(server, token=token).delete_job, ns, name)
     deleted = result.get("deleted", {})
     emit(

@@ -21,32 +21,11 @@ from typing import Any
 import click
 
 from gpuyard.cli.client import ApiClient
-from gpuyard.cli.common import call, client_options, fail, mount
+from gpuyard.cli.common import call, client_options, fail, mount, split_ref
 from gpuyard.cli.output import emit
 from gpuyard.cli.output import table as print_table
 
 __all__ = ["register"]
-
-MERGE = "application/merge-patch+json"
-
-
-def _split_ref(ref: str, namespace: str | None) -> tuple[str, str]:
-    if "/" in ref:
-        ns, _, name = ref.partition("/")
-        if not ns or not name or "/" in name:
-            fail(f"{ref!r} is not NAMESPACE/NAME", 2)
-        return ns, name
-    return namespace or "default", ref
-
-
-def _path(ns: str, name: str) -> str:
-    from urllib.parse import quote
-
-    return f"/api/v1/namespaces/{quote(ns, safe='')}/jobs/{quote(name, safe='')}"
-
-
-def _send_patch(client: ApiClient, ns: str, name: str, patch: dict[str, Any]) -> Any:
-    return call(client.request, "PATCH", _path(ns, name), body=json.dumps(patch).encode(), content_type=MERGE)
 
 
 def suspend_patch(job: dict[str, Any], *, suspend: bool) -> dict[str, Any]:
@@ -62,10 +41,10 @@ def suspend_patch(job: dict[str, Any], *, suspend: bool) -> dict[str, Any]:
 def _toggle(
     ref: str, namespace: str | None, output: str, server: str | None, token: str | None, *, on: bool
 ) -> None:
-    ns, name = _split_ref(ref, namespace)
+    ns, name = split_ref(ref, namespace)
     client = ApiClient(server, token=token)
     job = call(client.job, ns, name)
-    result = _send_patch(client, ns, name, suspend_patch(job, suspend=on))
+    result = call(client.patch_job, ns, name, suspend_patch(job, suspend=on))
     word = "suspended" if on else "resumed"
     emit(result, output, lambda _wide: click.echo(f"{job['kind'].lower()}/{name} {word} in namespace {ns}"))
 
@@ -126,14 +105,14 @@ def patch_job(
     token: str | None,
 ) -> None:
     """Patch a job: labels, annotations, suspend, priority (class) or queue; other fields are immutable."""
-    ns, name = _split_ref(ref, namespace)
+    ns, name = split_ref(ref, namespace)
     try:
         body = json.loads(text)
     except ValueError as exc:
         fail(f"-p: not JSON: {exc}")
     if not isinstance(body, dict):
         fail("-p: a merge patch is a JSON object")
-    result = _send_patch(ApiClient(server, token=token), ns, name, body)
+    result = call(ApiClient(server, token=token).patch_job, ns, name, body)
     emit(result, output, lambda _wide: click.echo(f"{result['kind'].lower()}/{name} patched"))
 
 
