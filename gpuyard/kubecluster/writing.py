@@ -30,7 +30,7 @@ refused with `BackendError` (a fenced standby never binds).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -41,6 +41,7 @@ from gpuyard.kubecluster.client import ApiError, Json, KubeClient
 from gpuyard.kubecluster.dra import DraAllocator
 from gpuyard.state.backend import BackendError
 from gpuyard.state.store import AlreadyExists, Conflict, NotFound, Store
+from gpuyard.state.writing import patchable_status
 
 __all__ = [
     "ANNOTATION_ASSIGNED_NODE",
@@ -60,10 +61,6 @@ ANNOTATION_ASSIGNED_NODE = "gpuyard.io/assigned-node"  # the node a pod is creat
 # controller's. gpuyard's accounting of them stays in the scheduler: a patch of their status answers the
 # cached object, and a create (`gpuyard apply`) leaves the status out, writing nothing (nor asking RBAC for it).
 CLUSTER_OWNED_STATUS = frozenset({"ResourceQuota", "PodDisruptionBudget"})
-
-
-class _WithStatus(Protocol):
-    status: BaseModel
 
 
 def to_json(obj: BaseModel) -> Json:
@@ -253,12 +250,7 @@ class KubeWriter:
         if kind in CLUSTER_OWNED_STATUS:
             return current
         cls = type(current)
-        if "status" not in cls.model_fields:
-            raise ValueError(f"{kind} has no status")
-        status = cast(_WithStatus, current).status  # the model has a `status` field (checked above)
-        unknown = set(changes) - set(type(status).model_fields)
-        if unknown:
-            raise ValueError(f"{kind}.status has no field {', '.join(sorted(unknown))}")
+        status = patchable_status(current, changes)
         fields = type(status).model_fields
         aliases = {k: fields[k].alias or k for k in changes}
         old = to_json(status)

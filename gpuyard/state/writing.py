@@ -30,7 +30,15 @@ from pydantic import BaseModel
 from gpuyard.apis.meta import Resource
 from gpuyard.state.store import Conflict, NotFound, Store
 
-__all__ = ["Durability", "StoreWriter", "Writer", "create_all", "retry_on_conflict", "write_together"]
+__all__ = [
+    "Durability",
+    "StoreWriter",
+    "Writer",
+    "create_all",
+    "patchable_status",
+    "retry_on_conflict",
+    "write_together",
+]
 
 R = TypeVar("R", bound=Resource)
 T = TypeVar("T")
@@ -72,6 +80,19 @@ class _WithStatus(Protocol):
     """A model with a `status` field (checked with `"status" in type(obj).model_fields`)."""
 
     status: BaseModel
+
+
+def patchable_status(current: Resource, changes: Mapping[str, Any]) -> BaseModel:
+    """`current`'s status (the write path's `patch_status` target); ValueError when the kind has no
+    status or `changes` names a field its status lacks. Shared by every backend's writer."""
+    kind = current.kind
+    if "status" not in type(current).model_fields:
+        raise ValueError(f"{kind} has no status")
+    status = cast(_WithStatus, current).status  # the model has a `status` field (checked above)
+    unknown = set(changes) - set(type(status).model_fields)
+    if unknown:
+        raise ValueError(f"{kind}.status has no field {', '.join(sorted(unknown))}")
+    return status
 
 
 class StoreWriter:
@@ -118,12 +139,7 @@ class StoreWriter:
                 f"(current {current.metadata.resource_version})",
                 key=(kind, current.metadata.namespace, current.metadata.name),
             )
-        if "status" not in type(current).model_fields:
-            raise ValueError(f"{kind} has no status")
-        status = cast(_WithStatus, current).status  # the model has a `status` field (checked above)
-        unknown = set(changes) - set(type(status).model_fields)
-        if unknown:
-            raise ValueError(f"{kind}.status has no field {', '.join(sorted(unknown))}")
+        status = patchable_status(current, changes)
         new = current.model_copy(update={"status": status.model_copy(update=dict(changes))})
         stored = self.store.update(new)
         await self._durable(kind)
