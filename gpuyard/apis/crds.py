@@ -209,16 +209,7 @@ def crd_for(resource: ApiResource, model: type[Resource]) -> dict[str, Any]:
     }
     if resource.status_subresource and "status" in properties:
         version["subresources"] = {"status": {}}
-    names: dict[str, Any] = {
-        "kind": resource.kind,
-        "listKind": resource.kind + "List",
-        "plural": resource.plural,
-        "singular": resource.singular,
-    }
-    if resource.short_names:
-        names["shortNames"] = list(resource.short_names)
-    if resource.categories:
-        names["categories"] = list(resource.categories)
+    names = resource.crd_names()
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -17,6 +17,7 @@ schedulers, and gpuyard watches and writes only the one of the configured `gang_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gpuyard.apis.gangs import GANG_API_VERSIONS, GANG_KIND
 from gpuyard.apis.jobkinds import KIND_INFO
@@ -56,6 +57,20 @@ class ApiResource:
     @property
     def crd_name(self) -> str:
         return f"{self.plural}.{self.group}"
+
+    def crd_names(self) -> dict[str, Any]:
+        """The `spec.names` of a CustomResourceDefinition serving this resource."""
+        names: dict[str, Any] = {
+            "kind": self.wire_kind,
+            "listKind": self.wire_kind + "List",
+            "plural": self.plural,
+            "singular": self.singular,
+        }
+        if self.short_names:
+            names["shortNames"] = list(self.short_names)
+        if self.categories:
+            names["categories"] = list(self.categories)
+        return names
 
     def path(self, *, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
         """The REST path of the collection, or of one object (and one of its subresources)."""

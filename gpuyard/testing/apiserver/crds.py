@@ -28,15 +28,7 @@ def minimal_crd(resource: ApiResource) -> dict[str, Any]:
     }
     if resource.status_subresource:
         version["subresources"] = {"status": {}}
-    names: dict[str, Any] = {
-        "plural": resource.plural,
-        "singular": resource.singular,
-        "kind": resource.wire_kind,
-    }
-    if resource.short_names:
-        names["shortNames"] = list(resource.short_names)
-    if resource.categories:
-        names["categories"] = list(resource.categories)
+    names = resource.crd_names()
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
