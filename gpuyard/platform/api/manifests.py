@@ -46,6 +46,7 @@ __all__ = [
     "one_document",
     "prepare_document",
     "put_object",
+    "put_response",
     "rejected_fields",
     "stored_quotas",
 ]
@@ -194,6 +195,13 @@ async def put_object(ctx: Context, obj: Resource, *, conditional: bool = False) 
     return await decided_again(
         lambda: _put_once(ctx, obj, conditional=conditional), attempts=1 if conditional else WRITE_ATTEMPTS
     )
+
+
+async def put_response(ctx: Context, obj: Resource) -> web.Response:
+    """A PUT route's answer: `obj` stored (conditional on the body's resourceVersion, when it gave
+    one), 201 when it was created, else 200."""
+    stored, action = await put_object(ctx, obj, conditional=bool(obj.metadata.resource_version))
+    return web.json_response(stored.to_dict(), status=201 if action == "created" else 200)
 
 
 async def _put_once(ctx: Context, obj: Resource, *, conditional: bool) -> tuple[Resource, str]:

@@ -42,7 +42,7 @@ from gpuyard.platform.api.manifests import (
     list_schema,
     one_document,
     prepare_document,
-    put_object,
+    put_response,
     rejected_fields,
     stored_quotas,
     visible_list_response,
@@ -114,8 +114,7 @@ async def put_quota(request: web.Request) -> web.Response:
         raise ApiError(
             422, f"{exc.message}: nothing was stored", details=rejected_fields("ElasticQuota", name, exc)
         ) from None
-    stored, action = await put_object(request.app[CTX], obj, conditional=bool(obj.metadata.resource_version))
-    return web.json_response(stored.to_dict(), status=201 if action == "created" else 200)
+    return await put_response(request.app[CTX], obj)
 
 
 @operation(
@@ -255,8 +254,7 @@ async def put_queue(request: web.Request) -> web.Response:
         raise ApiError(
             422, f"{exc.message}: nothing was stored", details=rejected_fields("Queue", name, exc)
         ) from None
-    stored, action = await put_object(request.app[CTX], obj, conditional=bool(obj.metadata.resource_version))
-    return web.json_response(stored.to_dict(), status=201 if action == "created" else 200)
+    return await put_response(request.app[CTX], obj)
 
 
 @operation("Delete a queue", tags=["quotas"], errors=[401, 403, 404])
@@ -319,8 +317,7 @@ async def put_resource_quota(request: web.Request) -> web.Response:
             f"{exc.message}: nothing was stored",
             details=rejected_fields("ResourceQuota", f"{ns}/{name}", exc),
         ) from None
-    stored, action = await put_object(request.app[CTX], obj, conditional=bool(obj.metadata.resource_version))
-    return web.json_response(stored.to_dict(), status=201 if action == "created" else 200)
+    return await put_response(request.app[CTX], obj)
 
 
 @operation("Delete a resource quota", tags=["quotas"], errors=[401, 403, 404])

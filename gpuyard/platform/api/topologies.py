@@ -27,7 +27,7 @@ from gpuyard.apis.devices import GPUDevice, NICDevice, NodeTopology
 from gpuyard.platform.api.app import CTX, delete_object, stored
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
-from gpuyard.platform.api.manifests import one_document, put_object
+from gpuyard.platform.api.manifests import one_document, put_response
 from gpuyard.platform.api.openapi import operation
 
 __all__ = ["parse_node_topology", "setup", "topology_problems"]
@@ -156,8 +156,7 @@ async def put_node_topology(request: web.Request) -> web.Response:
     topology, problems = parse_node_topology(doc, name=name)
     if topology is None:
         raise ApiError(422, f"invalid {KIND} {name}: nothing was stored", details=problems)
-    result, action = await put_object(ctx, topology, conditional=bool(topology.metadata.resource_version))
-    return web.json_response(result.to_dict(), status=201 if action == "created" else 200)
+    return await put_response(ctx, topology)
 
 
 @operation("Delete a node's device topology (admin)", tags=["cluster"], errors=[401, 403, 404])
