@@ -25,12 +25,13 @@ the two are fields the other side reads, never writes or deletions of the other'
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from gpuyard.apis.core import PodSpec
+from gpuyard.apis.core import Pod, PodSpec
 from gpuyard.apis.meta import K8sModel, Resource
 from gpuyard.apis.quantity import Quantity
 
@@ -48,6 +49,8 @@ __all__ = [
     "PodGroupStatus",
     "Reservation",
     "ReservationSpec",
+    "pod_devices",
+    "pod_gpus",
     "pod_name",
 ]
 
@@ -173,3 +176,17 @@ class Reservation(Resource):
     API_VERSION = GROUP
 
     spec: ReservationSpec
+
+
+def pod_devices(pod: Pod) -> dict[str, Any]:
+    """The pod's `gpuyard.io/devices` annotation as a mapping ({} when it is absent or malformed)."""
+    try:
+        devices = json.loads(pod.metadata.annotations.get(ANNOTATION_DEVICES, "{}"))
+    except ValueError:
+        return {}
+    return devices if isinstance(devices, dict) else {}
+
+
+def pod_gpus(pod: Pod) -> list[int]:
+    """The GPU indices the pod was given (its `gpuyard.io/devices` annotation)."""
+    return [g for g in pod_devices(pod).get("gpus", []) if isinstance(g, int)]

@@ -20,8 +20,9 @@ from gpuyard.apis.core import Node, NodeCondition, Pod
 from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unhealthy, unhealthy_indices
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import Resource
+from gpuyard.apis.scheduling import pod_gpus
 from gpuyard.devices.fakepods import exit_reason
-from gpuyard.fakecluster.health import active_pods_on, fail_pod, fail_pods_on_gpus, pod_gpus
+from gpuyard.fakecluster.health import active_pods_on, fail_pod, fail_pods_on_gpus
 from gpuyard.fakecluster.writing import FakeWriter
 from gpuyard.state.backend import FaultError
 from gpuyard.state.clock import Clock

@@ -16,7 +16,6 @@ already finished. Every write goes through the fake cluster's writer.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import cast
 
@@ -25,7 +24,7 @@ import structlog
 from gpuyard.apis.core import Node, Pod
 from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unhealthy
 from gpuyard.apis.devices import NodeTopology
-from gpuyard.apis.scheduling import ANNOTATION_DEVICES
+from gpuyard.apis.scheduling import pod_gpus
 from gpuyard.fakecluster.kubelet import terminate
 from gpuyard.state.clock import Clock
 from gpuyard.state.store import Conflict, NotFound, Store
@@ -38,7 +37,6 @@ __all__ = [
     "active_pods_on",
     "fail_pod",
     "fail_pods_on_gpus",
-    "pod_gpus",
 ]
 
 log = structlog.get_logger(__name__)
@@ -50,16 +48,6 @@ ACTIVE = ("Pending", "Running")
 def active_pods_on(store: Store, node: str) -> list[Pod]:
     """Pods bound to `node` that have not finished."""
     return [p for p in store.list_of(Pod) if p.spec.node_name == node and p.status.phase in ACTIVE]
-
-
-def pod_gpus(pod: Pod) -> list[int]:
-    """The GPU indices a pod was given (its `gpuyard.io/devices` annotation)."""
-    try:
-        devices = json.loads(pod.metadata.annotations.get(ANNOTATION_DEVICES, "{}"))
-    except ValueError:
-        return []
-    gpus = devices.get("gpus", []) if isinstance(devices, dict) else []
-    return [g for g in gpus if isinstance(g, int)]
 
 
 async def fail_pod(

@@ -27,7 +27,6 @@ published device that matches no GPU is reported once as a Warning Event on the 
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ import structlog
 from gpuyard.apis.core import GPU_RESOURCE, Pod
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.resources import ApiResource, resource_for
-from gpuyard.apis.scheduling import ANNOTATION_DEVICES
+from gpuyard.apis.scheduling import pod_gpus
 from gpuyard.devices.dra import DRIVER, match_slice_devices, resource_claim, unmatched_event
 from gpuyard.kubecluster.client import ApiError, Json, KubeClient
 from gpuyard.state.backend import BackendError
@@ -68,15 +67,6 @@ RESOURCE_CLAIMS = ApiResource(
 )
 CLAIM_REQUEST = "gpus"  # the claim's one request, and the pod's name for the claim
 GROUP_PATH = "/apis/resource.k8s.io/v1"
-
-
-def _pod_gpus(pod: Pod) -> list[int]:
-    try:
-        devices = json.loads(pod.metadata.annotations.get(ANNOTATION_DEVICES, "{}"))
-    except ValueError:
-        return []
-    gpus = devices.get("gpus", []) if isinstance(devices, dict) else []
-    return [g for g in gpus if isinstance(g, int)]
 
 
 def _strip_gpu(resources: dict[str, Any]) -> bool:
@@ -208,7 +198,7 @@ class DraAllocator:
     async def prepare(self, pod: Pod, body: Json, node: str) -> PendingClaim | None:
         """Rewrite `body` (the pod as it will be created) for DRA when DRA applies to `node`; the
         claim to write after the create, or None (the pod is left as it is)."""
-        gpus = _pod_gpus(pod)
+        gpus = pod_gpus(pod)
         if not gpus or self.mode == "off":
             return None
         where = f"pod {pod.metadata.namespace or 'default'}/{pod.metadata.name}"

@@ -32,7 +32,6 @@ three things are added on the way into the store:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
@@ -44,7 +43,7 @@ from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unheal
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.meta import Resource
-from gpuyard.apis.scheduling import ANNOTATION_DEVICES, LABEL_JOB_NAME, Reservation
+from gpuyard.apis.scheduling import LABEL_JOB_NAME, Reservation, pod_gpus
 from gpuyard.devices.presets import PRESETS, get_preset
 from gpuyard.devices.scenarios import LABEL_TOPOLOGY_PRESET
 from gpuyard.kubecluster.heartbeats import (
@@ -93,18 +92,6 @@ def foreign_usage(
         for name, q in pod.spec.requests().items():
             total[name] = total.get(name, Decimal(0)) + q
     return total
-
-
-def _gpu_indices_of(pods: list[Pod]) -> set[int]:
-    used: set[int] = set()
-    for pod in pods:
-        try:
-            devices = json.loads(pod.metadata.annotations.get(ANNOTATION_DEVICES, "{}"))
-        except ValueError:
-            continue
-        if isinstance(devices, dict):
-            used.update(g for g in devices.get("gpus", []) if isinstance(g, int))
-    return used
 
 
 class NodeModel:
@@ -199,7 +186,7 @@ class NodeModel:
         gpus = int(usage.get(GPU_RESOURCE, Decimal(0)))
         if gpus > 0:
             count = int(alloc.get(GPU_RESOURCE, Decimal(0)))
-            ours = _gpu_indices_of([p for p in pods if not self._foreign(p) and p.status.phase in ACTIVE])
+            ours = {g for p in pods if not self._foreign(p) and p.status.phase in ACTIVE for g in pod_gpus(p)}
             ours.update(
                 g for r in self.store.list_of(Reservation) if r.spec.node == name for g in r.spec.gpus
             )

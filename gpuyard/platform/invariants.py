@@ -32,7 +32,6 @@ Two families:
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -45,7 +44,7 @@ from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quantity import format_quantity, to_milli
 from gpuyard.apis.quotakinds import ElasticQuota
-from gpuyard.apis.scheduling import ANNOTATION_DEVICES, PodGroup, Reservation
+from gpuyard.apis.scheduling import PodGroup, Reservation, pod_devices, pod_gpus
 from gpuyard.state.store import Store
 
 __all__ = [
@@ -295,15 +294,11 @@ def _pod_use(pod: Pod) -> _Use:
     gpus: tuple[int, ...] = ()
     nics: tuple[str, ...] = ()
     milli = GPU_MILLI
-    try:
-        devices = json.loads(pod.metadata.annotations.get(ANNOTATION_DEVICES, "{}"))
-    except ValueError:
-        devices = {}
-    if isinstance(devices, dict):
-        gpus = tuple(int(g) for g in devices.get("gpus", []) if isinstance(g, int))
-        nics = tuple(str(n) for n in devices.get("nics", []))
-        if isinstance(devices.get("gpuMilli"), int):
-            milli = int(devices["gpuMilli"]) or GPU_MILLI
+    devices = pod_devices(pod)
+    gpus = tuple(pod_gpus(pod))
+    nics = tuple(str(n) for n in devices.get("nics", []))
+    if isinstance(devices.get("gpuMilli"), int):
+        milli = int(devices["gpuMilli"]) or GPU_MILLI
     ports = tuple(
         p.host_port
         for c in pod.spec.containers

@@ -35,13 +35,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuyard.apis.core import Pod
 from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unhealthy
+from gpuyard.apis.scheduling import pod_gpus
 from gpuyard.devices.fakepods import exit_reason, pod_script
 from gpuyard.devices.scenarios import Scenario
 from gpuyard.kubecluster.fakenodes.objects import (
     NODE_LEASE_NAMESPACE,
     node_lease,
     node_objects,
-    pod_gpus,
     ready_condition,
     running_status,
     slice_objects,

@@ -10,13 +10,11 @@ Every object here validates against the Kubernetes schemas (tests/kubernetes/tes
 
 from __future__ import annotations
 
-import json
 import zlib
 from datetime import datetime
 from typing import Any
 
 from gpuyard.apis.core import Pod
-from gpuyard.apis.scheduling import ANNOTATION_DEVICES
 from gpuyard.devices.dra import resource_slice
 from gpuyard.devices.scenarios import Scenario
 
@@ -24,7 +22,6 @@ __all__ = [
     "NODE_LEASE_NAMESPACE",
     "node_lease",
     "node_objects",
-    "pod_gpus",
     "ready_condition",
     "running_status",
     "slice_objects",
@@ -186,13 +183,3 @@ def terminated_status(
         status["message"] = message
         terminated["message"] = message
     return status
-
-
-def pod_gpus(pod: Pod) -> list[int]:
-    """The GPU indices gpuyard gave the pod (its `gpuyard.io/devices` annotation)."""
-    try:
-        devices = json.loads(pod.metadata.annotations.get(ANNOTATION_DEVICES, "{}"))
-    except ValueError:
-        return []
-    gpus = devices.get("gpus", []) if isinstance(devices, dict) else []
-    return [g for g in gpus if isinstance(g, int)]

@@ -39,10 +39,10 @@ from gpuyard.apis.jobspecs import JobConditionType
 from gpuyard.apis.priorityclasses import unknown_class_problems
 from gpuyard.apis.resourceclasses import validate_gang_request
 from gpuyard.apis.scheduling import (
-    ANNOTATION_DEVICES,
     LABEL_JOB_NAME,
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
+    pod_devices,
 )
 from gpuyard.platform.api.app import CTX, WRITE_ATTEMPTS, decided_again, delete_object, writer_of
 from gpuyard.platform.api.auth import Action, allowed_namespaces, authorize
@@ -105,14 +105,9 @@ def _json_documents(text: str) -> list[Any]:
 
 def pod_view(pod: Pod) -> dict[str, Any]:
     """The pod as stored plus `summary`: phase, node, host port, devices and each container's env."""
-    import json
-
     out = pod.to_dict()
     ports = [p.host_port for c in pod.spec.containers for p in c.ports if p.host_port]
-    try:
-        devices = json.loads(pod.metadata.annotations.get(ANNOTATION_DEVICES, "{}"))
-    except ValueError:
-        devices = {}
+    devices = pod_devices(pod)
     out["summary"] = {
         "phase": pod.status.phase,
         "node": pod.spec.node_name,
