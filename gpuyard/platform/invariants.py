@@ -426,22 +426,25 @@ def _exclusive(
 # --- quotas ---------------------------------------------------------------------------------------
 
 
+def _over(quota: ElasticQuota, bound: Mapping[str, Decimal]) -> list[tuple[str, str, str]]:
+    """(resource, used, bound) of each resource the quota uses beyond `bound`, formatted."""
+    return [
+        (resource, format_quantity(amount), format_quantity(bound[resource]))
+        for resource, amount in sorted(quota.status.used.items())
+        if resource in bound and amount > bound[resource]
+    ]
+
+
 def _quota_max(quotas: list[ElasticQuota]) -> list[Violation]:
-    out: list[Violation] = []
-    for quota in quotas:
-        used, limit = quota.status.used, quota.spec.max
-        for resource, amount in sorted(used.items()):
-            top = limit.get(resource)
-            if top is not None and amount > top:
-                out.append(
-                    Violation(
-                        "quota-max",
-                        f"quota {quota.metadata.name} uses {format_quantity(amount)} {resource}, "
-                        f"max {format_quantity(top)}",
-                        (_name(quota),),
-                    )
-                )
-    return out
+    return [
+        Violation(
+            "quota-max",
+            f"quota {quota.metadata.name} uses {used} {resource}, max {top}",
+            (_name(quota),),
+        )
+        for quota in quotas
+        for resource, used, top in _over(quota, quota.spec.max)
+    ]
 
 
 def _quota_runtime(quotas: list[ElasticQuota], groups: list[PodGroup]) -> list[Violation]:
@@ -449,21 +452,15 @@ def _quota_runtime(quotas: list[ElasticQuota], groups: list[PodGroup]) -> list[V
     waiting = any(g.status.phase == "Pending" and not g.spec.suspend for g in groups)
     if reclaiming or waiting:
         return []  # a reclaim is under way, or may be once its grace period ends
-    out: list[Violation] = []
-    for quota in quotas:
-        runtime = quota.status.runtime
-        for resource, amount in sorted(quota.status.used.items()):
-            top = runtime.get(resource)
-            if top is not None and amount > top:
-                out.append(
-                    Violation(
-                        "quota-runtime",
-                        f"quota {quota.metadata.name} uses {format_quantity(amount)} {resource}, "
-                        f"runtime {format_quantity(top)}, and no reclaim is under way",
-                        (_name(quota),),
-                    )
-                )
-    return out
+    return [
+        Violation(
+            "quota-runtime",
+            f"quota {quota.metadata.name} uses {used} {resource}, runtime {top}, and no reclaim is under way",
+            (_name(quota),),
+        )
+        for quota in quotas
+        for resource, used, top in _over(quota, quota.status.runtime)
+    ]
 
 
 # --- owners and gangs -----------------------------------------------------------------------------
