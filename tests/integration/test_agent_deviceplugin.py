@@ -21,8 +21,7 @@ from gpuyard.devices.agent.allocating import RESOURCE_GPU
 from gpuyard.devices.agent.deviceplugin import DevicePlugin
 from gpuyard.devices.agent.fakekubelet import FakeKubelet
 from gpuyard.devices.agent.running import HttpPodLookup
-from gpuyard.platform.runtime import Platform
-from gpuyard.state.config import Settings
+from tests.integration.live_platform import live_platform, until
 
 NODE = "a100-0"
 SCENARIO = """
@@ -52,15 +51,6 @@ spec:
 """
 
 
-async def until(check, *, timeout: float = 10.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result or time.monotonic() > deadline:
-            return result
-        await asyncio.sleep(0.05)
-
-
 @pytest.fixture
 def plugin_dir():  # type: ignore[no-untyped-def]
     path = Path(tempfile.mkdtemp(prefix="dp"))  # unix socket paths are limited to 107 bytes
@@ -73,76 +63,68 @@ async def test_allocate_answers_the_scheduled_gpus_of_the_pending_pod(
 ) -> None:
     scenario = tmp_path / "one-a100.yaml"
     scenario.write_text(SCENARIO)
-    platform = Platform(
-        Settings(
-            server={"host": "127.0.0.1", "port": 0},
-            backend={"cluster": str(scenario), "data_dir": None, "clock": "real"},
-        )
-    )
-    task = asyncio.create_task(platform.run())
-    lookup: HttpPodLookup | None = None
-    kubelet = FakeKubelet(plugin_dir)
-    watch: asyncio.Task[None] | None = None
-    try:
-        await asyncio.wait_for(platform.backend.synced.wait(), 5)
-        await asyncio.wait_for(platform.serving.wait(), 5)
-        base = platform.url
-        node = NODE  # node group `a100`, first node
-        topology = platform.store.must_get_of(NodeTopology, "", node)
-        uuids = [g.uuid for g in topology.spec.gpus]
-        async with aiohttp.ClientSession() as http:
-            for name in ("first", "second"):
-                async with http.post(
-                    f"{base}/api/v1/jobs",
-                    data=JOB.replace("NAME", name),
-                    headers={"Content-Type": "application/yaml"},
-                ) as r:
-                    assert r.status == 201, await r.text()
-
-            async def placed() -> dict[str, list[int]]:
-                out = {}
+    async with live_platform(str(scenario)) as platform:
+        lookup: HttpPodLookup | None = None
+        kubelet = FakeKubelet(plugin_dir)
+        watch: asyncio.Task[None] | None = None
+        try:
+            base = platform.url
+            node = NODE  # node group `a100`, first node
+            topology = platform.store.must_get_of(NodeTopology, "", node)
+            uuids = [g.uuid for g in topology.spec.gpus]
+            async with aiohttp.ClientSession() as http:
                 for name in ("first", "second"):
-                    async with http.get(f"{base}/api/v1/namespaces/default/jobs/{name}/pods") as r:
-                        items = (await r.json()).get("items", [])
-                    if items:
-                        out[items[0]["metadata"]["name"]] = items[0]["summary"]["gpus"]
-                return out if len(out) == 2 else {}
+                    async with http.post(
+                        f"{base}/api/v1/jobs",
+                        data=JOB.replace("NAME", name),
+                        headers={"Content-Type": "application/yaml"},
+                    ) as r:
+                        assert r.status == 201, await r.text()
 
-            pods = await until(placed)
-        assert sorted(sorted(g) for g in pods.values()) == [[0, 1, 2, 3], [4, 5, 6, 7]]
-        upper = next(p for p, g in pods.items() if sorted(g) == [4, 5, 6, 7])
+                async def placed() -> dict[str, list[int]]:
+                    out = {}
+                    for name in ("first", "second"):
+                        async with http.get(f"{base}/api/v1/namespaces/default/jobs/{name}/pods") as r:
+                            items = (await r.json()).get("items", [])
+                        if items:
+                            out[items[0]["metadata"]["name"]] = items[0]["summary"]["gpus"]
+                    return out if len(out) == 2 else {}
 
-        lookup = HttpPodLookup(base)
-        plugin = DevicePlugin(
-            node=node, resource=RESOURCE_GPU, lookup=lookup, plugin_dir=plugin_dir, poll_s=0.05
-        )
-        plugin.update(topology)
-        await kubelet.start()
-        watch = asyncio.create_task(plugin.watch())
-        deadline = time.monotonic() + 5
-        while not kubelet.devices.get(RESOURCE_GPU):
-            assert time.monotonic() < deadline, "the plugin did not register"
-            await asyncio.sleep(0.02)
+                pods = await until(placed)
+            assert sorted(sorted(g) for g in pods.values()) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+            upper = next(p for p, g in pods.items() if sorted(g) == [4, 5, 6, 7])
 
-        env = await kubelet.allocate(RESOURCE_GPU, uuids[4:8])
-        assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(uuids[4:8])
-        assert env["GPUYARD_GPU_INDICES"] == "4,5,6,7"
-        pod = platform.store.get("Pod", "default", upper)
-        assert pod is not None
-        assert pod.spec.containers[0].env_dict()["NVIDIA_VISIBLE_DEVICES"] == env["NVIDIA_VISIBLE_DEVICES"]
-        # two pending 4-GPU pods: the plugin does not guess a preference
-        assert await kubelet.preferred(RESOURCE_GPU, available=uuids, size=4) == []
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await kubelet.allocate(RESOURCE_GPU, [uuids[0], uuids[1], uuids[4], uuids[5]])
-        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert f"no pending gpuyard pod on node {node}" in refused.value.details()
-    finally:
-        if watch is not None:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
-        await kubelet.stop()
-        if lookup is not None:
-            await lookup.aclose()
-        platform.stop()
-        await asyncio.wait_for(task, 10)
+            lookup = HttpPodLookup(base)
+            plugin = DevicePlugin(
+                node=node, resource=RESOURCE_GPU, lookup=lookup, plugin_dir=plugin_dir, poll_s=0.05
+            )
+            plugin.update(topology)
+            await kubelet.start()
+            watch = asyncio.create_task(plugin.watch())
+            deadline = time.monotonic() + 5
+            while not kubelet.devices.get(RESOURCE_GPU):
+                assert time.monotonic() < deadline, "the plugin did not register"
+                await asyncio.sleep(0.02)
+
+            env = await kubelet.allocate(RESOURCE_GPU, uuids[4:8])
+            assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(uuids[4:8])
+            assert env["GPUYARD_GPU_INDICES"] == "4,5,6,7"
+            pod = platform.store.get("Pod", "default", upper)
+            assert pod is not None
+            assert (
+                pod.spec.containers[0].env_dict()["NVIDIA_VISIBLE_DEVICES"] == env["NVIDIA_VISIBLE_DEVICES"]
+            )
+            # two pending 4-GPU pods: the plugin does not guess a preference
+            assert await kubelet.preferred(RESOURCE_GPU, available=uuids, size=4) == []
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await kubelet.allocate(RESOURCE_GPU, [uuids[0], uuids[1], uuids[4], uuids[5]])
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert f"no pending gpuyard pod on node {node}" in refused.value.details()
+        finally:
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+            await kubelet.stop()
+            if lookup is not None:
+                await lookup.aclose()

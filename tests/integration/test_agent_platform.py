@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from pathlib import Path
 
 import aiohttp
@@ -19,8 +18,7 @@ from gpuyard.cli import main
 from gpuyard.devices.agent.fakenvml import FakeNVML
 from gpuyard.devices.agent.inventory import LABEL_DISCOVERED_BY, Inventory
 from gpuyard.devices.agent.running import Agent, AgentTimings, HttpSink
-from gpuyard.platform.runtime import Platform
-from gpuyard.state.config import Settings
+from tests.integration.live_platform import live_platform, until
 
 NODE = "dgxa100-0"
 JOB = """
@@ -39,26 +37,8 @@ spec:
 """
 
 
-async def until(check, *, timeout: float = 10.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result or time.monotonic() > deadline:
-            return result
-        await asyncio.sleep(0.05)
-
-
 async def test_agent_writes_topology_and_an_xid_reaches_the_scheduler(tmp_path: Path) -> None:
-    platform = Platform(
-        Settings(
-            server={"host": "127.0.0.1", "port": 0},
-            backend={"cluster": "configs/clusters/demo.yaml", "data_dir": None, "clock": "real"},
-        )
-    )
-    task = asyncio.create_task(platform.run())
-    try:
-        await asyncio.wait_for(platform.backend.synced.wait(), 5)
-        await asyncio.wait_for(platform.serving.wait(), 5)
+    async with live_platform() as platform:
         base = platform.url
         store = platform.store
         # `gpuyard agent --once` from a preset (the CLI runs its own event loop: in a thread)
@@ -118,6 +98,3 @@ async def test_agent_writes_topology_and_an_xid_reaches_the_scheduler(tmp_path: 
             with contextlib.suppress(asyncio.CancelledError):
                 await running
             await sink.aclose()
-    finally:
-        platform.stop()
-        await asyncio.wait_for(task, 10)

@@ -7,12 +7,9 @@ node is a 422 at submit time.
 
 from __future__ import annotations
 
-import asyncio
-
 import aiohttp
 
-from gpuyard.platform.runtime import Platform
-from gpuyard.state.config import Settings
+from tests.integration.live_platform import live_platform, until
 
 V100_JOB = """
 apiVersion: kubeflow.org/v1
@@ -35,26 +32,8 @@ BIG_JOB = (
 TOO_BIG = V100_JOB.replace("v100job", "toobig").replace("nvidia.v100: 4", "nvidia.com/gpu: 16")
 
 
-async def _until(check, *, timeout: float = 10.0):  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = await check()
-        if result or asyncio.get_running_loop().time() > deadline:
-            return result
-        await asyncio.sleep(0.05)
-
-
 async def test_v100_class_job_big_gang_and_a_request_too_large():
-    platform = Platform(
-        Settings(
-            server={"host": "127.0.0.1", "port": 0},
-            backend={"cluster": "configs/clusters/demo.yaml", "data_dir": None, "clock": "real"},
-        )
-    )
-    task = asyncio.create_task(platform.run())
-    try:
-        await asyncio.wait_for(platform.backend.synced.wait(), 5)
-        await asyncio.wait_for(platform.serving.wait(), 5)
+    async with live_platform() as platform:
         base = platform.url
         async with aiohttp.ClientSession() as http:
 
@@ -62,7 +41,7 @@ async def test_v100_class_job_big_gang_and_a_request_too_large():
                 async with http.get(f"{base}/api/v1/resourceclasses/nvidia.v100") as r:
                     return r.status == 200
 
-            assert await _until(classes_ready)
+            assert await until(classes_ready)
             for body in (V100_JOB, BIG_JOB):
                 async with http.post(
                     f"{base}/api/v1/jobs", data=body, headers={"Content-Type": "application/yaml"}
@@ -85,7 +64,7 @@ async def test_v100_class_job_big_gang_and_a_request_too_large():
                     items = (await r.json()).get("items", [])
                 return items if items and all(p["summary"]["phase"] == "Running" for p in items) else []
 
-            pods = await _until(running_pods)
+            pods = await until(running_pods)
             assert len(pods) == 1
             pod = pods[0]
             assert pod["summary"]["node"].startswith("dgx1-") and len(pod["summary"]["gpus"]) == 4
@@ -99,7 +78,7 @@ async def test_v100_class_job_big_gang_and_a_request_too_large():
                     body = await r.json() if r.status == 200 else {}
                 return body if body.get("reason") == "Unschedulable" else None
 
-            big = await _until(big_explained)
+            big = await until(big_explained)
             assert big is not None and big["phase"] == "Pending" and big["reservations"] == []
             assert big["message"].startswith(
                 "can never fit: asks 64 GPUs, the cluster has 52; "
@@ -107,6 +86,3 @@ async def test_v100_class_job_big_gang_and_a_request_too_large():
             )
             async with http.get(f"{base}/api/v1/namespaces/default/jobs/bigjob/pods") as r:
                 assert (await r.json())["items"] == []
-    finally:
-        platform.stop()
-        await asyncio.wait_for(task, 10)
