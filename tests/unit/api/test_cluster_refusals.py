@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from gpuyard.apis.meta import Resource
-from gpuyard.platform.api import app as app_module
 from gpuyard.state.backend import BackendError
 from gpuyard.state.context import Context
 from gpuyard.state.writing import Writer
@@ -48,16 +47,6 @@ class Refusing:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.writer, name)
-
-
-@pytest.fixture
-def ctx() -> Context:
-    return Context.for_tests()
-
-
-@pytest.fixture
-async def client(aiohttp_client: Any, ctx: Context) -> Any:
-    return await aiohttp_client(app_module.make_app(ctx))
 
 
 def policy(weight: float, gpus: int) -> str:

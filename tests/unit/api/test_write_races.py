@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from gpuyard.apis.meta import Resource
-from gpuyard.platform.api import app as app_module
 from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists
 from gpuyard.state.writing import Writer
@@ -43,16 +42,6 @@ class Racing:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.writer, name)
-
-
-@pytest.fixture
-def ctx() -> Context:
-    return Context.for_tests()
-
-
-@pytest.fixture
-async def client(aiohttp_client: Any, ctx: Context) -> Any:
-    return await aiohttp_client(app_module.make_app(ctx))
 
 
 def queue(weight: float, **meta: Any) -> str:
