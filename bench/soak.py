@@ -41,7 +41,10 @@ from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.testing import Cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from load import Server, listed
+
+from tests.faults.jobs import gang
 
 TERMINAL = ("Succeeded", "Failed")
 STEP = 60.0  # virtual seconds between arrivals and fault draws
@@ -54,37 +57,21 @@ def job_doc(rng: random.Random, name: str) -> tuple[dict[str, Any], str]:
     workers = rng.choice([0, 0, 0, 1, 3]) if gpus == 8 else 0
     policy = rng.choice(["ExitCode", "ExitCode", "OnFailure", "Never"])
     duration = rng.randint(600, 3 * 3600)
-    annotations = {"fake.gpuyard.io/duration": str(duration)}
-    expect = "ok"
+    exit_code, expect = None, "ok"
     if rng.random() < 0.05:  # a bug in the training script: exits 1
-        annotations["fake.gpuyard.io/exit-code"] = "1"
+        exit_code = 1
         expect = "fails" if policy != "OnFailure" else "ok"
-
-    def role(replicas: int) -> dict[str, Any]:
-        return {
-            "replicas": replicas,
-            "restartPolicy": policy,
-            "template": {
-                "metadata": {"annotations": dict(annotations)},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "pytorch",
-                            "image": "train:1",
-                            "resources": {"limits": {"nvidia.com/gpu": gpus, "cpu": "4", "memory": "16Gi"}},
-                        }
-                    ]
-                },
-            },
-        }
-
-    specs = {"Master": role(1)} | ({"Worker": role(workers)} if workers else {})
-    doc = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": "soak"},
-        "spec": {"runPolicy": {"backoffLimit": 6, "cleanPodPolicy": "All"}, "pytorchReplicaSpecs": specs},
-    }
+    doc = gang(
+        name,
+        workers=workers,
+        gpus=gpus,
+        policy=policy,
+        duration=str(duration),
+        backoff=6,
+        namespace="soak",
+        exit_code=exit_code,
+    )
+    doc["spec"]["runPolicy"]["cleanPodPolicy"] = "All"
     return doc, expect
 
 
