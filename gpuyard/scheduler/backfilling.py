@@ -181,12 +181,14 @@ def plan_head(state: SchedulerState, key: Key, gang: GangRequest, *, members: se
         known = [ends[g] for g in gone]
         shadow = max(e for e in known if e is not None) if all(e is not None for e in known) else None
         if room:
+            tracked = state.admission.jobs.get(key)
             hold = Hold(
                 owner=key,
                 cause="backfill",
                 nodes=room,
                 until=state.now + state.backfill_hold_seconds,
                 shadow=shadow,
+                priority=tracked.job.priority if tracked is not None else 0,
             )
             state.holds.drop_cause("backfill", keep=key)
             state.holds.set(hold)

@@ -17,6 +17,12 @@ A :class:`Hold` is plain data: per node the GPUs, milli-CPU and MiB it keeps fre
 turns the holds of every *other* gang into three int arrays over the snapshot's rows (`arrays`)
 and the `held-room` filter subtracts them from the free room (`filter_plugins.HeldRoom`), so a
 gang never sees room held for another, and its own holds never stand in its way.
+
+Room is held only against jobs *behind* its owner: a hold whose owner has a lower priority than
+the job being placed does not apply to it (kube-scheduler considers only nominated pods of equal
+or higher priority). Without that rule two holds can block each other for good: a preempted
+job that became its queue's head holds the room its preemptor was nominated to, and each waits
+for the other.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class Hold:
     until: float
     shadow: float | None = None  # backfill: a job expected to end by then may use the room
     message: str = ""
+    priority: int = 0  # the owner's: the hold applies only to jobs of this priority or lower
 
     def describe(self) -> str:
         """ "3 GPUs on n1" — what is held, for the owner's own status message."""
@@ -70,7 +77,12 @@ class Holds:
 
     def set(self, hold: Hold) -> None:
         old = self.by_owner.get(hold.owner)
-        if old is not None and old.nodes == hold.nodes and old.cause == hold.cause:
+        if (
+            old is not None
+            and old.nodes == hold.nodes
+            and old.cause == hold.cause
+            and old.priority == hold.priority
+        ):
             old.until = max(old.until, hold.until)
             old.shadow, old.message = hold.shadow, hold.message
             return
@@ -97,6 +109,10 @@ class Holds:
             self.drop(hold.owner)
         return gone
 
+    def blocking(self, owner: Key, *, priority: int) -> list[Hold]:
+        """The holds of other owners that apply to a job `owner` of `priority` (see `arrays`)."""
+        return [h for o, h in self.by_owner.items() if o != owner and h.priority >= priority]
+
     def next_due(self) -> float | None:
         return min((h.until for h in self.by_owner.values()), default=None)
 
@@ -107,14 +123,18 @@ class Holds:
         *,
         exclude: Collection[Key],
         ends_at: float | None = None,
+        priority: int | None = None,
     ) -> HeldArrays | None:
         """The room held for gangs other than `exclude`, per row; None when nothing is held.
 
         `ends_at`: when the job being placed is expected to end; backfill holds whose shadow
-        time it ends before do not apply to it (EASY backfill)."""
+        time it ends before do not apply to it (EASY backfill). `priority`: the job's; holds of
+        lower-priority owners do not apply to it (they are not ahead of it)."""
         out: HeldArrays | None = None
         for owner, hold in self.by_owner.items():
             if owner in exclude:
+                continue
+            if priority is not None and hold.priority < priority:
                 continue
             if hold.shadow is not None and ends_at is not None and ends_at <= hold.shadow:
                 continue

@@ -235,7 +235,9 @@ def on_nodes(
     )
     if not gang.parts:
         return plan
-    held = state.holds.arrays(snap.node_rows.index, snap.n, exclude={key})
+    tracked = state.admission.jobs.get(key)
+    mine = tracked.job.priority if tracked is not None else None
+    held = state.holds.arrays(snap.node_rows.index, snap.n, exclude={key}, priority=mine)
     gone = [cast(Key, v.job.key) for v in plan.victims]
     if isinstance(fits_without(snap, gang, state.profile, gone, held=held), Placement):
         return plan

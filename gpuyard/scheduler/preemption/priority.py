@@ -180,7 +180,7 @@ def preempt_for(state: SchedulerState, key: Key, *, quota_blocked: bool = False)
         return []
     running = {c.key: (dict(c.labels), len(c.pods)) for c in candidates}
     count = violation_counter(state.objects.list_of(PodDisruptionBudget), running)
-    held = state.holds.arrays(snap.node_rows.index, snap.n, exclude={key})
+    held = state.holds.arrays(snap.node_rows.index, snap.n, exclude={key}, priority=me.priority)
     enough = _quota_room(state, key) if quota_blocked else None
     if quota_blocked and enough is None:
         return []
@@ -223,7 +223,13 @@ def preempt_for(state: SchedulerState, key: Key, *, quota_blocked: bool = False)
         )
     state.holds.drop(key)
     state.holds.set(
-        Hold(owner=key, cause="nomination", nodes=room, until=state.now + state.nomination_seconds)
+        Hold(
+            owner=key,
+            cause="nomination",
+            nodes=room,
+            until=state.now + state.nomination_seconds,
+            priority=me.priority,
+        )
     )
     state.preempting[key] = set(victims)
     state.recorder.status(
