@@ -32,7 +32,7 @@ from gpuyard.scheduler.framework import CycleState
 from gpuyard.scheduler.gang_requests import GangRequest, PodShape, build_gang
 from gpuyard.scheduler.gatekeeping import JobShape
 from gpuyard.scheduler.minresources import MIN_RESOURCES, min_resources_short
-from gpuyard.scheduler.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.outcomes import Placement, Refusal, Unschedulable
 from gpuyard.scheduler.placing import place
 from gpuyard.scheduler.preemption.priority import preempt_for
 from gpuyard.scheduler.recording import Key, is_complete
@@ -59,7 +59,7 @@ class Walk:
         # Quota answers per job shape (quota, demand, namespace) while the quota state stays as it
         # is: many waiting jobs of few shapes cost one check (and one `owed`) per shape. Cleared
         # whenever the state may change (a placement, a reclaim, new changes).
-        self.verdicts: dict[JobShape, tuple[str, bool]] = {}
+        self.verdicts: dict[JobShape, tuple[Refusal, bool]] = {}
 
 
 def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
@@ -76,15 +76,30 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
         state.queue.park(key, epoch=state.epoch(), reserve=False)
         return
     try:
+        never = never_placed(state, key, pg) if isinstance(pg, PodGroup) else None
+        if adm.never_fits(key, never is not None):
+            walk.verdicts.clear()  # quota runtimes changed
+        if never is not None:
+            # the most fundamental reason: no quota, preemption or held room can help it; the
+            # attempt says why in full (`place`), and the job holds and protects nothing
+            state.holds.drop(key)
+            outcome = schedule_one(state, key)
+            if outcome is None:
+                state.queue.park(key, epoch=state.epoch(), reserve=False)
+            elif isinstance(outcome, Placement):  # cannot be (`never_fits` is conservative)
+                candidates.placed(job)
+            else:
+                candidates.blocked(job, outcome.full_message(), reserve=False)
+            return
         shape = adm.shape(key)
         known = walk.verdicts.get(shape) if shape is not None else None
-        reason = known[0] if known is not None else adm.check(key)
-        if reason is not None:
-            candidates.blocked(job, reason, reserve=False)
-            quota_blocked(state, key, reason, shape=shape)
+        refusal = known[0] if known is not None else adm.check(key)
+        if refusal is not None:
+            candidates.blocked(job, refusal.message, reserve=False)
+            quota_blocked(state, key, refusal, shape=shape)
             outcome = None
             if (
-                not reason.startswith("ResourceQuota")
+                refusal.code != "ResourceQuotaExceeded"
                 and not adm.owed(key)
                 and preempt_for(state, key, quota_blocked=True)
             ):
@@ -101,7 +116,7 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
             elif (
                 outcome is not None
                 and outcome.reason == "Unschedulable"
-                and not outcome.message.startswith("can never fit")
+                and not outcome.never
                 and preempt_for(state, key)
             ):
                 candidates.blocked(job, outcome.full_message(), reserve=False)
@@ -111,9 +126,9 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
                 why = outcome.full_message() if outcome is not None else ""
                 reserve = outcome is not None and outcome.reason != MIN_RESOURCES  # gated: holds nothing
                 candidates.blocked(job, why, reserve=reserve)
-        if outcome is not None or reason is not None:
-            if reason is not None and shape is not None and known is None:
-                known = walk.verdicts[shape] = (reason, adm.owed(key))
+        if outcome is not None or refusal is not None:
+            if refusal is not None and shape is not None and known is None:
+                known = walk.verdicts[shape] = (refusal, adm.owed(key))
             if maybe_reclaim(state, key, owed=known[1] if known is not None else None):
                 walk.verdicts.clear()
     except ValueError as exc:  # a request of this job that no cycle can read: retrying cannot help
@@ -166,15 +181,49 @@ def maybe_reclaim(state: SchedulerState, key: Key, *, owed: bool | None = None) 
     return bool(victims)
 
 
-def quota_blocked(state: SchedulerState, key: Key, reason: str, *, shape: JobShape | None = None) -> None:
-    state.queue.park(key, epoch=state.epoch(), reason=reason, reserve=False)
+def quota_blocked(
+    state: SchedulerState, key: Key, refusal: Refusal, *, shape: JobShape | None = None
+) -> None:
+    state.queue.park(key, epoch=state.epoch(), reason=refusal.message, reserve=False)
     state.parking.park(key, shape)
     pg = state.objects.get_of(PodGroup, *key)
     if not isinstance(pg, PodGroup):
         return
-    code = "ResourceQuotaExceeded" if reason.startswith("ResourceQuota") else "QuotaExceeded"
     state.recorder.attempted(pg)
-    waiting(state, pg, code, reason, held=0)
+    waiting(state, pg, refusal.code, refusal.message, held=0)
+
+
+def never_placed(state: SchedulerState, key: Key, pg: PodGroup) -> Unschedulable | None:
+    """ "can never fit on this cluster: ..." (`backfilling.never_fits`) for a waiting job that
+    holds nothing, else None. Asked before quota admission, since no quota could help it, and
+    cached per job until the job or the cluster's nodes change."""
+    snap = state.snapshot
+    if pg.spec.suspend or snap.placed_pods(key):
+        return None
+    token = (pg.metadata.generation, snap.static_version, snap.node_count)
+    cached = state.never_jobs.get(key)
+    if cached is not None and cached[0] == token:
+        return cached[1]
+    result = None
+    members, waiting_for = state.groups.members(pg, lambda k: state.objects.get_of(PodGroup, *k))
+    if not waiting_for:
+        try:
+            gang = build_gang(
+                members,
+                placed={m.key[1:]: snap.placed_pods(m.key[1:]) for m in members},
+                classes=snap.class_names,
+                cache=state.shapes,
+            )
+        except RequestError:
+            gang = None  # said when it is tried (`schedule_one`)
+        if gang is not None and gang.parts:
+            message = never_fits(state, gang, _signature(gang))
+            if message is not None:
+                result = Unschedulable(reason="Unschedulable", message=message, never=True)
+    if len(state.never_jobs) > 100_000:
+        state.never_jobs.clear()
+    state.never_jobs[key] = (token, result)
+    return result
 
 
 def waiting(state: SchedulerState, pg: PodGroup, code: str, cause: str, *, held: int) -> None:
@@ -268,6 +317,7 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
             snap.n,
             exclude=mine,
             ends_at=state.now + duration if duration is not None else None,
+            priority=tracked.job.priority if tracked is not None else None,
         )
         if held is not None:
             cycle.data["held"] = held
@@ -307,7 +357,7 @@ def _why_waiting(
     held for its planned placement (`backfilling`)."""
     if result.reason != "Unschedulable":
         return result
-    if result.message.startswith("can never fit"):  # `place` found it out already
+    if result.never:  # `place` found it out already
         for k in members:
             state.holds.drop(k)
         return result
@@ -316,7 +366,7 @@ def _why_waiting(
         if never is not None:
             for k in members:
                 state.holds.drop(k)
-            return replace(result, message=never, notes=[])
+            return replace(result, message=never, notes=[], never=True)
     if not head:
         return result
     note = plan_head(state, key, gang, members=members)
@@ -383,14 +433,17 @@ def _commit(state: SchedulerState, members: list[PodGroup], placement: Placement
     )
 
 
-def _not_placed(state: SchedulerState, members: list[PodGroup], result: Unschedulable) -> None:
+def _not_placed(
+    state: SchedulerState, members: list[PodGroup], result: Unschedulable, *, reserve: bool = True
+) -> None:
     epoch = state.epoch()
     message = result.full_message()
-    fits = state.admission.has_quotas and result.reason == "Unschedulable"
+    fits = state.admission.has_quotas and result.reason == "Unschedulable" and not result.never
     cause = f"fits quota, waiting for room: {message}" if fits else message
+    reserve = reserve and not result.never  # a job that can never fit is nobody's head
     for m in members:
         key: Key = m.key[1:]
-        state.queue.park(key, epoch=epoch, reason=cause)
+        state.queue.park(key, epoch=epoch, reason=cause, reserve=reserve)
         state.parking.unpark(key)
         if key in state.partial:
             state.partial[key] = epoch

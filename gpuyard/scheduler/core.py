@@ -116,6 +116,7 @@ class SchedulerState:
         self.shapes: ShapeCache = {}
         self.no_fit: dict[GangSignature, tuple[tuple[int, int], Unschedulable]] = {}
         self.never_fit: dict[object, tuple[tuple[int, int], str | None]] = {}  # per shape and nodes
+        self.never_jobs: dict[Key, tuple[tuple[int, int, int], Unschedulable | None]] = {}  # per job
         self.head_plans: dict[Key, tuple[tuple[int, int], str, float]] = {}  # head's plan, state, time
         self.holds = Holds()  # room held for nominated preemptors and the backfill head
         self.preempting: dict[Key, set[Key]] = {}  # preemptor -> its victims still stopping
@@ -174,6 +175,7 @@ class SchedulerState:
         self.admission.load(nodes=cache.list_of(Node), classes=classes, topologies=topologies)
         self.no_fit.clear()
         self.never_fit.clear()
+        self.never_jobs.clear()
         self.head_plans.clear()
         self.holds = Holds()
         self.preempting.clear()
@@ -453,6 +455,7 @@ class SchedulerState:
         self.holds.drop(key)
         self.deadlines.drop(key)
         self.head_plans.pop(key, None)
+        self.never_jobs.pop(key, None)
         self.preempting.pop(key, None)
         self.preempt_tried.pop(key, None)
         self._released_victim(key)

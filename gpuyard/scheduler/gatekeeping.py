@@ -5,7 +5,11 @@ of `gpuyard/scheduler/quota/` and keeps it in step with the objects the core was
 :class:`~gpuyard.scheduler.objects.ObjectCache`; never the store):
 
 * the ElasticQuota tree (`QuotaTree` + `QuotaBook`: every live PodGroup's demand is its
-  quota's *request*; a PodGroup holding reservations is *admitted*: its demand is *used*),
+  quota's *request*, except a waiting one that can never be placed on this cluster
+  (`never_fits`); a PodGroup holding reservations is *admitted*: its demand is *used*). A GPU
+  class (`nvidia.h100`) is charged to the tree only when some ElasticQuota names it in its
+  `min`, `max` or shared weight: a per-model limit nobody set never refuses a job (its GPUs
+  still count as `nvidia.com/gpu`),
 * the namespace ResourceQuotas (`ResourceQuotaBook`, charged per admitted job),
 * the tenant queues (`FairQueue`: priority/FIFO, DRF across queues, aging, backfill,
   maxRunningJobs) with the cluster capacity (`capacity_of` per node, summed incrementally).
@@ -31,10 +35,11 @@ import structlog
 from gpuyard.apis.core import Node
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.quotakinds import ElasticQuota, Queue, ResourceQuota
-from gpuyard.apis.resourceclasses import ResourceClass
+from gpuyard.apis.resourceclasses import ResourceClass, is_class_resource
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.decisions import PatchStatus
 from gpuyard.scheduler.objects import ObjectCache
+from gpuyard.scheduler.outcomes import Refusal
 from gpuyard.scheduler.quota import (
     FairQueue,
     QueuedJob,
@@ -96,6 +101,7 @@ class Admission:
         self._written: dict[tuple[str, str, str], object] = {}
         self._wrote_all: dict[str, object] = {}  # per kind: the state whose statuses are all written
         self._sigs: dict[tuple[str, str, str], object] = {}
+        self._named_classes: frozenset[str] = frozenset()  # GPU classes some ElasticQuota names
 
     # --- configuration from the objects ------------------------------------------------------
 
@@ -155,12 +161,27 @@ class Admission:
         specs = specs_from_quotas(self.objects.list_of(ElasticQuota))
         self._wrote_all.clear()
         self.has_quotas = bool(specs)
+        named = frozenset(
+            r
+            for spec in specs
+            for r in (*spec.min, *spec.max, *(spec.shared_weight or {}))
+            if is_class_resource(r)
+        )
+        recount, self._named_classes = named != self._named_classes, named
         self.tree.set_quotas(specs)
+        if recount:
+            self._apply_total(force=True)
         for key, t in self.jobs.items():
             quota = quota_of(dict(t.labels), t.namespace, tree=self.tree)
-            if quota != t.quota:
+            if quota != t.quota or recount:
                 self._retrack(key, t, quota=quota)
         self.epoch += 1
+
+    def quota_usage(self, request: Mapping[str, int]) -> Vector:
+        """What a job's request charges to the quota tree: GPU classes no quota names are left
+        out (their GPUs count as `nvidia.com/gpu` all the same)."""
+        named = self._named_classes
+        return {r: a for r, a in request.items() if r in named or not is_class_resource(r)}
 
     def sync_resource_quotas(self) -> None:
         self.rqs.set_quotas(self.objects.list_of(ResourceQuota))
@@ -204,10 +225,10 @@ class Admission:
             self._node_cap[node.metadata.name] = cap
             add(self._total, cap)
 
-    def _apply_total(self) -> None:
+    def _apply_total(self, *, force: bool = False) -> None:
         total = {k: v for k, v in self._total.items() if v > 0}
-        if total != self.queue.capacity:
-            self.tree.set_total(total)
+        if total != self.queue.capacity or force:
+            self.tree.set_total(self.quota_usage(total))
             self.queue.set_capacity(total)
             self.epoch += 1
 
@@ -237,7 +258,9 @@ class Admission:
             self._retrack(key, t, quota=t.quota, admitted=bool(admitted and admitted.admitted))
         else:
             self.jobs[key] = t
-            self.quotas.track(key, quota=t.quota, usage=job.request, preemptible=t.preemptible)
+            self.quotas.track(
+                key, quota=t.quota, usage=self.quota_usage(job.request), preemptible=t.preemptible
+            )
         return t
 
     def _retrack(self, key: Key, t: TrackedJob, *, quota: str, admitted: bool | None = None) -> None:
@@ -246,7 +269,13 @@ class Admission:
             admitted = bool(charge and charge.admitted)
         t.quota = quota
         self.jobs[key] = t
-        self.quotas.track(key, quota=quota, usage=t.job.request, preemptible=t.preemptible, admitted=admitted)
+        self.quotas.track(
+            key,
+            quota=quota,
+            usage=self.quota_usage(t.job.request),
+            preemptible=t.preemptible,
+            admitted=admitted,
+        )
         if admitted:
             self.rqs.charge(key, t.namespace, t.rq_usage)
 
@@ -275,16 +304,35 @@ class Admission:
         charge = self.quotas.charge(key)
         if charge is None or charge.admitted:
             return False
-        self.quotas.track(key, quota=t.quota, usage=t.job.request, preemptible=t.preemptible, admitted=True)
+        self.quotas.track(
+            key,
+            quota=t.quota,
+            usage=self.quota_usage(t.job.request),
+            preemptible=t.preemptible,
+            admitted=True,
+        )
         return True
 
-    def check(self, key: Key) -> str | None:
+    def check(self, key: Key) -> Refusal | None:
         """None if quota and ResourceQuotas let the waiting job start now, else the first cause."""
         t = self.jobs.get(key)
         if t is None:
             return None
         reason = self.quotas.check(key) if self.has_quotas else None
-        return reason or self.rqs.check(t.namespace, t.rq_usage)
+        if reason is not None:
+            return Refusal("QuotaExceeded", reason)
+        reason = self.rqs.check(t.namespace, t.rq_usage)
+        return Refusal("ResourceQuotaExceeded", reason) if reason is not None else None
+
+    def never_fits(self, key: Key, never: bool) -> bool:
+        """Whether the waiting job can never be placed on this cluster as it is: then its demand
+        leaves its quota's request (it must not squeeze the runtime of quotas whose jobs could
+        run), and comes back once the cluster changes so that it could. Whether that changed
+        the request."""
+        if self.quotas.count_demand(key, not never):
+            self.epoch += 1  # other quotas' runtimes may have grown
+            return True
+        return False
 
     def shape(self, key: Key) -> JobShape | None:
         """What `check` and `owed` depend on besides the quota state: jobs of equal shape get

@@ -1,7 +1,9 @@
-"""What `place()` returns: a :class:`Placement` (every required pod has a node) or :class:`Unschedulable`.
+"""What `place()` returns: a :class:`Placement` (every required pod has a node) or :class:`Unschedulable`;
+and what quota admission answers when it refuses a job (:class:`Refusal`).
 
-Plain frozen data, so the loop can assume a placement (one Reservation per placed pod) and a
-test can check it without an event loop.
+Plain data, so the loop can assume a placement (one Reservation per placed pod) and a test can
+check it without an event loop. The cycle decides on the typed fields (`Unschedulable.reason`
+and `.never`, `Refusal.code`), never on the text a person reads.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from decimal import Decimal
 
 from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot
 
-__all__ = ["FilterCount", "Placement", "PodPlacement", "Unschedulable"]
+__all__ = ["FilterCount", "Placement", "PodPlacement", "Refusal", "Unschedulable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,9 @@ class Unschedulable:
 
     reason: str
     message: str
+    never: bool = False
+    """It can never be placed on this cluster as it is, whatever runs (no preemption or held room
+    helps; it holds nothing and its demand does not count in its quota's request)."""
     role: str = ""
     needed: int = 0
     fits: int = 0
@@ -99,3 +104,15 @@ class Unschedulable:
 
     def full_message(self) -> str:
         return " ".join([self.message, *self.notes]) if self.notes else self.message
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why quota admission refuses a waiting job now: `QuotaExceeded` (its elastic quota) or
+    `ResourceQuotaExceeded` (a namespace ResourceQuota), and the message a person reads."""
+
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message

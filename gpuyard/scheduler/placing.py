@@ -67,6 +67,7 @@ def place(
         never = _never_fits(state)
         if never:
             result.message = f"{never}; {result.message}"
+            result.never = True
         failed = state.data.get("failed_part")
         if failed is not None:
             result.notes.extend(_topology_notes(state, failed))

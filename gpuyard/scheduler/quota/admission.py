@@ -155,6 +155,9 @@ class JobCharge:
     usage: Vector
     preemptible: bool = True
     admitted: bool = False
+    counted: bool = True
+    """Whether its demand counts in its quota's request: a waiting job that can never be placed
+    does not (it must not take a share of spare capacity from jobs that could run)."""
 
 
 class QuotaBook(Generic[K]):
@@ -188,10 +191,13 @@ class QuotaBook(Generic[K]):
         admitted: bool = False,
     ) -> None:
         """Queue a job (or update it: a changed quota/demand moves its charge)."""
+        old = self._jobs.get(key)
+        counted = old.counted if old is not None else True
         self.forget(key)
-        charge = JobCharge(quota, dict(usage), preemptible, admitted)
+        charge = JobCharge(quota, dict(usage), preemptible, admitted, counted=counted or admitted)
         self._jobs[key] = charge
-        self.tree.add_request(quota, charge.usage)
+        if charge.counted:
+            self.tree.add_request(quota, charge.usage)
         if admitted:
             self.tree.add_used(quota, charge.usage, preemptible=preemptible)
 
@@ -208,9 +214,20 @@ class QuotaBook(Generic[K]):
         if reason is None:
             charge = self._jobs[key]
             if not charge.admitted:
+                self.count_demand(key, True)
                 charge.admitted = True
                 self.tree.add_used(charge.quota, charge.usage, preemptible=charge.preemptible)
         return reason
+
+    def count_demand(self, key: K, counted: bool) -> bool:
+        """Count the waiting job's demand in its quota's request, or not (it can never be
+        placed); whether that changed. An admitted job's demand always counts."""
+        charge = self._jobs.get(key)
+        if charge is None or charge.admitted or charge.counted == counted:
+            return False
+        charge.counted = counted
+        self.tree.add_request(charge.quota, charge.usage, sign=1 if counted else -1)
+        return True
 
     def release(self, key: K) -> None:
         """The job stopped running but stays queued (its demand stays in the request)."""
@@ -225,7 +242,8 @@ class QuotaBook(Generic[K]):
             return
         if charge.admitted:
             self.tree.add_used(charge.quota, charge.usage, preemptible=charge.preemptible, sign=-1)
-        self.tree.add_request(charge.quota, charge.usage, sign=-1)
+        if charge.counted:
+            self.tree.add_request(charge.quota, charge.usage, sign=-1)
 
 
 # --- ResourceQuota -----------------------------------------------------------------------------
