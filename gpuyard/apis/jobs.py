@@ -365,7 +365,9 @@ def _default_pytorch_kubeflow(job: PyTorchJob) -> None:
         spec.nproc_per_node = "auto"
 
 
-def load_documents(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Any]:
+def load_documents(
+    text: str, *, max_bytes: int = DEFAULT_MAX_BYTES, limit_name: str = "server.max_body_bytes"
+) -> list[Any]:
     """Decode a YAML or JSON body into documents: multi-document YAML, a JSON array, or a `List`.
 
     Raises :class:`JobValidationError` naming the line and column of a syntax error, and
@@ -373,7 +375,7 @@ def load_documents(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Any
     beyond `max_bytes`.
     """
     try:
-        docs = [d for d in yaml_load_all(text, max_bytes=max_bytes) if d is not None]
+        docs = [d for d in yaml_load_all(text, max_bytes=max_bytes, limit_name=limit_name) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else "<unknown>"

@@ -69,7 +69,43 @@ class RateLimitConfig(Section):
 class ServerConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
-    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="Body limit of the bulk writes (POST /api/v1/jobs, POST /api/v1/apply), aliases expanded.",
+    )
+    max_object_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Body limit of every other write (PUT of one object, PATCH of a job), aliases expanded.",
+    )
+    decode_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="The longest one body may take to decode and validate (else 422)."
+    )
+    header_timeout_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="A connection whose request headers are not complete this long after it opened (or "
+        "after its previous answer) is closed; also the idle keep-alive time.",
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="The longest a request body may take to arrive (else 408)."
+    )
+    max_connections_per_address: int | None = Field(
+        default=64, ge=1, description="Open connections one client address may hold; null: no cap."
+    )
+    connection_cap_exempt_loopback: bool = Field(
+        default=True, description="Connections from loopback addresses are not counted against the cap."
+    )
+    continue_key: str | None = Field(
+        default=None,
+        min_length=16,
+        description="The HMAC key that signs list `continue` tokens (replicas behind one address share "
+        "it); null: a random key per process.",
+    )
+    continue_ttl_seconds: float = Field(
+        default=900.0, gt=0, description="How long a `continue` token stays valid (else 400)."
+    )
     insecure: bool = False
     tokens: list[TokenConfig] = Field(default_factory=list)
     metrics_public: bool = Field(

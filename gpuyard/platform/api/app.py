@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gpuyard.apis.decoding import DocumentLimitError
 from gpuyard.apis.meta import Resource
 from gpuyard.platform.api.auth import METRICS_ROLES, make_auth_middleware, principal_of
+from gpuyard.platform.api.bodies import make_body_guard_middleware
 from gpuyard.platform.api.errors import ApiError, cluster_refusal, error_response
 from gpuyard.platform.api.middleware_metrics import make_metrics_middleware
 from gpuyard.platform.api.ratelimit import make_rate_limit_middleware
@@ -66,7 +67,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except ApiError as exc:
         return error_response(exc.status, exc.message, exc.details)
-    except web.HTTPRequestEntityTooLarge:
+    except web.HTTPRequestEntityTooLarge:  # a body read past the app's limit outside `bodies.read_text`
         limit = request.app[CTX].settings.server.max_body_bytes
         return error_response(
             413, f"request body too large; the limit is {limit} bytes (server.max_body_bytes)"
@@ -195,8 +196,9 @@ def make_app(ctx: Context, *, ready: Callable[[], bool] = lambda: True) -> web.A
             make_redaction_middleware(lambda request: request.app[NAMESPACES]),
             make_auth_middleware(server.tokens, metrics_public=server.metrics_public),
             *([read_only_middleware] if server.read_only else []),
+            make_body_guard_middleware(server),  # role, content type and size before the body is read
         ],
-        client_max_size=ctx.settings.server.max_body_bytes,
+        client_max_size=max(server.max_body_bytes, server.max_object_body_bytes),  # each route: `bodies`
     )
     app[CTX] = ctx
     app[READY] = ready

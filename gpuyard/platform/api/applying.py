@@ -38,7 +38,7 @@ from gpuyard.platform.api.fields import (
     field_validation,
     unknown_fields,
 )
-from gpuyard.platform.api.manifests import decode_body, put_object, rejected_fields, stored_quotas
+from gpuyard.platform.api.manifests import put_object, read_documents, rejected_fields, stored_quotas
 from gpuyard.platform.api.openapi import operation
 from gpuyard.platform.api.topologies import parse_node_topology
 from gpuyard.state.backend import BackendError
@@ -321,7 +321,7 @@ async def apply(request: web.Request) -> web.Response:
     authorize(request, "admin")
     mode = field_validation(request)
     store = request.app[CTX].store
-    docs = decode_body(await request.read(), max_bytes=request.app[CTX].settings.server.max_body_bytes)
+    docs = await read_documents(request)
     if not docs:
         raise ApiError(
             422, "nothing to apply", details=[{"field": "documents", "reason": "the body has no documents"}]

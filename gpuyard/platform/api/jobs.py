@@ -46,6 +46,7 @@ from gpuyard.apis.scheduling import (
 )
 from gpuyard.platform.api.app import CTX, WRITE_ATTEMPTS, decided_again, delete_object, writer_of
 from gpuyard.platform.api.auth import Action, allowed_namespaces, authorize
+from gpuyard.platform.api.bodies import PATCH_TYPES, body_limit, off_loop, read_text
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.fields import (
     FIELD_VALIDATION_PARAM,
@@ -80,7 +81,7 @@ def summarize(job: TrainingJob) -> dict[str, Any]:
 
 
 def _json_documents(text: str) -> list[Any]:
-    """A JSON body, parsed strictly (and within the nesting limit): one job, an array of jobs, or a `List`."""
+    """A JSON body, parsed strictly (and within the decoding limits): one job, an array of jobs, or a `List`."""
     import json
 
     try:
@@ -101,6 +102,35 @@ def _json_documents(text: str) -> list[Any]:
             "no job documents in the body", [{"field": "<body>", "reason": "empty array"}]
         )
     return docs
+
+
+Decoded = tuple[TrainingJob | None, list[dict[str, str]], list[str]]
+
+
+def _decode_jobs(text: str, *, json_body: bool, max_bytes: int, limit_name: str) -> list[Decoded]:
+    """Decode a submit body and validate each job document (in a worker thread: no store reads):
+    per document, the job (None when invalid), its problems and its unknown fields, with the
+    `documents[I].` prefix when the body holds more than one."""
+    try:
+        if json_body:
+            docs = _json_documents(text)
+        else:
+            docs = load_documents(text, max_bytes=max_bytes, limit_name=limit_name)
+    except JobValidationError as exc:
+        raise ApiError(400, exc.message, details=exc.details) from None
+    prefix = "documents[{}]." if len(docs) > 1 else ""
+    out: list[Decoded] = []
+    for i, doc in enumerate(docs):
+        where = prefix.format(i)
+        try:
+            job = parse_job(doc)
+        except JobValidationError as exc:
+            out.append(
+                (None, [{"field": where + d["field"], "reason": d["reason"]} for d in exc.details], [])
+            )
+            continue
+        out.append((job, [], unknown_fields(KIND_INFO[job.kind].cls, doc, prefix=where)))
+    return out
 
 
 def pod_view(pod: Pod) -> dict[str, Any]:
@@ -151,38 +181,35 @@ LIST_SCHEMA: dict[str, Any] = {
 )
 async def submit(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
+    server = ctx.settings.server
     mode = field_validation(request)
-    raw = await request.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ApiError(400, "the body is not UTF-8 text; send YAML or JSON") from None
-    try:
-        if request.content_type == "application/json":
-            docs = _json_documents(text)
-        else:
-            docs = load_documents(text, max_bytes=ctx.settings.server.max_body_bytes)
-    except JobValidationError as exc:
-        raise ApiError(400, exc.message, details=exc.details) from None
-    multi = len(docs) > 1
+    text = await read_text(request, timeout_s=server.body_timeout_seconds)
+    limit, limit_name = body_limit(request)
+    decoded = await off_loop(
+        _decode_jobs,
+        text,
+        json_body=request.content_type == "application/json",
+        max_bytes=limit,
+        limit_name=limit_name,
+        timeout_s=server.decode_timeout_seconds,
+    )
+    multi = len(decoded) > 1
     jobs: list[TrainingJob] = []
     problems: list[dict[str, str]] = []
     unknown: list[str] = []
-    for i, doc in enumerate(docs):
+    for i, (job, found, strange) in enumerate(decoded):
         prefix = f"documents[{i}]." if multi else ""
-        try:
-            job = parse_job(doc)
-        except JobValidationError as exc:
-            problems.extend({"field": prefix + d["field"], "reason": d["reason"]} for d in exc.details)
+        problems += found
+        if job is None:
             continue
-        unknown += unknown_fields(KIND_INFO[job.kind].cls, doc, prefix=prefix)
+        unknown += strange
         for problem in validate_gang_request(job, store=ctx.store):  # could this job ever be placed?
             problems.append({"field": prefix + problem.field, "reason": problem.reason})
         for detail in unknown_class_problems(job, all_classes(ctx.store).values()):
             problems.append({"field": prefix + detail["field"], "reason": detail["reason"]})
         jobs.append(job)
     if problems:
-        what = "job" if not multi else f"{len(docs)} documents"
+        what = "job" if not multi else f"{len(decoded)} documents"
         raise ApiError(422, f"invalid {what}: nothing was stored", details=problems)
     warnings = answer_unknown_fields(mode, unknown)  # Strict: 422 naming them
     forbidden: list[dict[str, str]] = []
@@ -192,7 +219,7 @@ async def submit(request: web.Request) -> web.Response:
     if forbidden:
         raise ApiError(
             403,
-            "a job names a quota or queue its namespace may not use: nothing was stored",
+            f"{forbidden[0]['reason']}: nothing was stored",
             details=forbidden,
         )
     conflicts = []
@@ -303,9 +330,6 @@ async def delete_job(request: web.Request) -> web.Response:
     )
 
 
-PATCH_TYPES = ("application/merge-patch+json", "application/json")
-
-
 @operation(
     "Change a job: a JSON merge patch of labels, annotations, suspend, priority or queue",
     tags=["jobs"],
@@ -324,9 +348,11 @@ async def patch_job(request: web.Request) -> web.Response:
             details=[{"field": "Content-Type", "reason": f"allowed: {', '.join(PATCH_TYPES)}"}],
         )
     _job(request, "write")  # 404, or 403 for a caller who may not write it, before the body is read
+    server = request.app[CTX].settings.server
+    text = await read_text(request, timeout_s=server.body_timeout_seconds)
     try:
-        patch = json_loads((await request.read()).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        patch = await off_loop(json_loads, text, timeout_s=server.decode_timeout_seconds)
+    except json.JSONDecodeError as exc:
         raise ApiError(
             400, f"the patch is not JSON: {exc}", details=[{"field": "<body>", "reason": str(exc)}]
         ) from None

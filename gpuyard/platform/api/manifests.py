@@ -2,8 +2,9 @@
 
 Shared by the quota routes (`quotas`) and `apply` (`applying`):
 
-* reading: :func:`decode_body` (multi-document YAML, a JSON list or a `List`; 400 when
-  malformed), :func:`one_document`, :func:`prepare_document` (kind/apiVersion defaulted,
+* reading: :func:`read_documents` (multi-document YAML, a JSON list or a `List`, read within the
+  route's limits and decoded off the event loop by :func:`decode_body`; 400 when malformed),
+  :func:`read_one_document`, :func:`prepare_document` (kind/apiVersion defaulted,
   metadata.name/namespace checked against the URL; 422 naming the field), :func:`rejected_fields`
   (a validation error as 422 `details`);
 * storing, through the context's writer (answered once durable): :func:`put_object` creates an
@@ -32,6 +33,7 @@ from gpuyard.apis.quotakinds import API_ELASTIC_QUOTA, API_QUEUE, ElasticQuota
 from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.platform.api.app import CTX, WRITE_ATTEMPTS, decided_again, writer_of
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
+from gpuyard.platform.api.bodies import body_limit, off_loop, read_text
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.paging import PAGING, list_body, paginate
 from gpuyard.state.context import Context
@@ -43,10 +45,11 @@ __all__ = [
     "find_quota",
     "list_response",
     "list_schema",
-    "one_document",
     "prepare_document",
     "put_object",
     "put_response",
+    "read_documents",
+    "read_one_document",
     "rejected_fields",
     "stored_quotas",
 ]
@@ -78,20 +81,21 @@ def list_schema(ref: str) -> dict[str, Any]:
 # --- bodies -------------------------------------------------------------------------------------
 
 
-def decode_body(raw: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Any]:
+def decode_body(
+    text: str, *, max_bytes: int = DEFAULT_MAX_BYTES, limit_name: str = "server.max_body_bytes"
+) -> list[Any]:
     """Documents of a YAML or JSON body (multi-document YAML, a JSON list, or a `List`); a
-    document nested too deep or expanding (aliases included) beyond `max_bytes` raises
-    :class:`DocumentLimitError` (413/422, rendered by the error middleware)."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ApiError(400, "the body is not UTF-8 text; send YAML or JSON") from None
+    document beyond a decoding limit (nesting, nodes, aliases expanding beyond `max_bytes`,
+    integers) raises :class:`DocumentLimitError` (413/422, rendered by the error middleware).
+    Synchronous: the routes run it off the event loop (:func:`read_documents`)."""
     try:
         if text.lstrip().startswith(("{", "[")):
             data = json_loads(text)
             docs = data if isinstance(data, list) else [data]
         else:
-            docs = [d for d in yaml_load_all(text, max_bytes=max_bytes) if d is not None]
+            docs = [
+                d for d in yaml_load_all(text, max_bytes=max_bytes, limit_name=limit_name) if d is not None
+            ]
     except json.JSONDecodeError as exc:
         raise ApiError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except yaml.YAMLError as exc:
@@ -104,8 +108,18 @@ def decode_body(raw: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Any]:
     return docs
 
 
-def one_document(raw: bytes, kind: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
-    docs = decode_body(raw, max_bytes=max_bytes)
+async def read_documents(request: web.Request) -> list[Any]:
+    """The request's documents: read within the route's limits, decoded in a worker thread."""
+    server = request.app[CTX].settings.server
+    text = await read_text(request, timeout_s=server.body_timeout_seconds)
+    limit, name = body_limit(request)
+    return await off_loop(
+        decode_body, text, max_bytes=limit, limit_name=name, timeout_s=server.decode_timeout_seconds
+    )
+
+
+async def read_one_document(request: web.Request, kind: str) -> dict[str, Any]:
+    docs = await read_documents(request)
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise ApiError(400, f"the body must be one {kind} object (a mapping)")
     return docs[0]

@@ -40,9 +40,9 @@ from gpuyard.platform.api.manifests import (
     find_quota,
     list_response,
     list_schema,
-    one_document,
     prepare_document,
     put_response,
+    read_one_document,
     rejected_fields,
     stored_quotas,
     visible_list_response,
@@ -97,13 +97,7 @@ async def put_quota(request: web.Request) -> web.Response:
     authorize(request, "admin")
     store = request.app[CTX].store
     name = request.match_info["name"]
-    data = prepare_document(
-        one_document(
-            await request.read(), "ElasticQuota", max_bytes=request.app[CTX].settings.server.max_body_bytes
-        ),
-        kind="ElasticQuota",
-        name=name,
-    )
+    data = prepare_document(await read_one_document(request, "ElasticQuota"), kind="ElasticQuota", name=name)
     current = stored_quotas(store)
     existing = next((q for q in current if q.metadata.name == name), None)
     if existing is not None and not data["metadata"].get("namespace"):
@@ -241,13 +235,7 @@ def queue_view(queue: Queue) -> dict[str, object]:
 async def put_queue(request: web.Request) -> web.Response:
     authorize(request, "admin")
     name = request.match_info["name"]
-    data = prepare_document(
-        one_document(
-            await request.read(), "Queue", max_bytes=request.app[CTX].settings.server.max_body_bytes
-        ),
-        kind="Queue",
-        name=name,
-    )
+    data = prepare_document(await read_one_document(request, "Queue"), kind="Queue", name=name)
     try:
         obj = parse_quota_document(data)
     except QuotaValidationError as exc:
@@ -305,9 +293,7 @@ async def get_resource_quota(request: web.Request) -> web.Response:
 async def put_resource_quota(request: web.Request) -> web.Response:
     authorize(request, "admin")
     ns, name = request.match_info["ns"], request.match_info["name"]
-    raw = one_document(
-        await request.read(), "ResourceQuota", max_bytes=request.app[CTX].settings.server.max_body_bytes
-    )
+    raw = await read_one_document(request, "ResourceQuota")
     data = prepare_document(raw, kind="ResourceQuota", name=name, namespace=ns)
     try:
         obj = parse_quota_document(data)

@@ -15,41 +15,21 @@ Handlers only read and write the store; the scheduler reacts to what changes.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import yaml
 from aiohttp import web
 
-from gpuyard.apis.decoding import json_loads, yaml_load
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
 from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.platform.api.app import CTX, delete_object, stored, writer_of
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
+from gpuyard.platform.api.manifests import read_one_document
 from gpuyard.platform.api.openapi import operation
 from gpuyard.platform.api.paging import PAGING, list_body, paginate
 from gpuyard.state.store import Conflict
 
 __all__ = ["explain_view", "setup"]
-
-
-def _body(raw: bytes, max_bytes: int) -> dict[str, Any]:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ApiError(400, "the body is not UTF-8 text; send YAML or JSON") from None
-    try:
-        data = json_loads(text) if text.lstrip().startswith("{") else yaml_load(text, max_bytes=max_bytes)
-    except json.JSONDecodeError as exc:
-        raise ApiError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise ApiError(400, f"malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "the body must be one ResourceClass object (a mapping)")
-    return data
 
 
 CLASS_LIST_SCHEMA: dict[str, Any] = {
@@ -112,7 +92,7 @@ async def put_class(request: web.Request) -> web.Response:
     authorize(request, "admin")
     store = request.app[CTX].store
     name = request.match_info["name"]
-    data = _body(await request.read(), request.app[CTX].settings.server.max_body_bytes)
+    data = await read_one_document(request, "ResourceClass")
     kind = data.get("kind")
     if kind not in (None, ResourceClass.KIND):
         raise ApiError(

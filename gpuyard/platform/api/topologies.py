@@ -27,7 +27,7 @@ from gpuyard.apis.devices import GPUDevice, NICDevice, NodeTopology
 from gpuyard.platform.api.app import CTX, delete_object, stored
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
-from gpuyard.platform.api.manifests import one_document, put_response
+from gpuyard.platform.api.manifests import put_response, read_one_document
 from gpuyard.platform.api.openapi import operation
 
 __all__ = ["parse_node_topology", "setup", "topology_problems"]
@@ -152,7 +152,7 @@ async def put_node_topology(request: web.Request) -> web.Response:
     authorize(request, "admin")
     name = request.match_info["name"]
     ctx = request.app[CTX]
-    doc = one_document(await request.read(), KIND, max_bytes=ctx.settings.server.max_body_bytes)
+    doc = await read_one_document(request, KIND)
     topology, problems = parse_node_topology(doc, name=name)
     if topology is None:
         raise ApiError(422, f"invalid {KIND} {name}: nothing was stored", details=problems)

@@ -73,7 +73,11 @@ async def test_a_refused_write_gets_a_clear_answer(
 ) -> None:
     assert ctx.writer is not None
     ctx.writer = Refusing(ctx.writer, kind="Queue", status=status)
-    r = await client.put("/api/v1/queues/team", data=yaml.safe_dump({"kind": "Queue", "spec": {"weight": 1}}))
+    r = await client.put(
+        "/api/v1/queues/team",
+        data=yaml.safe_dump({"kind": "Queue", "spec": {"weight": 1}}),
+        headers={"Content-Type": "application/yaml"},
+    )
     body = await r.json()
     assert r.status == expect, body
     assert "is forbidden: refused" in body["error"]["message"]
@@ -84,7 +88,7 @@ async def test_a_refused_write_gets_a_clear_answer(
 async def test_apply_refused_part_way_creates_nothing(client: Any, ctx: Context) -> None:
     assert ctx.writer is not None
     ctx.writer = Refusing(ctx.writer, kind="ElasticQuota", status=422)
-    r = await client.post("/api/v1/apply", data=policy(1, 8))
+    r = await client.post("/api/v1/apply", data=policy(1, 8), headers={"Content-Type": "application/yaml"})
     body = await r.json()
     assert r.status == 422, body
     assert "nothing was applied" in body["error"]["message"]
@@ -93,15 +97,21 @@ async def test_apply_refused_part_way_creates_nothing(client: Any, ctx: Context)
 
 
 async def test_apply_refused_part_way_puts_the_earlier_specs_back(client: Any, ctx: Context) -> None:
-    assert (await client.post("/api/v1/apply", data=policy(1, 8))).status == 200
+    assert (
+        await client.post("/api/v1/apply", data=policy(1, 8), headers={"Content-Type": "application/yaml"})
+    ).status == 200
     assert ctx.writer is not None
     writer = ctx.writer
     ctx.writer = Refusing(writer, kind="ResourceClass", status=403)
-    r = await client.post("/api/v1/apply", data=policy(5, 16).replace("a100", "h100"))
+    r = await client.post(
+        "/api/v1/apply",
+        data=policy(5, 16).replace("a100", "h100"),
+        headers={"Content-Type": "application/yaml"},
+    )
     assert r.status == 502, await r.text()
     assert ctx.store.must_get("Queue", "", "team").spec.weight == 1  # type: ignore[attr-defined]
     quota = ctx.store.must_get("ElasticQuota", "default", "team")
     assert quota.spec.max["nvidia.com/gpu"] == 8  # type: ignore[attr-defined]
     ctx.writer = writer
-    r = await client.post("/api/v1/apply", data=policy(5, 16))
+    r = await client.post("/api/v1/apply", data=policy(5, 16), headers={"Content-Type": "application/yaml"})
     assert r.status == 200 and ctx.store.must_get("Queue", "", "team").spec.weight == 5  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from gpuyard.platform.api import quotas
 from gpuyard.state.context import Context
 from tests.unit.api.test_dashboard import bearer, make_ctx
 
-ROOT = bearer("root")
+ROOT = {**bearer("root"), "Content-Type": "application/yaml"}  # the content type of every write body here
 GPU = "nvidia.com/gpu"
 
 

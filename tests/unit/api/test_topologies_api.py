@@ -15,7 +15,7 @@ from gpuyard.platform.api import app as app_module
 from gpuyard.state.context import Context
 from tests.unit.api.test_dashboard import bearer, make_ctx
 
-ROOT = bearer("root")
+ROOT = {**bearer("root"), "Content-Type": "application/yaml"}
 
 
 def doc(name: str = "a100-0", **changes: Any) -> dict[str, Any]:

@@ -52,10 +52,12 @@ def queue(weight: float, **meta: Any) -> str:
 async def test_a_queue_put_that_races_the_scheduler_is_decided_again(
     client: Any, ctx: Context, times: int, expect: int
 ) -> None:
-    assert (await client.put("/api/v1/queues/team", data=queue(1))).status == 201
+    assert (
+        await client.put("/api/v1/queues/team", data=queue(1), headers={"Content-Type": "application/yaml"})
+    ).status == 201
     racing = Racing(ctx.writer, status={"pending": 3}, times=times)
     ctx.writer = racing
-    r = await client.put("/api/v1/queues/team", data=queue(2))
+    r = await client.put("/api/v1/queues/team", data=queue(2), headers={"Content-Type": "application/yaml"})
     assert r.status == expect, await r.text()
     stored = ctx.store.must_get("Queue", "", "team")
     assert stored.spec.weight == (2 if expect == 200 else 1)
@@ -63,18 +65,24 @@ async def test_a_queue_put_that_races_the_scheduler_is_decided_again(
 
 
 async def test_a_put_with_a_resource_version_is_not_retried(client: Any, ctx: Context) -> None:
-    r = await client.put("/api/v1/queues/team", data=queue(1))
+    r = await client.put("/api/v1/queues/team", data=queue(1), headers={"Content-Type": "application/yaml"})
     version = (await r.json())["metadata"]["resourceVersion"]
     racing = Racing(ctx.writer, status={"pending": 3}, times=1)
     ctx.writer = racing
-    r = await client.put("/api/v1/queues/team", data=queue(2, resourceVersion=version))
+    r = await client.put(
+        "/api/v1/queues/team",
+        data=queue(2, resourceVersion=version),
+        headers={"Content-Type": "application/yaml"},
+    )
     assert r.status == 409 and racing.updates == 1
 
 
 async def test_apply_that_races_the_scheduler_is_decided_again(client: Any, ctx: Context) -> None:
-    assert (await client.post("/api/v1/apply", data=queue(1))).status == 200
+    assert (
+        await client.post("/api/v1/apply", data=queue(1), headers={"Content-Type": "application/yaml"})
+    ).status == 200
     ctx.writer = Racing(ctx.writer, status={"running": 1}, times=2)
-    r = await client.post("/api/v1/apply", data=queue(3))
+    r = await client.post("/api/v1/apply", data=queue(3), headers={"Content-Type": "application/yaml"})
     assert r.status == 200, await r.text()
     assert (await r.json())["applied"][0]["action"] == "configured"
     assert ctx.store.must_get("Queue", "", "team").spec.weight == 3
@@ -106,6 +114,6 @@ async def test_a_name_taken_meanwhile_is_a_conflict(client: Any, ctx: Context) -
         raise AlreadyExists(f"{obj.kind} {obj.metadata.name} already exists")
 
     writer.create = taken
-    r = await client.put("/api/v1/queues/team", data=queue(1))
+    r = await client.put("/api/v1/queues/team", data=queue(1), headers={"Content-Type": "application/yaml"})
     assert r.status == 409
     assert "created meanwhile" in (await r.json())["error"]["message"]

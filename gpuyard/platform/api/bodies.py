@@ -1,0 +1,230 @@
+"""Request bodies of the write routes: who may send one, how large, of which type, read how.
+
+Cheap refusals come first. :func:`make_body_guard_middleware` runs after authentication and,
+for every write (any method but GET, HEAD, OPTIONS), *before a byte of the body is read*:
+
+1. the role the route needs (:data:`ROUTES`: `admin`, or `write`, which a viewer lacks) and,
+   where the path names a namespace (`{ns}`), access to it: else 403;
+2. a body must have a content type the route takes (:data:`DOCUMENT_TYPES`, the merge patch's
+   for `PATCH`): else 415 naming `Content-Type`;
+3. a `Content-Length` over the route's limit is a 413 naming the setting: `server.max_body_bytes`
+   (4 MiB) for the bulk writes `POST /api/v1/jobs` and `POST /api/v1/apply`,
+   `server.max_object_body_bytes` (1 MiB) for every other write. A chunked body is cut off at the
+   same limit while it is read.
+
+Handlers then read the body with :func:`read_text` (within `server.body_timeout_seconds`, else
+408) and decode it with :func:`off_loop`: YAML and JSON are decoded (and job documents
+validated) in a small pool of worker threads, never on the event loop, and an answer that takes
+longer than `server.decode_timeout_seconds` is a 422 naming that limit
+(`apis.decoding` bounds the work itself: nodes, depth, aliases, merge keys, integers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from gpuyard.platform.api.auth import Action, principal_of
+from gpuyard.platform.api.errors import ApiError, error_response
+from gpuyard.state.config import ServerConfig
+
+__all__ = [
+    "DOCUMENT_TYPES",
+    "PATCH_TYPES",
+    "ROUTES",
+    "RoutePolicy",
+    "body_limit",
+    "make_body_guard_middleware",
+    "off_loop",
+    "read_text",
+]
+
+T = TypeVar("T")
+
+DOCUMENT_TYPES = ("application/json", "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+"""The content types of a YAML or JSON body (`kubectl` sends `application/json` or `application/yaml`)."""
+PATCH_TYPES = ("application/merge-patch+json", "application/json")
+READ_METHODS = ("GET", "HEAD", "OPTIONS")
+BULK_LIMIT = "server.max_body_bytes"
+OBJECT_LIMIT = "server.max_object_body_bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePolicy:
+    """What a write route needs before its body is read."""
+
+    action: Action = "write"
+    bulk: bool = False  # the body limit: server.max_body_bytes (bulk) or server.max_object_body_bytes
+    content_types: tuple[str, ...] = DOCUMENT_TYPES  # () = the route reads no body
+
+    @property
+    def limit_name(self) -> str:
+        return BULK_LIMIT if self.bulk else OBJECT_LIMIT
+
+
+_ADMIN = RoutePolicy(action="admin")
+_ADMIN_NO_BODY = RoutePolicy(action="admin", content_types=())
+ROUTES: dict[tuple[str, str], RoutePolicy] = {
+    ("POST", "/api/v1/jobs"): RoutePolicy(action="write", bulk=True),
+    ("POST", "/api/v1/apply"): RoutePolicy(action="admin", bulk=True),
+    ("PATCH", "/api/v1/namespaces/{ns}/jobs/{name}"): RoutePolicy(action="write", content_types=PATCH_TYPES),
+    ("PUT", "/api/v1/namespaces/{ns}/jobs/{name}"): RoutePolicy(action="write", content_types=()),
+    ("DELETE", "/api/v1/namespaces/{ns}/jobs/{name}"): RoutePolicy(action="write", content_types=()),
+    ("PUT", "/api/v1/quotas/{name}"): _ADMIN,
+    ("DELETE", "/api/v1/quotas/{name}"): _ADMIN_NO_BODY,
+    ("PUT", "/api/v1/queues/{name}"): _ADMIN,
+    ("DELETE", "/api/v1/queues/{name}"): _ADMIN_NO_BODY,
+    ("PUT", "/api/v1/namespaces/{ns}/resourcequotas/{name}"): _ADMIN,
+    ("DELETE", "/api/v1/namespaces/{ns}/resourcequotas/{name}"): _ADMIN_NO_BODY,
+    ("PUT", "/api/v1/resourceclasses/{name}"): _ADMIN,
+    ("DELETE", "/api/v1/resourceclasses/{name}"): _ADMIN_NO_BODY,
+    ("PUT", "/api/v1/nodetopologies/{name}"): _ADMIN,
+    ("DELETE", "/api/v1/nodetopologies/{name}"): _ADMIN_NO_BODY,
+    ("POST", "/api/v1/scheduler:reschedule"): _ADMIN_NO_BODY,
+    ("POST", "/api/v1/fake/nodes/{name}:{action}"): _ADMIN_NO_BODY,
+    ("POST", "/api/v1/fake/nodes/{name}/gpus/{idx}:{action}"): _ADMIN_NO_BODY,
+    ("POST", "/api/v1/fake/pods/{ns}/{name}:{action}"): _ADMIN_NO_BODY,
+    ("POST", "/api/v1/fake/pods:{action}"): _ADMIN_NO_BODY,
+}
+"""Every write route by (method, path pattern); a route missing here needs the `write` role and
+takes a YAML or JSON body of at most `server.max_object_body_bytes` (a test keeps the table
+complete)."""
+DEFAULT_POLICY = RoutePolicy()
+
+_LIMIT: web.RequestKey[tuple[int, str]] = web.RequestKey("body_limit", tuple)
+_DEFAULT_LIMIT = (ServerConfig().max_object_body_bytes, OBJECT_LIMIT)
+
+
+def policy_of(request: web.Request) -> RoutePolicy | None:
+    """The route's policy (None for a read, or a path that matched no route: a 404/405 follows)."""
+    if request.method in READ_METHODS:
+        return None
+    resource = request.match_info.route.resource
+    if resource is None:
+        return None
+    return ROUTES.get((request.method, resource.canonical), DEFAULT_POLICY)
+
+
+def _refuse_role(request: web.Request, policy: RoutePolicy) -> None:
+    who = principal_of(request)
+    if who.role == "admin":
+        return
+    if policy.action == "admin":
+        raise ApiError(
+            403,
+            f"user {who.user} ({who.role}) may not {request.method} {request.path}; it needs the admin role",
+        )
+    if who.role != "user":
+        raise ApiError(
+            403, f"user {who.user} is a {who.role} and may only read; {request.method} needs the user role"
+        )
+    ns = request.match_info.get("ns")
+    if ns is not None and not who.sees(ns):
+        raise ApiError(403, f"user {who.user} has no access to namespace {ns}")
+    if not who.namespaces:
+        raise ApiError(403, f"user {who.user} has no namespace to write in")
+
+
+def _refuse_type(request: web.Request, policy: RoutePolicy) -> None:
+    if not policy.content_types or not request.body_exists:
+        return
+    if request.content_type not in policy.content_types:
+        sent = request.headers.get("Content-Type")
+        what = f"unsupported content type {request.content_type!r}" if sent else "no content type"
+        allowed = ", ".join(policy.content_types)
+        raise ApiError(
+            415,
+            f"{what} for {request.method} {request.path}; allowed: {allowed}",
+            details=[{"field": "Content-Type", "reason": f"allowed: {allowed}"}],
+        )
+
+
+def _too_large(limit: int, name: str) -> ApiError:
+    return ApiError(
+        413,
+        f"request body too large; the limit of this route is {limit} bytes ({name})",
+        details=[{"field": "<body>", "reason": f"at most {limit} bytes ({name})"}],
+    )
+
+
+def make_body_guard_middleware(server: ServerConfig) -> Middleware:
+    """The checks of the module docstring, in that order, before the handler reads the body."""
+
+    @web.middleware
+    async def body_guard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        policy = policy_of(request)
+        if policy is None:
+            return await handler(request)
+        try:
+            _refuse_role(request, policy)
+            _refuse_type(request, policy)
+            limit = server.max_body_bytes if policy.bulk else server.max_object_body_bytes
+            if request.content_length is not None and request.content_length > limit:
+                raise _too_large(limit, policy.limit_name)
+        except ApiError as exc:
+            response = error_response(exc.status, exc.message, exc.details)
+            if request.body_exists:  # the body is not read: close rather than read it to the end
+                response.force_close()
+            return response
+        bounded = request.clone(client_max_size=limit)
+        bounded[_LIMIT] = (limit, policy.limit_name)
+        return await handler(bounded)
+
+    return body_guard_middleware
+
+
+def body_limit(request: web.Request) -> tuple[int, str]:
+    """The route's body limit in bytes and the setting that sets it."""
+    return request[_LIMIT] if _LIMIT in request else _DEFAULT_LIMIT
+
+
+async def read_text(request: web.Request, *, timeout_s: float) -> str:
+    """The body as UTF-8 text, read within `timeout_s` (408) and the route's limit (413)."""
+    limit, name = body_limit(request)
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
+    except TimeoutError:
+        raise ApiError(
+            408,
+            f"the request body did not arrive within {timeout_s:g} s (server.body_timeout_seconds)",
+            details=[{"field": "<body>", "reason": f"sent within {timeout_s:g} s"}],
+        ) from None
+    except web.HTTPRequestEntityTooLarge:
+        raise _too_large(limit, name) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "the body is not UTF-8 text; send YAML or JSON") from None
+
+
+_POOL: ThreadPoolExecutor | None = None
+DECODE_THREADS = 2  # the event loop keeps the interpreter's lock most of the time
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="decode")
+    return _POOL
+
+
+async def off_loop(fn: Callable[..., T], /, *args: object, timeout_s: float, **kwargs: object) -> T:
+    """`fn(*args, **kwargs)` in a decoding thread; a 422 naming the limit after `timeout_s`."""
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(_pool(), functools.partial(fn, *args, **kwargs))
+    try:
+        return await asyncio.wait_for(future, timeout_s)
+    except TimeoutError:
+        raise ApiError(
+            422,
+            f"the body took more than {timeout_s:g} s to decode and check (server.decode_timeout_seconds)",
+            details=[{"field": "<body>", "reason": f"decoding time: at most {timeout_s:g} s"}],
+        ) from None
