@@ -39,6 +39,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from gpuyard.devices.scenarios import Scenario
 from gpuyard.platform.api.app import make_app
+from gpuyard.platform.api.connections import GuardedRunner
 from gpuyard.platform.api.errors import error_response
 from gpuyard.platform.backends import build_backend, plan_backend
 from gpuyard.platform.cluster_metrics import register_cluster_metrics
@@ -242,7 +243,9 @@ class Platform:
     async def _serve_http(self) -> None:
         app = make_app(self.ctx, ready=self.ready)
         app.middlewares.append(_leader_middleware(self.not_leader))
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        runner = GuardedRunner(  # slow clients cut off, open connections per address capped
+            app, server=self.settings.server, handle_signals=False, access_log=None, shutdown_timeout=1.0
+        )
         await runner.setup()
         try:
             site = web.TCPSite(runner, self.settings.server.host, self.settings.server.port)
