@@ -2,20 +2,30 @@
 
 A list is ordered by (namespace, name); the continue token is an opaque, URL-safe encoding of
 the last key returned, so a page boundary stays correct while objects come and go. Every list
-route pages by default (`limit` 500, at most 5000); a token that does not decode is a 400 naming
-`continue`.
+route pages by default (`limit` 500, at most 5000).
+
+A token is signed: HMAC-SHA256 over the list's path, the time it was issued and the key, with
+`server.continue_key` (replicas behind one address share it) or else a random key of this
+process. A token that does not decode, whose signature does not match (forged, changed, from
+another list or another server) or that is older than `server.continue_ttl_seconds` is a 400
+naming `continue`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
+import secrets
+import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from aiohttp import web
 
+from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param
 
@@ -41,22 +51,48 @@ PAGING = [
 ]
 
 
-def _encode(key: tuple[str, str]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode().rstrip("=")
+_PROCESS_KEY = secrets.token_bytes(32)  # without server.continue_key: tokens of this process only
 
 
-def _decode(token: str) -> tuple[str, str]:
+def _key(request: web.Request) -> tuple[bytes, float]:
+    server = request.app[CTX].settings.server
+    key = server.continue_key.encode() if server.continue_key else _PROCESS_KEY
+    return key, server.continue_ttl_seconds
+
+
+def _sign(key: bytes, path: str, payload: bytes) -> str:
+    mac = hmac.new(key, path.encode() + b"\0" + payload, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac[:24]).decode()
+
+
+def _encode(request: web.Request, after: tuple[str, str]) -> str:
+    key, _ = _key(request)
+    payload = json.dumps([after[0], after[1], int(time.time())], separators=(",", ":")).encode()
+    body = base64.urlsafe_b64encode(payload).decode().rstrip("=")
+    return f"{body}.{_sign(key, request.path, payload)}"
+
+
+def _invalid(reason: str) -> ApiError:
+    return ApiError(
+        400, f"invalid continue token: {reason}", details=[{"field": "continue", "reason": reason}]
+    )
+
+
+def _decode(request: web.Request, token: str) -> tuple[str, str]:
+    key, ttl = _key(request)
+    body, _, signature = token.partition(".")
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        ns, name = json.loads(raw)
-        if not isinstance(ns, str) or not isinstance(name, str):
+        payload = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        ns, name, issued = json.loads(payload)
+        if not isinstance(ns, str) or not isinstance(name, str) or type(issued) is not int:
             raise ValueError
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
-        raise ApiError(
-            400,
-            "invalid continue token",
-            details=[{"field": "continue", "reason": "use the token from the previous page"}],
-        ) from None
+        raise _invalid("not a token of this list; use the token from the previous page") from None
+    if not hmac.compare_digest(signature.encode(), _sign(key, request.path, payload).encode()):
+        raise _invalid("the signature does not match: use the token from the previous page of this list")
+    age = time.time() - issued
+    if age > ttl or age < -60:
+        raise _invalid(f"the token expired (valid {ttl:g} s, server.continue_ttl_seconds): list again")
     return ns, name
 
 
@@ -89,7 +125,7 @@ def paginate(request: web.Request, items: Sequence[T], *, key: Any = None) -> tu
     token = request.query.get("continue")
     start = 0
     if token:
-        after = _decode(token)
+        after = _decode(request, token)
         lo, hi = 0, len(items)
         while lo < hi:  # first item with key > after
             mid = (lo + hi) // 2
@@ -100,7 +136,7 @@ def paginate(request: web.Request, items: Sequence[T], *, key: Any = None) -> tu
         start = lo
     page = list(items[start : start + limit])
     more = start + limit < len(items)
-    return page, (_encode(keyf(page[-1])) if more and page else None)
+    return page, (_encode(request, keyf(page[-1])) if more and page else None)
 
 
 def list_body(
