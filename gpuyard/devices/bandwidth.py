@@ -25,13 +25,13 @@ because bus bandwidth is already a per-GPU figure. The placement's figure is the
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from gpuyard.apis.devices import GPUDevice, NICDevice, NodeTopology
+from gpuyard.devices.presets import GPU_MODELS, model_key
 from gpuyard.devices.tiers import Link, LinkTier, Resolver, gpu_link, nic_link
 
 __all__ = [
@@ -64,29 +64,8 @@ HOST_NETWORK_GBPS = 1.25
 EXACT_RING_MAX = 12
 """Rings of up to this many GPUs are solved exactly; larger ones by a greedy heuristic."""
 
-DEFAULT_PCIE_GEN = {
-    "k80": 3,
-    "p100": 3,
-    "v100": 3,
-    "t4": 3,
-    "a10": 4,
-    "a100": 4,
-    "a800": 4,
-    "a30": 4,
-    "l40s": 4,
-    "h100": 5,
-    "h800": 5,
-    "h20": 5,
-}
-_MODEL_RE = re.compile(
-    r"(?<![A-Za-z0-9])(H100|H800|H20|A100|A800|A30|A10|L40S|V100|P100|T4|K80)(?![0-9])", re.IGNORECASE
-)
-
-
-def model_key(name: str) -> str:
-    """Short model key of a GPU name: `Tesla-V100-SXM2-32GB` -> `v100`; "" when unknown."""
-    match = _MODEL_RE.search(name)
-    return match.group(1).lower() if match else ""
+DEFAULT_PCIE_GEN: dict[str, int] = {model_key(m.name): m.pcie_gen for m in GPU_MODELS.values()}
+"""PCIe generation per model family, from the model table (`presets.GPU_MODELS`)."""
 
 
 def gpu_pcie_gen(gpu: GPUDevice) -> int:

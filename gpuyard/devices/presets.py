@@ -20,6 +20,7 @@ tests/data/topo/dgx1-v100-1.txt). Presets:
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -36,7 +37,16 @@ from gpuyard.apis.devices import (
 )
 from gpuyard.apis.meta import ObjectMeta
 
-__all__ = ["GPU_MODELS", "PRESETS", "PRESET_MODELS", "GPUModel", "get_preset"]
+__all__ = [
+    "GPU_FAMILIES",
+    "GPU_MODELS",
+    "PRESETS",
+    "PRESET_MODELS",
+    "GPUModel",
+    "get_preset",
+    "known_model",
+    "model_key",
+]
 
 QPI_GBPS = 19.2  # Broadwell/Haswell-era sockets (DGX-1, K80 and P100 servers)
 
@@ -52,23 +62,82 @@ class GPUModel:
     nvlinks: int
 
 
-# The one table of GPU models: product names as GPU feature discovery labels them, and memory as
-# the fake cluster's node labels advertise it (the fake cluster reads this table too).
+# The one table of GPU models: product names as GPU feature discovery labels them (NVML's name with
+# spaces as dashes), and memory as the fake cluster's node labels advertise it (the fake cluster reads
+# this table too). Memory is the board's nominal size in MiB, except where NVML's figure on a real board
+# is known (H200: 143,771 MiB). A key with a suffix (`a100-40gb`, `h100-nvl`) is a variant of the family
+# that :func:`model_key` returns for it (`a100`, `h100`).
 GPU_MODELS: dict[str, GPUModel] = {
     "k80": GPUModel("k80", "Tesla-K80", 12 * 1024, 3, 0),
+    "p4": GPUModel("p4", "Tesla-P4", 8 * 1024, 3, 0),
+    "p40": GPUModel("p40", "Tesla-P40", 24 * 1024, 3, 0),
     "p100": GPUModel("p100", "Tesla-P100-PCIE-16GB", 16 * 1024, 3, 0),
     "v100": GPUModel("v100", "Tesla-V100-SXM2-32GB", 32 * 1024, 3, 6),
     "v100-16gb": GPUModel("v100-16gb", "Tesla-V100-SXM2-16GB", 16 * 1024, 3, 6),
     "t4": GPUModel("t4", "Tesla-T4", 15 * 1024, 3, 0),
+    "a2": GPUModel("a2", "NVIDIA-A2", 16 * 1024, 4, 0),
     "a10": GPUModel("a10", "NVIDIA-A10", 24 * 1024, 4, 0),
+    "a10g": GPUModel("a10g", "NVIDIA-A10G", 24 * 1024, 4, 0),
+    "a16": GPUModel("a16", "NVIDIA-A16", 16 * 1024, 4, 0),
     "a30": GPUModel("a30", "NVIDIA-A30", 24 * 1024, 4, 4),
+    "a40": GPUModel("a40", "NVIDIA-A40", 48 * 1024, 4, 4),
     "a100": GPUModel("a100", "NVIDIA-A100-SXM4-80GB", 80 * 1024, 4, 12),
     "a100-40gb": GPUModel("a100-40gb", "NVIDIA-A100-SXM4-40GB", 40 * 1024, 4, 12),
+    "a100-pcie": GPUModel("a100-pcie", "NVIDIA-A100-80GB-PCIe", 80 * 1024, 4, 12),
+    "a100-pcie-40gb": GPUModel("a100-pcie-40gb", "NVIDIA-A100-PCIE-40GB", 40 * 1024, 4, 12),
+    "a800": GPUModel("a800", "NVIDIA-A800-SXM4-80GB", 80 * 1024, 4, 8),
+    "a800-pcie": GPUModel("a800-pcie", "NVIDIA-A800-80GB-PCIe", 80 * 1024, 4, 8),
+    "l4": GPUModel("l4", "NVIDIA-L4", 24 * 1024, 4, 0),
+    "l20": GPUModel("l20", "NVIDIA-L20", 48 * 1024, 4, 0),
+    "l40": GPUModel("l40", "NVIDIA-L40", 48 * 1024, 4, 0),
     "l40s": GPUModel("l40s", "NVIDIA-L40S", 45 * 1024, 4, 0),
     "h100": GPUModel("h100", "NVIDIA-H100-80GB-HBM3", 80 * 1024, 5, 18),
+    "h100-pcie": GPUModel("h100-pcie", "NVIDIA-H100-PCIe", 80 * 1024, 5, 12),
+    "h100-nvl": GPUModel("h100-nvl", "NVIDIA-H100-NVL", 94 * 1024, 5, 12),
     "h800": GPUModel("h800", "NVIDIA-H800", 80 * 1024, 5, 8),
     "h20": GPUModel("h20", "NVIDIA-H20", 96 * 1024, 5, 18),
+    "h200": GPUModel("h200", "NVIDIA-H200", 143771, 5, 18),
+    "h200-nvl": GPUModel("h200-nvl", "NVIDIA-H200-NVL", 141 * 1024, 5, 18),
+    "gh200": GPUModel("gh200", "NVIDIA-GH200-480GB", 96 * 1024, 5, 18),
+    "b200": GPUModel("b200", "NVIDIA-B200", 180 * 1024, 5, 18),
+    "gb200": GPUModel("gb200", "NVIDIA-GB200", 186 * 1024, 5, 18),
+    "b300": GPUModel("b300", "NVIDIA-B300-SXM6-AC", 270 * 1024, 5, 18),
+    "gb300": GPUModel("gb300", "NVIDIA-GB300", 279 * 1024, 5, 18),
 }
+
+# Model families, the keys `model_key` returns: longest first where one is a prefix of another
+# (GB200 before B200 is kept apart by the word boundary; L40S before L40, A10G before A10).
+GPU_FAMILIES: tuple[str, ...] = tuple(
+    sorted({key.split("-")[0] for key in GPU_MODELS}, key=lambda k: (-len(k), k))
+)
+_FAMILY_RE = re.compile(
+    r"(?<![A-Za-z0-9])(" + "|".join(GPU_FAMILIES) + r")(?![0-9])",
+    re.IGNORECASE,
+)
+_VENDOR_WORDS = ("nvidia", "tesla")
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+
+
+def known_model(product: str) -> bool:
+    """Whether `product` (an NVML or GPU feature discovery name) names a family of the table."""
+    return bool(product) and _FAMILY_RE.search(product) is not None
+
+
+def model_key(product: str) -> str:
+    """Short, stable model key of a GPU product name; "" for an empty name.
+
+    A family of the table is found wherever it stands in the name (`Tesla-V100-SXM2-32GB` -> `v100`,
+    `NVIDIA H200` -> `h200`, `NVIDIA GB200` -> `gb200`). A name the table lacks gets a slug of itself
+    without the vendor words (`NVIDIA-Foo X1` -> `foo-x1`), so one product always has one key and a
+    ResourceClass can still select it by its product label.
+    """
+    match = _FAMILY_RE.search(product)
+    if match:
+        return match.group(1).lower()
+    words = [w for w in _SLUG_RE.split(product.lower()) if w]
+    rest = [w for w in words if w not in _VENDOR_WORDS] or words
+    return "-".join(rest)[:63].strip("-")
+
 
 PRESET_MODELS: dict[str, str] = {
     "dgx1-v100": "v100",

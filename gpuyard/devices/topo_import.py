@@ -422,7 +422,13 @@ def topology_from_links(
     for i in range(gpu_count):
         for j in range(i + 1, gpu_count):
             same_numa = numa_in[i] is not None and numa_in[i] == numa_in[j]
-            same_cpus = numa_in[i] is None and numa_in[j] is None and cpus_in[i] and cpus_in[i] == cpus_in[j]
+            same_cpus = (
+                numa_in[i] is None
+                and numa_in[j] is None
+                and cpus_in[i]
+                and cpus_in[i] == cpus_in[j]
+                and pcie[i][j].tier is not LinkTier.SYS  # SYS crosses NUMA nodes, whatever the CPU lists say
+            )
             if same_numa or same_cpus:
                 node.union(i, j)
     numa_of = _numa_ids(gpu_count, d, node, numa_in)

@@ -7,6 +7,16 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+from gpuyard.devices.discovery import reset_warnings
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings() -> None:
+    """Each test sees NVML's log-once warnings afresh (they are process-wide)."""
+    reset_warnings()
+
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "topo"
 MATRICES = ("dgx1-v100-1.txt", "dgx-a100-1.txt", "pcie-l40s-1.txt", "nvlink-pairs-a30-1.txt")

@@ -50,39 +50,40 @@ class FakeNVML:
     def nvmlDeviceGetCount(self) -> int:
         return len(self.names) if self.count_override is None else self.count_override
 
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
-        if i in self.broken:
+    # the real pynvml's parameter names and answers (str, not bytes: its convertStrBytes decodes)
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        if index in self.broken:
             raise NVMLError("GPU is lost")
-        return i
+        return index
 
-    def nvmlDeviceGetName(self, h: int) -> bytes:
-        return self.names[h].encode()
+    def nvmlDeviceGetName(self, handle: int) -> str:
+        return self.names[handle]
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+    def nvmlDeviceGetMemoryInfo(self, handle: int, version: int | None = None) -> Any:
         return SimpleNamespace(total=32768 * MiB, used=0, free=32768 * MiB)
 
-    def nvmlDeviceGetUUID(self, h: int) -> str:
-        return f"GPU-fake-{h}"
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return f"GPU-fake-{handle}"
 
-    def nvmlDeviceGetMinorNumber(self, h: int) -> int:
-        return h
+    def nvmlDeviceGetMinorNumber(self, handle: int) -> int:
+        return handle
 
-    def nvmlDeviceGetPciInfo(self, h: int) -> Any:
-        return SimpleNamespace(busId=self.buses[h].encode())
+    def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
+        return SimpleNamespace(busId=self.buses[handle])
 
-    def nvmlDeviceGetNumaNodeId(self, h: int) -> int:
-        return self.numa[h]
+    def nvmlDeviceGetNumaNodeId(self, handle: int) -> int:
+        return self.numa[handle]
 
-    def nvmlDeviceGetNvLinkState(self, h: int, link: int) -> int:
-        if link >= len(self.nvlinks.get(h, [])):
+    def nvmlDeviceGetNvLinkState(self, device: int, link: int) -> int:
+        if link >= len(self.nvlinks.get(device, [])):
             raise NVMLError("invalid argument")
         return 1
 
-    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: int, link: int) -> Any:
-        return SimpleNamespace(busId=self.nvlinks[h][link])
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: int, link: int) -> Any:
+        return SimpleNamespace(busId=self.nvlinks[device][link])
 
-    def nvmlDeviceGetTopologyCommonAncestor(self, a: int, b: int) -> int:
-        return self.ancestor[frozenset((a, b))]
+    def nvmlDeviceGetTopologyCommonAncestor(self, device1: int, device2: int) -> int:
+        return self.ancestor[frozenset((device1, device2))]
 
 
 def _quad() -> FakeNVML:
