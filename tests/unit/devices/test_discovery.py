@@ -9,10 +9,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import structlog
 from pydantic import ValidationError
 
 from gpuyard.apis.devices import NICDevice
-from gpuyard.devices import DiscoveryError, discover, gpu_link, pick_gpus, table_for
+from gpuyard.devices import GPU_MODELS, DiscoveryError, discover, gpu_link, pick_gpus, table_for
 
 MiB = 1024 * 1024
 
@@ -180,3 +181,50 @@ def test_errors_explain_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None
     with pytest.raises(DiscoveryError, match="no GPUs"):
         discover(empty)
     assert empty.calls == ["init", "shutdown"]
+
+
+def test_a_product_the_table_lacks_gets_a_stable_key_and_one_warning() -> None:
+    from gpuyard.apis.devicematching import DeviceSelector, compile_selector, gpu_devices
+    from tests.builders import make_node
+
+    nvml = _quad()
+    nvml.names = ["NVIDIA Foo X1"] * 4
+    with structlog.testing.capture_logs() as logs:
+        first = discover(nvml)
+        again = discover(nvml)
+    keys = {g.model_key for g in first.spec.gpus + again.spec.gpus}
+    assert keys == {"foo-x1"} and {g.model for g in first.spec.gpus} == {"NVIDIA-Foo-X1"}
+    warned = [e for e in logs if "not in the model table" in e["event"]]
+    assert len(warned) == 1 and warned[0]["product"] == "NVIDIA Foo X1"
+    # schedulable by its product label: a ResourceClass selecting the product matches every GPU
+    node = make_node("foo-0", gpus=4)
+    wants = compile_selector(DeviceSelector(match_labels={"product": "NVIDIA-Foo-X1", "model": "foo-x1"}))
+    assert [wants.test(d.properties()) for d in gpu_devices(node, first)] == [True] * 4
+
+
+@pytest.mark.parametrize(
+    ("product", "key"),
+    [
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA A800-SXM4-80GB", "a800"),
+        ("NVIDIA H20", "h20"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA GB200", "gb200"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA L40", "l40"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA H100 NVL", "h100"),
+        ("NVIDIA H100 PCIe", "h100"),
+        ("NVIDIA A100 80GB PCIe", "a100"),
+        ("NVIDIA A10G", "a10g"),
+        ("Tesla V100S-PCIE-32GB", "v100"),
+    ],
+)
+def test_current_data_centre_parts_are_in_the_table(product: str, key: str) -> None:
+    nvml = _quad()
+    nvml.names = [product] * 4
+    with structlog.testing.capture_logs() as logs:
+        topo = discover(nvml)
+    assert {g.model_key for g in topo.spec.gpus} == {key}
+    assert key in GPU_MODELS and GPU_MODELS[key].memory_mib > 0
+    assert not [e for e in logs if "not in the model table" in e["event"]]
