@@ -3,14 +3,15 @@
 Reads `GET /api/v1/nodes/{name}` (name, labels, annotations, taints, unschedulable, conditions,
 capacity, allocatable), `.../pods` (the pods bound to it and what the non-terminated ones hold),
 `.../events` (events about the node) and `.../topology`, drawn with `gpuyard.devices.render.draw`
-(GPUs grouped by socket, NUMA node and PCIe switch, each GPU with its holder, then the NIC holders
-and the GPU link matrix). A node without GPUs says so. `-o json|yaml` prints
+(GPUs grouped by socket, NUMA node and PCIe switch, each GPU with its holder, then the NIC holders,
+the unhealthy GPUs with the node agent's reason for each (an XID, MIG mode) and the GPU link matrix). A node without GPUs says so. `-o json|yaml` prints
 `{"node", "pods", "allocated", "events", "topology"}` (`topology` null where there is none).
 Mount with `register(root)`; it merges into an existing `describe` group.
 """
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
@@ -23,6 +24,7 @@ from gpuyard.apis.quantity import QuantityError, parse_quantity
 from gpuyard.cli.client import ApiClient, ClientError
 from gpuyard.cli.common import call, client_options, fail, mount
 from gpuyard.cli.output import emit
+from gpuyard.devices.agent.health import ANNOTATION_UNHEALTHY_REASONS
 from gpuyard.devices.render import draw, format_topo_matrix
 
 __all__ = ["describe", "describe_node", "register", "render_describe", "render_node"]
@@ -56,10 +58,22 @@ def render_node(data: dict[str, Any]) -> str:
     unhealthy = [g.index for g in topology.spec.gpus if g.health != "Healthy"]
     lines.append("")
     lines.append(f"Unhealthy GPUs: {', '.join(map(str, unhealthy)) if unhealthy else 'none'}")
+    lines += [f"  GPU {i}: {why}" for i, why in _unhealthy_reasons(topology, unhealthy)]
     lines.append("")
     lines.append("Links:")
     lines.append(format_topo_matrix(topology))
     return "\n".join(lines)
+
+
+def _unhealthy_reasons(topology: NodeTopology, unhealthy: list[int]) -> list[tuple[int, str]]:
+    """Why each unhealthy GPU is out, as the node agent annotated it (XID, MIG mode, ...)."""
+    try:
+        reasons = json.loads(topology.metadata.annotations.get(ANNOTATION_UNHEALTHY_REASONS, "{}"))
+    except ValueError:
+        return []
+    if not isinstance(reasons, dict):
+        return []
+    return [(i, str(reasons[str(i)])) for i in unhealthy if str(i) in reasons]
 
 
 def _cells(headers: list[str], rows: list[list[Any]], indent: str = "  ") -> list[str]:

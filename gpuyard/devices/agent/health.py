@@ -11,7 +11,10 @@ rewrites the NodeTopology.
 
 :class:`HealthBook` is the pure part (unhealthy GPU -> reason, applied to a NodeTopology);
 :class:`EventWatcher` owns the NVML event set and blocks at most one health interval per call, so
-the agent runs it in a worker thread and sees an event within one interval.
+the agent runs it in a worker thread and sees an event within one interval. No exception of an NVML
+call, of any type, leaves the watcher: it is logged once and health is polled instead. The device in
+an event is matched to its GPU by UUID (real handles are ctypes pointers: the event's is not `==` to
+the one `nvmlDeviceGetHandleByIndex` gave).
 """
 
 from __future__ import annotations
@@ -82,8 +85,15 @@ class HealthBook:
         for gpu in out.spec.gpus:
             if gpu.index in self.unhealthy:
                 gpu.health = "Unhealthy"
-        reasons = {str(i): r for i, r in sorted(self.unhealthy.items())}
-        out.metadata.annotations[ANNOTATION_UNHEALTHY_REASONS] = json.dumps(reasons, separators=(",", ":"))
+        # reasons already on the topology (a GPU the inventory kept out: MIG mode) stay
+        try:
+            kept = json.loads(out.metadata.annotations.get(ANNOTATION_UNHEALTHY_REASONS, "{}"))
+        except ValueError:
+            kept = {}
+        reasons = {str(k): str(v) for k, v in kept.items()} if isinstance(kept, dict) else {}
+        reasons.update({str(i): r for i, r in self.unhealthy.items()})
+        ordered = dict(sorted(reasons.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else -1))
+        out.metadata.annotations[ANNOTATION_UNHEALTHY_REASONS] = json.dumps(ordered, separators=(",", ":"))
         return out
 
 
@@ -99,45 +109,50 @@ class EventWatcher:
         self.nvml = nvml
         self.book = book
         self.handles: dict[int, Any] = {}
+        self.uuids: dict[str, int] = {}
         self.event_set: Any = None
-        wanted = int(getattr(nvml, "nvmlEventTypeXidCriticalError", _XID)) | int(
-            getattr(nvml, "nvmlEventTypeDoubleBitEccError", _DBE)
-        )
+        xid = int(getattr(nvml, "nvmlEventTypeXidCriticalError", _XID))
+        wanted = xid | int(getattr(nvml, "nvmlEventTypeDoubleBitEccError", _DBE))
         create = getattr(nvml, "nvmlEventSetCreate", None)
         try:
             self.event_set = create() if create is not None else None
-        except nvml.NVMLError as exc:
-            warn_once("events:create", "NVML events unavailable; health is polled only", error=str(exc))
+        except Exception as exc:
+            warn_once("events:create", "NVML events unavailable; health is polled only", error=_describe(exc))
         if self.event_set is None and create is None:
             warn_once("events:missing", "NVML has no event calls in this driver; health is polled only")
         for index in range(gpu_count):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            except nvml.NVMLError:
+            except Exception:
                 continue
             self.handles[index] = handle
+            try:
+                self.uuids[_text(nvml.nvmlDeviceGetUUID(handle))] = index
+            except Exception:
+                pass
             if self.event_set is None:
                 continue
             try:
                 nvml.nvmlDeviceRegisterEvents(handle, wanted, self.event_set)
-            except nvml.NVMLError as exc:  # ECC events are not supported on every board
+            except Exception as exc:  # ECC events are not supported on every board
                 try:
-                    nvml.nvmlDeviceRegisterEvents(
-                        handle, int(getattr(nvml, "nvmlEventTypeXidCriticalError", _XID)), self.event_set
-                    )
-                except nvml.NVMLError:
+                    nvml.nvmlDeviceRegisterEvents(handle, xid, self.event_set)
+                except Exception:
                     warn_once(
                         f"events:register:{index}",
                         "GPU events not supported; polled only",
                         gpu=index,
-                        error=str(exc),
+                        error=_describe(exc),
                     )
 
     def _index_of(self, handle: Any) -> int | None:
         for index, known in self.handles.items():
-            if known is handle or known == handle:
+            if known is handle:
                 return index
-        return None
+        try:
+            return self.uuids.get(_text(self.nvml.nvmlDeviceGetUUID(handle)))
+        except Exception:
+            return None
 
     def wait(self, timeout_s: float) -> list[HealthEvent]:
         """Events seen within `timeout_s` (at most one wait; empty on a quiet interval)."""
@@ -146,20 +161,30 @@ class EventWatcher:
         nvml = self.nvml
         try:
             data = nvml.nvmlEventSetWait(self.event_set, max(1, int(timeout_s * 1000)))
-        except nvml.NVMLError as exc:
+        except Exception as exc:
             code = getattr(exc, "value", None)
             if code == int(getattr(nvml, "NVML_ERROR_TIMEOUT", _TIMEOUT)):
                 return []
             if code == int(getattr(nvml, "NVML_ERROR_GPU_IS_LOST", _GPU_IS_LOST)):
                 return self.probe() or [HealthEvent(None, "GPU is lost (fell off the bus)")]
-            warn_once(f"events:wait:{code}", "NVML event wait failed; polling health", error=str(exc))
+            warn_once(
+                f"events:wait:{type(exc).__name__}:{code}",
+                "NVML event wait failed; polling health",
+                error=_describe(exc),
+            )
             return self.probe()
-        index = self._index_of(data.device)
-        if index is None:
+        try:
+            index = self._index_of(data.device)
+            if index is None:
+                return []
+            if int(data.eventType) & int(getattr(nvml, "nvmlEventTypeDoubleBitEccError", _DBE)):
+                return [HealthEvent(index, "double-bit ECC error")]
+            event = self.book.xid(index, int(data.eventData))
+        except Exception as exc:  # an event of a shape we do not know
+            warn_once(
+                f"events:data:{type(exc).__name__}", "NVML event unreadable; skipped", error=_describe(exc)
+            )
             return []
-        if int(data.eventType) & int(getattr(nvml, "nvmlEventTypeDoubleBitEccError", _DBE)):
-            return [HealthEvent(index, "double-bit ECC error")]
-        event = self.book.xid(index, int(data.eventData))
         return [event] if event is not None else []
 
     def probe(self) -> list[HealthEvent]:
@@ -170,7 +195,7 @@ class EventWatcher:
         for index, handle in self.handles.items():
             try:
                 nvml.nvmlDeviceGetUUID(handle)
-            except nvml.NVMLError as exc:
+            except Exception as exc:
                 if getattr(exc, "value", None) == lost:
                     out.append(HealthEvent(index, "GPU is lost (fell off the bus)"))
         return out
@@ -179,6 +204,14 @@ class EventWatcher:
         if self.event_set is not None:
             try:
                 self.nvml.nvmlEventSetFree(self.event_set)
-            except (self.nvml.NVMLError, AttributeError):
+            except Exception:
                 pass
             self.event_set = None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -6,8 +6,9 @@ Data flow on the node::
             NVML events --EventWatcher.wait()--> HealthBook --------^      (PUT /api/v1/nodetopologies/N)
                                                            \\--> listeners (the device plugin's ListAndWatch)
 
-- Start: NVML is opened (`nvmlInit`); when that fails (no driver yet, library missing) the agent logs
-  one line and retries with exponential backoff; a file or preset source needs no NVML.
+- Start: NVML is opened (`nvmlInit`); when that or the first reading fails (no driver yet, library
+  missing, or any exception a binding raises) the agent logs one line and retries with exponential
+  backoff; a file or preset source needs no NVML.
 - Health: every `health_interval` seconds at most, the watcher's events (XID, double-bit ECC, GPU
   lost) are recorded; a GPU that turned unhealthy is published at once, so the scheduler stops
   using it within one interval and the backend fails the pods on it.
@@ -150,6 +151,7 @@ class Agent:
         self._base: NodeTopology | None = None
         self._watcher: EventWatcher | None = None
         self._nvml_open = False
+        self._watch_failures: set[str] = set()
 
     # --- one reading --------------------------------------------------------------------------
 
@@ -166,10 +168,18 @@ class Agent:
         self._nvml_open = True
 
     def _discover(self) -> NodeTopology:
-        self._open_nvml()
-        topology = self.inventory.read()
-        if self.inventory.source == "nvml" and self._watcher is None:
-            self._watcher = EventWatcher(self.inventory.nvml, len(topology.spec.gpus), self.inventory.book)
+        """One reading; whatever NVML or sysfs raised comes out as a DiscoveryError naming it."""
+        try:
+            self._open_nvml()
+            topology = self.inventory.read()
+            if self.inventory.source == "nvml" and self._watcher is None:
+                self._watcher = EventWatcher(
+                    self.inventory.nvml, len(topology.spec.gpus), self.inventory.book
+                )
+        except DiscoveryError:
+            raise
+        except Exception as exc:  # a binding that changed under us (TypeError, AttributeError, ...)
+            raise DiscoveryError(f"node discovery failed ({type(exc).__name__}: {exc})") from exc
         return topology
 
     async def discover(self) -> NodeTopology:
@@ -235,11 +245,7 @@ class Agent:
         interval = self.timings.health_interval_s
         try:
             while True:
-                if self._watcher is not None:
-                    events = await asyncio.to_thread(self._watcher.wait, interval)
-                else:
-                    events = []
-                    await asyncio.sleep(interval)
+                events = await self._watch(interval)
                 changed = self.record(events)
                 now = loop.time()
                 if changed or now >= resync_at or (not ok and now >= retry_at):
@@ -255,6 +261,22 @@ class Agent:
                         retry_at = now + delay
         finally:
             self.close()
+
+    async def _watch(self, interval: float) -> list[HealthEvent]:
+        """Health events of one interval; a watcher that fails is logged once per kind of failure and
+        the interval is waited out, so the agent keeps serving what it knows."""
+        if self._watcher is None:
+            await asyncio.sleep(interval)
+            return []
+        try:
+            return await asyncio.to_thread(self._watcher.wait, interval)
+        except Exception as exc:
+            key = f"{type(exc).__name__}: {exc}"
+            if key not in self._watch_failures:
+                self._watch_failures.add(key)
+                log.error("GPU health watch failed; keeping the topology and retrying", error=key)
+            await asyncio.sleep(interval)
+            return []
 
     def close(self) -> None:
         if self._watcher is not None:

@@ -14,7 +14,7 @@ import structlog
 
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.devices.agent.fakenvml import FakeNVML
-from gpuyard.devices.agent.health import ANNOTATION_UNHEALTHY_REASONS
+from gpuyard.devices.agent.health import ANNOTATION_UNHEALTHY_REASONS, HealthEvent
 from gpuyard.devices.agent.inventory import Inventory
 from gpuyard.devices.agent.running import Agent, AgentTimings, PrintSink, SinkError
 
@@ -120,3 +120,49 @@ async def test_preset_source_needs_no_nvml() -> None:
     async with running(agent):
         await until(lambda: bool(sink.written))
     assert sink.written[0].metadata.name == "t4-0" and len(sink.written[0].spec.gpus) == 4
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [TypeError("takes 2 positional arguments but 3 were given"), AttributeError("eventType"), OSError(5)],
+)
+async def test_no_exception_of_nvml_stops_the_agent(fake: FakeNVML, exc: Exception) -> None:
+    """A binding that raises anything at start is retried with one log line; a health watch that
+    raises anything keeps the published topology, logs once and keeps watching."""
+    fake.raise_on("nvmlDeviceGetCount", exc)
+    sink = PrintSink()
+    agent = Agent(Inventory(node="a100-0", nvml=fake, sysfs_root=NO_SYS), sink, timings=TIMINGS)
+    with structlog.testing.capture_logs() as logs:
+        async with running(agent) as task:
+            await asyncio.sleep(0.1)
+            assert not sink.written and not task.done()
+            fake.raise_on("nvmlDeviceGetCount", None)
+            await until(lambda: bool(sink.written))
+            fake.raise_on("nvmlEventSetWait", exc)
+            await asyncio.sleep(5 * INTERVAL)
+            assert not task.done() and unhealthy(sink) == []
+            fake.raise_on("nvmlEventSetWait", None)
+            fake.inject_xid(3, 79)
+            await until(lambda: unhealthy(sink) == [3])
+    started = [e for e in logs if e["event"].startswith("node discovery failed")]
+    assert len(started) == 1 and type(exc).__name__ in started[0]["error"]
+    waits = [e for e in logs if "event wait failed" in e["event"]]
+    assert len(waits) == 1 and type(exc).__name__ in waits[0]["error"]
+
+
+async def test_a_failing_watcher_is_logged_once_and_waited_out(fake: FakeNVML) -> None:
+    sink = PrintSink()
+    agent = Agent(Inventory(node="a100-0", nvml=fake, sysfs_root=NO_SYS), sink, timings=TIMINGS)
+    with structlog.testing.capture_logs() as logs:
+        async with running(agent) as task:
+            await until(lambda: bool(sink.written))
+            assert agent._watcher is not None
+
+            def broken(timeout_s: float) -> list[HealthEvent]:
+                raise ZeroDivisionError("division by zero")
+
+            agent._watcher.wait = broken  # type: ignore[method-assign]
+            await asyncio.sleep(5 * INTERVAL)
+            assert not task.done() and len(sink.written) == 1
+    failed = [e for e in logs if e["event"].startswith("GPU health watch failed")]
+    assert len(failed) == 1 and "ZeroDivisionError" in failed[0]["error"]

@@ -3,19 +3,29 @@ tiers, NUMA), NICs come from a sysfs tree, MIG/fabric are recorded, and NVML fau
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+import structlog
 
-from gpuyard.apis.devices import NodeTopology
+from gpuyard.apis.devices import GPUDevice, NodeTopology, NodeTopologySpec
+from gpuyard.apis.meta import ObjectMeta
 from gpuyard.devices import get_preset, link_matrix, pick_nics
-from gpuyard.devices.agent.fakenvml import FAKE_SHAPES, FakeNVML
-from gpuyard.devices.agent.inventory import ANNOTATION_FABRIC, ANNOTATION_MIG, Inventory
-from gpuyard.devices.discovery import DiscoveryError
+from gpuyard.devices.agent.fakenvml import FAKE_SHAPES, FakeNVML, FakeNVMLError
+from gpuyard.devices.agent.health import ANNOTATION_UNHEALTHY_REASONS, HealthBook, HealthEvent
+from gpuyard.devices.agent.inventory import (
+    ANNOTATION_FABRIC,
+    ANNOTATION_MIG,
+    ANNOTATION_MIG_DEVICES,
+    Inventory,
+)
+from gpuyard.devices.discovery import DiscoveryError, reset_warnings
 
 
-def _read(fake: FakeNVML, node: str, **kwargs) -> NodeTopology:  # type: ignore[no-untyped-def]
+def _read(fake: FakeNVML, node: str, **kwargs: Any) -> NodeTopology:
     fake.nvmlInit()
     try:
         return Inventory(
@@ -25,7 +35,7 @@ def _read(fake: FakeNVML, node: str, **kwargs) -> NodeTopology:  # type: ignore[
         fake.nvmlShutdown()
 
 
-def _gpu_facts(topology: NodeTopology) -> list[tuple]:  # type: ignore[type-arg]
+def _gpu_facts(topology: NodeTopology) -> list[tuple[Any, ...]]:
     return [
         (
             g.index,
@@ -68,7 +78,7 @@ def test_h100_fabric_state_and_partitions() -> None:
 def test_mig_enabled_gpus_are_annotated() -> None:
     fake = FakeNVML.shaped("dgx-a100", node_name="a1")
     fake.enable_mig(2)
-    fake.enable_mig(5)
+    fake.enable_mig(5, ["7g.80gb"])
     assert _read(fake, "a1").metadata.annotations[ANNOTATION_MIG] == "2,5"
     assert ANNOTATION_MIG not in _read(FakeNVML.shaped("dgx1-v100"), "v1").metadata.annotations
 
@@ -82,11 +92,143 @@ def test_missing_optional_symbols_are_skipped() -> None:
     fake = FakeNVML.shaped(
         "hgx-h100",
         node_name="old",
-        missing=("nvmlDeviceGetNumaNodeId", "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetMigMode"),
+        missing=(
+            "nvmlDeviceGetNumaNodeId",
+            "nvmlDeviceGetGpuFabricInfoV",
+            "nvmlDeviceGetGpuFabricInfo",
+            "nvmlDeviceGetMigMode",
+        ),
     )
     found = _read(fake, "old")
     assert len(found.spec.gpus) == 8 and ANNOTATION_FABRIC not in found.metadata.annotations
     assert found.spec.gpus[0].nvlink_peers[1] == 18
+
+
+@pytest.mark.parametrize(
+    "old_driver",
+    [
+        {"missing": ("nvmlDeviceGetGpuFabricInfoV",)},  # a binding older than the V call
+        {"raise_on": ("nvmlDeviceGetGpuFabricInfoV", 25)},  # a driver that refuses the struct version
+    ],
+)
+def test_fabric_state_falls_back_to_the_unversioned_call(old_driver: dict[str, Any]) -> None:
+    fake = FakeNVML.shaped("hgx-h100", node_name="h1", missing=old_driver.get("missing", ()))
+    if "raise_on" in old_driver:
+        name, code = old_driver["raise_on"]
+        fake.raise_on(name, FakeNVMLError(code))
+    fake.fabric_state(2, 1)
+    found = _read(fake, "h1")
+    assert found.metadata.annotations[ANNOTATION_FABRIC].startswith("0=Completed,1=Completed,2=NotStarted")
+    assert [g.index for g in found.spec.gpus if g.health != "Healthy"] == [2]
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        TypeError("takes 1 positional argument but 2 were given"),
+        AttributeError("c_nvmlGpuFabricInfoV_t"),
+        FakeNVMLError(999),
+        RuntimeError("anything"),
+    ],
+)
+@pytest.mark.parametrize(
+    "call",
+    [
+        "nvmlDeviceGetGpuFabricInfoV",
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetNvLinkState",
+        "nvmlDeviceGetTopologyCommonAncestor",
+        "nvmlDeviceGetNumaNodeId",
+        "nvmlDeviceGetMemoryInfo",
+    ],
+)
+def test_no_exception_of_an_nvml_call_stops_a_reading(call: str, exc: Exception) -> None:
+    reset_warnings()
+    fake = FakeNVML.shaped("hgx-h100", node_name="h1")
+    fake.raise_on(call, exc)
+    with structlog.testing.capture_logs() as logs:
+        found = _read(fake, "h1")
+        _read(fake, "h1")  # a second reading logs nothing new
+    assert len(found.spec.gpus) == 8  # every GPU still there, indices stable
+    warned = [e for e in logs if e["log_level"] in ("warning", "error")]
+    assert len(warned) == 1, warned
+    assert type(exc).__name__ in warned[0].get("error", "")
+    if call == "nvmlDeviceGetMemoryInfo":  # a GPU whose basic facts are unreadable is kept out
+        assert all(g.health == "Unhealthy" for g in found.spec.gpus)
+    else:
+        assert all(g.health == "Healthy" for g in found.spec.gpus)
+
+
+def test_mig_gpus_are_kept_out_with_a_reason() -> None:
+    fake = FakeNVML.shaped("dgx-a100", node_name="a1")
+    fake.enable_mig(2, ["3g.40gb", "3g.40gb"])
+    fake.enable_mig(5, ["1c.3g.40gb", "1g.10gb"])
+    fake.enable_mig(6)
+    found = _read(fake, "a1")
+    assert [g.index for g in found.spec.gpus if g.health != "Healthy"] == [2, 5, 6]
+    notes = found.metadata.annotations
+    assert notes[ANNOTATION_MIG] == "2,5,6"
+    assert json.loads(notes[ANNOTATION_MIG_DEVICES]) == {
+        "2": ["3g.40gb", "3g.40gb"],
+        "5": ["1c.3g.40gb", "1g.10gb"],
+        "6": [],
+    }
+    reasons = json.loads(notes[ANNOTATION_UNHEALTHY_REASONS])
+    assert reasons["2"].startswith("MIG mode enabled (MIG devices 3g.40gb, 3g.40gb)")
+    assert "no MIG devices created" in reasons["6"] and "whole GPUs only" in reasons["6"]
+    # the health book's later reasons are added to the MIG ones, not put in their place
+    book = HealthBook()
+    book.record([HealthEvent(3, "XID 79")], 8)
+    merged = json.loads(book.apply(found).metadata.annotations[ANNOTATION_UNHEALTHY_REASONS])
+    assert sorted(merged) == ["2", "3", "5", "6"] and merged["3"] == "XID 79"
+    # a GPU model without MIG answers Not Supported: never kept out for MIG
+    v100 = FakeNVML.shaped("dgx1-v100")
+    v100.enable_mig(0, ["1g.10gb"])
+    assert all(g.health == "Healthy" for g in _read(v100, "v1").spec.gpus)
+
+
+def test_describe_node_shows_why_a_gpu_is_kept_out() -> None:
+    from gpuyard.cli.nodes import render_node
+
+    fake = FakeNVML.shaped("dgx-a100", node_name="a1")
+    fake.enable_mig(2, ["7g.80gb"])
+    found = _read(fake, "a1")
+    text = render_node({"topology": found.to_dict(), "gpus": {}, "nics": {}})
+    assert "Unhealthy GPUs: 2" in text
+    assert "GPU 2: MIG mode enabled (MIG devices 7g.80gb)" in text
+
+
+def _single_gpu_vm(root: Path, *, local_cpulist: str | None) -> FakeNVML:
+    """A one-GPU H200 virtual machine as one really answered: NVML's NUMA node Not Supported, sysfs
+    numa_node -1, CPUs 0-15."""
+    gpu = GPUDevice(
+        index=0,
+        minor=0,
+        uuid="GPU-h200",
+        model="NVIDIA-H200",
+        memory_mib=143771,
+        pci_bus_id="00000000:00:05.0",
+    )
+    fake = FakeNVML(NodeTopology(metadata=ObjectMeta(name="vm"), spec=NodeTopologySpec(gpus=[gpu])))
+    fake.raise_on("nvmlDeviceGetNumaNodeId", FakeNVMLError(3))
+    pci = root / "bus" / "pci" / "devices" / "0000:00:05.0"
+    pci.mkdir(parents=True)
+    (pci / "numa_node").write_text("-1\n")
+    if local_cpulist is not None:
+        (pci / "local_cpulist").write_text(local_cpulist + "\n")
+    cpu = root / "devices" / "system" / "cpu"
+    cpu.mkdir(parents=True)
+    (cpu / "online").write_text("0-15\n")
+    return fake
+
+
+@pytest.mark.parametrize("local_cpulist", ["0-15", None, "garbage"])
+def test_a_single_gpu_vm_gets_a_model_key_and_cpus(tmp_path: Path, local_cpulist: str | None) -> None:
+    found = _read(_single_gpu_vm(tmp_path, local_cpulist=local_cpulist), "vm", sysfs_root=tmp_path)
+    gpu = found.spec.gpus[0]
+    assert (gpu.model, gpu.model_key, gpu.memory_mib, gpu.numa_node) == ("NVIDIA-H200", "h200", 143771, 0)
+    assert [(n.id, n.cpus) for n in found.spec.numa_nodes] == [(0, "0-15")]
+    assert gpu.health == "Healthy"
 
 
 def test_a_lost_gpu_is_unhealthy_not_dropped() -> None:
