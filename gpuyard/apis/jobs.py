@@ -40,6 +40,7 @@ from gpuyard.apis.jobkinds import (
 from gpuyard.apis.jobspecs import (
     ReplicaSpec,
 )
+from gpuyard.apis.meta import dns_label_problem, metadata_problems
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION
 
 __all__ = [
@@ -136,6 +137,7 @@ def parse_job(doc: Any) -> TrainingJob:
         )
     flavor = info.flavor(api_version)
     errors: list[dict[str, str]] = _name_errors(doc.get("metadata"))
+    errors += _template_errors(doc, info.replica_field)
     data = dict(doc)
     data.pop("status", None)  # status is the operator's
     spec = doc.get("spec")
@@ -196,15 +198,29 @@ def _name_errors(metadata: Any) -> list[dict[str, str]]:
         ]
     namespace = metadata.get("namespace")
     if namespace is not None and (
-        not isinstance(namespace, str) or (namespace and not _NAME_RE.match(namespace))
+        not isinstance(namespace, str) or (namespace and dns_label_problem(namespace))
     ):
-        return [
-            {
-                "field": "metadata.namespace",
-                "reason": f"{namespace!r} must be lower-case letters, digits and '-'",
-            }
-        ]
-    return []
+        return [{"field": "metadata.namespace", "reason": str(dns_label_problem(namespace))}]
+    # labels and annotations as the API server checks them (the name's rule is the one above)
+    return metadata_problems({k: v for k, v in metadata.items() if k in ("labels", "annotations")})
+
+
+def _template_errors(doc: Mapping[str, Any], replica_field: str) -> list[dict[str, str]]:
+    """Labels and annotations of each role's pod template, as the API server checks a pod's."""
+    spec = doc.get("spec")
+    roles = spec.get(replica_field) if isinstance(spec, Mapping) else None
+    if not isinstance(roles, Mapping):
+        return []
+    out: list[dict[str, str]] = []
+    for role, replica in roles.items():
+        template = replica.get("template") if isinstance(replica, Mapping) else None
+        meta = template.get("metadata") if isinstance(template, Mapping) else None
+        if isinstance(meta, Mapping):
+            out += metadata_problems(
+                {k: v for k, v in meta.items() if k in ("labels", "annotations")},
+                field=f"spec.{replica_field}.{role}.template.metadata",
+            )
+    return out
 
 
 def _semantic_errors(job: TrainingJob, flavor: Flavor) -> list[dict[str, str]]:

@@ -47,6 +47,8 @@ __all__ = [
 
 MAX_REPLICAS = 10_000
 """The most replicas one replica type (role) of a job may ask for."""
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+"""The range of Kubernetes' int32 fields (priority, backoffLimit, ttlSecondsAfterFinished, ...)."""
 
 RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
 CleanPodPolicy = Literal["All", "Running", "None"]
@@ -109,20 +111,22 @@ class ReplicaSpec(K8sModel):
 class SchedulingPolicy(K8sModel):
     """Gang/queue settings; KubeDL's and Kubeflow's fields are both accepted."""
 
-    min_available: int | None = Field(default=None, ge=0)
+    min_available: int | None = Field(default=None, ge=0, le=INT32_MAX)
     queue: str | None = None
-    priority: int | None = None
+    priority: int | None = Field(
+        default=None, ge=INT32_MIN, le=INT32_MAX, description="int32, as Kubernetes'."
+    )
     priority_class_name: str | None = None
     priority_class: str | None = Field(default=None, description="Kubeflow's spelling of priorityClassName.")
     min_resources: dict[str, Quantity] | None = None
-    schedule_timeout_seconds: int | None = Field(default=None, ge=0)
+    schedule_timeout_seconds: int | None = Field(default=None, ge=0, le=INT32_MAX)
 
 
 class RunPolicy(K8sModel):
     clean_pod_policy: CleanPodPolicy | None = None
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
-    active_deadline_seconds: int | None = Field(default=None, ge=0)
-    backoff_limit: int | None = Field(default=None, ge=0)
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    active_deadline_seconds: int | None = Field(default=None, ge=0)  # int64
+    backoff_limit: int | None = Field(default=None, ge=0, le=INT32_MAX)
     scheduling_policy: SchedulingPolicy | None = None
     suspend: bool | None = None
 

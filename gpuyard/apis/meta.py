@@ -6,11 +6,17 @@ both spellings are accepted on input.
 
 Objects returned by the store are shared: never mutate them in place. Make a copy
 (`obj.clone()`, or `deep_copy(model)` for a part), change it, and write it back with `store.update`.
+
+:func:`metadata_problems` checks a submitted object's metadata as the API server does: its name
+(a DNS-1123 subdomain, or label where the kind needs one), namespace (a DNS-1123 label), labels
+and annotations. It is called at the edges (HTTP bodies, files), never on objects gpuyard builds.
 """
 
 from __future__ import annotations
 
 import copy
+import re
+from collections.abc import Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from enum import Enum
@@ -19,7 +25,19 @@ from typing import Any, ClassVar, Self, TypeVar, cast
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-__all__ = ["K8sModel", "ObjectMeta", "OwnerReference", "Resource", "deep_copy", "utcnow"]
+from gpuyard.apis.labels import annotation_problems, label_problems
+
+__all__ = [
+    "K8sModel",
+    "ObjectMeta",
+    "OwnerReference",
+    "Resource",
+    "deep_copy",
+    "dns_label_problem",
+    "dns_subdomain_problem",
+    "metadata_problems",
+    "utcnow",
+]
 
 _T = TypeVar("_T")
 _ATOMIC = (str, int, float, bool, bytes, Decimal, datetime, date, time, timedelta, Enum, type(None))
@@ -155,3 +173,64 @@ class Resource(K8sModel):
     def clone(self) -> Self:
         """A deep copy that is safe to change and write back."""
         return deep_copy(self)
+
+
+# --- names as Kubernetes checks them (k8s.io/apimachinery/pkg/util/validation) -----------------
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def dns_label_problem(value: object, *, max_length: int = 63) -> str | None:
+    """Why `value` is not a DNS-1123 label of at most `max_length` characters, or None."""
+    if not isinstance(value, str) or not _DNS_LABEL.match(value) or len(value) > max_length:
+        shown = (
+            value
+            if not isinstance(value, str) or len(value) <= 70
+            else f"{value[:40]}...({len(value)} characters)"
+        )
+        return (
+            f"{shown!r} must be a DNS-1123 label: lower-case letters, digits and '-', starting and "
+            f"ending with a letter or digit, at most {max_length} characters"
+        )
+    return None
+
+
+def dns_subdomain_problem(value: object) -> str | None:
+    """Why `value` is not a DNS-1123 subdomain (what most object names are), or None."""
+    if not isinstance(value, str) or not _DNS_SUBDOMAIN.match(value) or len(value) > 253:
+        shown = (
+            value
+            if not isinstance(value, str) or len(value) <= 70
+            else f"{value[:40]}...({len(value)} characters)"
+        )
+        return (
+            f"{shown!r} must be a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit, at most 253 characters"
+        )
+    return None
+
+
+def metadata_problems(
+    metadata: object, *, field: str = "metadata", name_rule: str = "subdomain", namespaced: bool = True
+) -> list[dict[str, str]]:
+    """422 details for a submitted `metadata` mapping: name (`subdomain` or `label`; an absent name
+    is left to the caller), namespace (a DNS-1123 label), labels and annotations."""
+    if metadata is None:
+        return []
+    if not isinstance(metadata, Mapping):
+        return [{"field": field, "reason": "must be a mapping"}]
+    out: list[dict[str, str]] = []
+    name = metadata.get("name")
+    if name not in (None, ""):
+        problem = dns_label_problem(name) if name_rule == "label" else dns_subdomain_problem(name)
+        if problem is not None:
+            out.append({"field": f"{field}.name", "reason": problem})
+    namespace = metadata.get("namespace")
+    if namespaced and namespace not in (None, ""):
+        problem = dns_label_problem(namespace)
+        if problem is not None:
+            out.append({"field": f"{field}.namespace", "reason": problem})
+    out += label_problems(metadata.get("labels"), field=f"{field}.labels")
+    out += annotation_problems(metadata.get("annotations"), field=f"{field}.annotations")
+    return out

@@ -24,7 +24,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from gpuyard.apis.disruption import PodDisruptionBudget
-from gpuyard.apis.meta import Resource
+from gpuyard.apis.meta import Resource, metadata_problems
 from gpuyard.apis.priorityclasses import PriorityClass, class_problems
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document, validate_quotas
 from gpuyard.apis.quotakinds import ElasticQuota, Queue, ResourceQuota
@@ -143,6 +143,10 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
             )
             continue
         meta = doc.get("metadata")
+        found = metadata_problems(meta, field=f"{prefix}metadata")
+        if found:
+            problems += [{"object": f"{kind}/{name}", **d} for d in found]
+            continue
         namespaced = kind in ("ResourceQuota", "PodDisruptionBudget")
         ns = str(meta.get("namespace") or "") if namespaced and isinstance(meta, dict) else ""
         key = (kind, ns, name)

@@ -27,7 +27,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from gpuyard.apis.decoding import DEFAULT_MAX_BYTES, json_loads, yaml_load_all
-from gpuyard.apis.meta import Resource
+from gpuyard.apis.meta import Resource, metadata_problems
 from gpuyard.apis.quota import QuotaValidationError
 from gpuyard.apis.quotakinds import API_ELASTIC_QUOTA, API_QUEUE, ElasticQuota
 from gpuyard.apis.resourceclasses import ResourceClass
@@ -119,9 +119,19 @@ async def read_documents(request: web.Request) -> list[Any]:
 
 
 async def read_one_document(request: web.Request, kind: str) -> dict[str, Any]:
+    """The one object of a PUT body; its name (the URL's too), namespace, labels and annotations
+    checked as the API server does (422 naming the field)."""
     docs = await read_documents(request)
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise ApiError(400, f"the body must be one {kind} object (a mapping)")
+    name = request.match_info.get("name", "")
+    problems = metadata_problems({"name": name}) + metadata_problems(docs[0].get("metadata"))
+    if problems:
+        raise ApiError(
+            422,
+            f"invalid {kind} {name[:253]}: nothing was stored",
+            details=[{"object": f"{kind}/{name[:253]}", **d} for d in problems],
+        )
     return docs[0]
 
 
