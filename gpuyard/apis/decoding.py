@@ -77,7 +77,7 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 _INT_RULE = f"integers: {INT64_MIN}..{INT64_MAX} (int64, as Kubernetes reads them)"
 
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[assignment]
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _INT_TAG = "tag:yaml.org,2002:int"
 # YAML 1.1's int (as PyYAML resolves a plain scalar), and the merge key.
 _YAML_INT = re.compile(

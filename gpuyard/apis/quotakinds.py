@@ -213,6 +213,11 @@ class QueueSpec(StrictK8sModel):
     )
     queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
     max_running_jobs: int | None = Field(default=None, ge=0)
+    allowed_priority_classes: list[str] | None = Field(
+        default=None,
+        description="The PriorityClasses a tenant's job in this queue may use (admins: any); none listed: "
+        "every class but the built-in system ones, which only admins and kube-system may use.",
+    )
     aging: AgingSpec | None = Field(default=None, description="Default: the platform's aging settings.")
     description: str = ""
     preemption_policy: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = Field(

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.meta import Resource, metadata_problems
-from gpuyard.apis.priorityclasses import PriorityClass, class_problems
+from gpuyard.apis.priorityclasses import BUILTIN, PriorityClass, class_problems
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document, validate_quotas
 from gpuyard.apis.quotakinds import ElasticQuota, Queue, ResourceQuota
 from gpuyard.apis.resourceclasses import ResourceClass, validate_resource_class
@@ -143,9 +143,9 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
             )
             continue
         meta = doc.get("metadata")
-        found = metadata_problems(meta, field=f"{prefix}metadata")
-        if found:
-            problems += [{"object": f"{kind}/{name}", **d} for d in found]
+        bad_meta = metadata_problems(meta, field=f"{prefix}metadata")
+        if bad_meta:
+            problems += [{"object": f"{kind}/{name}", **d} for d in bad_meta]
             continue
         namespaced = kind in ("ResourceQuota", "PodDisruptionBudget")
         ns = str(meta.get("namespace") or "") if namespaced and isinstance(meta, dict) else ""
@@ -214,6 +214,7 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
             out.append(parse_quota_document(data, current_quotas=others))
         except QuotaValidationError as exc:
             problems += rejected_fields(str(kind), name, exc, prefix=prefix)
+    problems += _allowed_class_problems(store, docs, out)
     if not problems:
         before = set(validate_quotas(current))
         index = {o.metadata.name: i for i, o in enumerate(out) if isinstance(o, ElasticQuota)}
@@ -224,6 +225,34 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
                     {"object": f"ElasticQuota/{obj_name}", "field": f"{where}{field}", "reason": reason}
                 )
     return out, problems
+
+
+def _allowed_class_problems(store: Store, docs: list[Any], out: list[Resource]) -> list[dict[str, str]]:
+    """Each class a Queue of the file allows must exist (built in, stored, or in the file)."""
+    known = set(BUILTIN)
+    if "PriorityClass" in store.kinds():
+        known.update(c.metadata.name for c in store.list_of(PriorityClass))
+    known.update(o.metadata.name for o in out if isinstance(o, PriorityClass))
+    problems = []
+    for queue in (o for o in out if isinstance(o, Queue)):
+        i = next(
+            (
+                n
+                for n, d in enumerate(docs)
+                if isinstance(d, dict) and d.get("kind") == "Queue" and _doc_name(d) == queue.metadata.name
+            ),
+            0,
+        )
+        for j, name in enumerate(queue.spec.allowed_priority_classes or []):
+            if name not in known:
+                problems.append(
+                    {
+                        "object": f"Queue/{queue.metadata.name}",
+                        "field": f"documents[{i}].spec.allowedPriorityClasses.{j}",
+                        "reason": f"PriorityClass {name!r} does not exist; known: {', '.join(sorted(known))}",
+                    }
+                )
+    return problems
 
 
 def _priority_class(

@@ -58,7 +58,7 @@ from gpuyard.platform.api.jobschema import job_document_schema
 from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.api.paging import PAGING, event_order, list_body, paginate
 from gpuyard.platform.api.priorityclasses import all_classes
-from gpuyard.platform.api.tenancy import binding_problems
+from gpuyard.platform.api.tenancy import binding_problems, priority_problems
 from gpuyard.state.store import AlreadyExists
 from gpuyard.state.writing import create_all
 
@@ -213,9 +213,12 @@ async def submit(request: web.Request) -> web.Response:
         raise ApiError(422, f"invalid {what}: nothing was stored", details=problems)
     warnings = answer_unknown_fields(mode, unknown)  # Strict: 422 naming them
     forbidden: list[dict[str, str]] = []
+    classes = all_classes(ctx.store).values()
     for i, job in enumerate(jobs):
         who = authorize(request, "write", job.metadata.namespace)
-        forbidden += binding_problems(ctx.store, who, job, prefix=f"documents[{i}]." if multi else "")
+        prefix = f"documents[{i}]." if multi else ""
+        forbidden += binding_problems(ctx.store, who, job, prefix=prefix)
+        forbidden += priority_problems(ctx.store, who, job, classes, prefix=prefix)
     if forbidden:
         raise ApiError(
             403,
@@ -406,13 +409,12 @@ async def _patch_once(
     problems = unknown_class_problems(updated, all_classes(ctx.store).values())
     if problems:
         raise ApiError(422, f"{problems[0]['reason']}; nothing was changed", details=problems)
-    forbidden = binding_problems(ctx.store, authorize(request, "write", job.metadata.namespace), updated)
+    who = authorize(request, "write", job.metadata.namespace)
+    forbidden = binding_problems(ctx.store, who, updated) + priority_problems(
+        ctx.store, who, updated, all_classes(ctx.store).values()
+    )
     if forbidden:
-        raise ApiError(
-            403,
-            "the patch names a quota or queue the job's namespace may not use; nothing was changed",
-            details=forbidden,
-        )
+        raise ApiError(403, f"{forbidden[0]['reason']}; nothing was changed", details=forbidden)
     updated.metadata = job.metadata.model_copy(
         update={"labels": updated.metadata.labels, "annotations": updated.metadata.annotations}
     )
