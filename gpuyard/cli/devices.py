@@ -11,7 +11,7 @@ import click
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.devices import PRESETS, DiscoveryError, discover, draw, get_preset, to_yaml
 from gpuyard.devices.presets import GPU_MODELS
-from gpuyard.devices.topo_import import TopologyParseError, load_topology_file
+from gpuyard.devices.topo_import import TopologyParseError, TopologyWarning, load_topology_file
 
 __all__ = ["devices"]
 
@@ -36,7 +36,10 @@ def devices() -> None:
 def import_topo(
     file: str, name: str | None, gpu_model: str | None, nic_gbps: float, as_drawing: bool
 ) -> None:
-    """Parse `nvidia-smi topo -m` output in FILE into a NodeTopology YAML document."""
+    """Parse `nvidia-smi topo -m` output in FILE into a NodeTopology YAML document.
+
+    What cannot be read exits 2 naming line and column; what is read but not used is a warning on
+    stderr naming line and column."""
     model = GPU_MODELS[gpu_model] if gpu_model else None
     kwargs = {
         "gpu_model": model.name if model else "",
@@ -45,8 +48,12 @@ def import_topo(
     }
     if name:
         kwargs["name"] = name
+
+    def warn(warning: TopologyWarning) -> None:  # read, but not used: the import goes on
+        click.echo(f"warning: {file}:{warning.line}:{warning.column}: {warning.message}", err=True)
+
     try:
-        topology = load_topology_file(file, **kwargs)
+        topology = load_topology_file(file, on_warning=warn, **kwargs)
     except OSError as exc:
         click.echo(f"error: {file}: cannot read: {exc.strerror or exc}", err=True)
         sys.exit(2)

@@ -1,16 +1,22 @@
 """Import a real `nvidia-smi topo -m` matrix as a NodeTopology (`gpuyard devices import-topo`).
 
-Accepted input is the matrix exactly as printed by current and older drivers, tab- or
-space-separated: a header of device columns (`GPU0..`, then NICs as `mlx5_*` or `NIC#`), optional
-`CPU Affinity`, `NUMA Affinity` and `GPU NUMA ID` columns (a cell may be empty: some drivers
-print no CPU affinity on HGX H100; in a space-aligned copy a CPU list is told from a NUMA id by its
-form), one row per device, then the optional
-`Legend:` and `NIC Legend:` blocks (`NIC0: mlx5_0` renames the NIC columns). Blank lines and lines
-ending in `:` (e.g. `GPU Topology:`) may precede the header.
+Accepted input is the matrix as printed by current and older drivers, tab- or space-separated
+(pasted from a terminal), with or without ANSI colour codes and CRLF line ends: a header of device
+columns (`GPU0..`, then NICs as `mlx5_*` or `NIC#`), optional `CPU Affinity`, `NUMA Affinity` and
+`GPU NUMA ID` columns, one row per device, then the optional `Legend:` and `NIC Legend:` blocks
+(`NIC0: mlx5_0` renames the NIC columns). Blank lines and lines ending in `:` (e.g. `GPU Topology:`)
+may precede the header.
 
-Anything else is rejected with :class:`TopologyParseError`, which carries the 1-based line and
-column and names what is allowed: unknown cells, rows that do not match the header (non-square
-matrices, missing or duplicate rows), `X` off the diagonal, NVLink to a NIC, asymmetric cells, and
+What the parser can read but gpuyard does not use is a :class:`TopologyWarning` (line, column,
+message), never an error: a column title it does not know (its values are ignored), more values after
+a row's link cells than there are titles, fewer (an empty cell of a tab-separated row, a missing
+trailing value: unknown), a blank link cell of a tab-separated row (its mirror cell is used, else
+`SYS`), a MIG device row (`MIG 1g.10gb Device 0`, `GPU0/1/0`: MIG devices are not scheduled), other
+text after the matrix. In a space-aligned copy a CPU list is told from a NUMA id by its form.
+
+What it cannot read is rejected with :class:`TopologyParseError`, which carries the 1-based line and
+column and names what is allowed: unknown link cells, rows that do not match the header (missing
+link cells, missing or duplicate rows), `X` off the diagonal, NVLink to a NIC, asymmetric cells, and
 NUMA affinities that contradict a same-NUMA link.
 
 :func:`topology_from_links` turns a label matrix into the structural model (it is shared with NVML
@@ -24,10 +30,12 @@ the topology's `link_matrix` / `nic_link_matrix`, so imported tiers are exactly 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 from gpuyard.apis.devices import GPUDevice, NICDevice, NodeTopology, NodeTopologySpec, NUMANode, PCIeSwitch
 from gpuyard.apis.meta import ObjectMeta
@@ -38,11 +46,14 @@ __all__ = [
     "MAX_DIRECT_NVLINKS",
     "TopoMatrix",
     "TopologyParseError",
+    "TopologyWarning",
     "import_topology",
     "load_topology_file",
     "parse_topo_matrix",
     "topology_from_links",
 ]
+
+log = structlog.get_logger(__name__)
 
 MAX_DIRECT_NVLINKS = 18
 """No GPU has more NVLinks than this; a GPU showing more in total reaches its peers via NVSwitch."""
@@ -55,6 +66,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TITLES = (("CPU", "Affinity"), ("NUMA", "Affinity"), ("GPU", "NUMA", "ID"))
 _TITLES_ALLOWED = "CPU Affinity, NUMA Affinity, GPU NUMA ID"
 _TOKEN_RE = re.compile(r"\S+")
+_MIG_ROW_RE = re.compile(r"^(MIG\b|MIG-|GPU\d+/\d+)")
 _PCIE = (LinkTier.PIX, LinkTier.PXB, LinkTier.PHB)
 
 
@@ -69,6 +81,18 @@ class TopologyParseError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class TopologyWarning:
+    """Something the parser read but does not use; `line`/`column` are 1-based."""
+
+    message: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"line {self.line}, column {self.column}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
 class TopoMatrix:
     """A parsed matrix: device names (GPUs first, NICs renamed by the NIC Legend) and labels."""
 
@@ -78,6 +102,7 @@ class TopoMatrix:
     cpu_affinity: tuple[str, ...]
     numa_affinity: tuple[int | None, ...]
     legend: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[TopologyWarning, ...] = ()
 
     @property
     def nic_names(self) -> tuple[str, ...]:
@@ -88,14 +113,46 @@ def _tokens(line: str) -> list[tuple[str, int]]:
     return [(m.group(0), m.start() + 1) for m in _TOKEN_RE.finditer(line)]
 
 
-def _parse_header(toks: list[tuple[str, int]], lineno: int) -> tuple[list[str], list[str]]:
-    """The device columns and the titles of the value columns after them."""
+def _tab_fields(line: str) -> list[tuple[str, int]]:
+    """The tab-separated fields of a line, stripped, each with the 1-based column where its text
+    starts (where it would start, for an empty one)."""
+    out: list[tuple[str, int]] = []
+    pos = 0
+    for raw in line.split("\t"):
+        text = raw.strip()
+        lead = len(raw) - len(raw.lstrip())
+        out.append((text, pos + lead + 1))
+        pos += len(raw) + 1
+    return out
+
+
+def _is_title_start(toks: list[tuple[str, int]], pos: int) -> bool:
+    return any(tuple(t for t, _ in toks[pos : pos + len(title)]) == title for title in _TITLES)
+
+
+def _parse_header(
+    line: str, toks: list[tuple[str, int]], lineno: int, warnings: list[TopologyWarning], row_names: set[str]
+) -> tuple[list[str], list[str]]:
+    """The device columns and the titles of the value columns after them (an unknown title is kept,
+    so values stay aligned, and warned about).
+
+    A column is a device when it is `GPU<n>`, names a row, or looks like a NIC (a name with a digit,
+    and in a tab-separated header a field without spaces); the first other word starts the titles.
+    """
     devices: list[str] = []
+    fields = {col: text for text, col in _tab_fields(line)} if "\t" in line else {}
     pos = 0
     while pos < len(toks):
         text, col = toks[pos]
-        if text in ("CPU", "NUMA") or (text == "GPU" and pos + 1 < len(toks) and toks[pos + 1][0] == "NUMA"):
+        if text in ("CPU", "NUMA") or _is_title_start(toks, pos):
             break
+        nic_like = any(c.isdigit() for c in text) and " " not in fields.get(col, text)
+        if (
+            not _GPU_RE.match(text)
+            and parse_link_or_none(text) is None
+            and not (text in row_names or nic_like)
+        ):
+            break  # a column title gpuyard does not know
         gpu = _GPU_RE.match(text)
         if gpu:
             if len(devices) != int(gpu.group(1)):
@@ -119,6 +176,7 @@ def _parse_header(toks: list[tuple[str, int]], lineno: int) -> tuple[list[str], 
         devices.append(text)
         pos += 1
     titles: list[str] = []
+    tab_titles = {col: text for text, col in _tab_fields(line) if text} if "\t" in line else {}
     while pos < len(toks):
         for title in _TITLES:
             if tuple(t for t, _ in toks[pos : pos + len(title)]) == title:
@@ -126,36 +184,96 @@ def _parse_header(toks: list[tuple[str, int]], lineno: int) -> tuple[list[str], 
                 pos += len(title)
                 break
         else:
-            raise TopologyParseError(
-                f"unknown column title starting at {toks[pos][0]!r}; allowed: {_TITLES_ALLOWED}",
-                line=lineno,
-                column=toks[pos][1],
+            start = toks[pos][1]
+            if start in tab_titles:  # a tab-separated header: the title is the whole field
+                words = len(tab_titles[start].split())
+            else:  # space-aligned: the words up to the next title we know
+                words = 1
+                while pos + words < len(toks) and not _is_title_start(toks, pos + words):
+                    words += 1
+            unknown = " ".join(t for t, _ in toks[pos : pos + words])
+            warnings.append(
+                TopologyWarning(
+                    f"column title {unknown!r} is not one gpuyard reads ({_TITLES_ALLOWED}); its values are ignored",
+                    lineno,
+                    start,
+                )
             )
+            titles.append(unknown)
+            pos += words
     return devices, titles
 
 
-def _row_values(line: str, toks: list[tuple[str, int]], *, links: int, titles: list[str]) -> list[str] | None:
-    """A row's values of the title columns after its `links` link cells, an empty cell as `N/A`
-    (drivers leave CPU Affinity, or GPU NUMA ID, empty on some systems). In a tab-separated row
-    every cell keeps its tab, so an empty one shows; in a space-aligned copy a CPU list (`0-47`,
-    `0,2`) is the CPU Affinity and the other values fill the remaining titles in order. None when
-    the row has more values than titles, or a tab-separated row lacks a cell."""
-    extra = [t for t, _ in toks[1 + links :]]
-    if len(extra) == len(titles):
-        return extra
-    if len(extra) > len(titles):
-        return None
+@dataclass(slots=True)
+class _Row:
+    name: str
+    lineno: int
+    cells: list[Link | None]  # None: a blank cell of a tab-separated row
+    cols: list[int]
+    values: list[str]  # one per title, "N/A" where unknown
+
+
+def _split_row(
+    line: str, toks: list[tuple[str, int]], d: int
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """A row's link cells and the fields after them: by tab where the row has tabs (so a blank cell
+    shows), else by whitespace."""
     if "\t" in line:
-        fields = line.split("\t")[1 + links :]
-        if len(fields) < len(titles) or any(f.strip() for f in fields[len(titles) :]):
-            return None
-        return [f.strip() or "N/A" for f in fields[: len(titles)]]
-    values = dict.fromkeys(titles, "N/A")
-    if "CPU Affinity" in values and extra and _CPU_LIST_RE.match(extra[0]):
-        values["CPU Affinity"] = extra.pop(0)
-    for title, value in zip([t for t in titles if t != "CPU Affinity"], extra, strict=False):
-        values[title] = value
-    return list(values.values())
+        fields = _tab_fields(line)
+        if fields[0][0] == "":  # a row indented by a tab: the name is the next field
+            fields = fields[1:]
+        return fields[1 : 1 + d], fields[1 + d :]
+    return toks[1 : 1 + d], toks[1 + d :]
+
+
+def _row_values(
+    name: str, rest: list[tuple[str, int]], titles: list[str], *, tabbed: bool, lineno: int, where: int
+) -> tuple[list[str], list[TopologyWarning]]:
+    """The values of the title columns after a row's link cells, "N/A" where empty or missing.
+
+    A tab-separated row is read by position; `nvidia-smi` pads the NUMA Affinity value with a
+    second tab, which is dropped. In a space-aligned copy an empty cell leaves no trace, so values
+    are read by their form: a CPU list (`0-47`, `0,2`) is the CPU Affinity, the other values fill the
+    remaining titles in order. Values beyond the titles are ignored with a warning.
+    """
+    warnings: list[TopologyWarning] = []
+    if tabbed:
+        cells = list(rest)
+        numa = titles.index("NUMA Affinity") if "NUMA Affinity" in titles else -1
+        if 0 <= numa < len(cells) - 1 and len(cells) > len(titles) and cells[numa + 1][0] == "":
+            del cells[numa + 1]
+        values = [t or "N/A" for t, _ in cells[: len(titles)]]
+        extra = [(t, c) for t, c in cells[len(titles) :] if t]
+        if len(values) < len(titles):
+            warnings.append(
+                TopologyWarning(
+                    f"row {name!r} has {len(values)} values after its link cells; expected {len(titles)} "
+                    f"({', '.join(titles)}); the missing ones are unknown",
+                    lineno,
+                    where,
+                )
+            )
+            values += ["N/A"] * (len(titles) - len(values))
+    else:
+        filled = [(t, c) for t, c in rest if t]
+        by_title = dict.fromkeys(titles, "N/A")
+        if filled and "CPU Affinity" in by_title and _CPU_LIST_RE.match(filled[0][0]):
+            by_title["CPU Affinity"] = filled.pop(0)[0]
+        others = [t for t in titles if t != "CPU Affinity"]
+        for title, (value, _) in zip(others, filled, strict=False):
+            by_title[title] = value
+        values = list(by_title.values())
+        extra = filled[len(others) :]
+    if extra:
+        warnings.append(
+            TopologyWarning(
+                f"row {name!r} has more values after its link cells than the header has titles "
+                f"({', '.join(titles) or 'none'}); ignored: {', '.join(t for t, _ in extra)}",
+                lineno,
+                extra[0][1],
+            )
+        )
+    return values, warnings
 
 
 def parse_link_or_none(text: str) -> Link | None:
@@ -172,6 +290,7 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
     codes even when the output is piped to a file.
     """
     lines = _ANSI.sub("", text).splitlines()
+    warnings: list[TopologyWarning] = []
     idx = 0
     while idx < len(lines) and (not lines[idx].strip() or lines[idx].rstrip().endswith(":")):
         idx += 1
@@ -186,19 +305,36 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
             line=idx + 1,
             column=header[0][1],
         )
-    devices, titles = _parse_header(header, idx + 1)
+    row_names = set()
+    for later in lines[idx + 1 :]:
+        first = later.split()
+        if not first or first[0] in ("Legend:", "NIC"):
+            break
+        row_names.add(first[0])
+    devices, titles = _parse_header(lines[idx], header, idx + 1, warnings, row_names)
     gpu_count = sum(1 for d in devices if _GPU_RE.match(d))
     d = len(devices)
-    rows: dict[str, tuple[list[Link], list[int], int, list[str]]] = {}
+    rows: dict[str, _Row] = {}
     idx += 1
     last = idx - 1  # the header line, until rows follow
     while idx < len(lines):
-        toks = _tokens(lines[idx])
+        line = lines[idx]
+        toks = _tokens(line)
         if not toks or toks[0][0] in ("Legend:", "NIC"):
             break
         lineno = idx + 1
         name, col = toks[0]
         if name not in devices:
+            if _MIG_ROW_RE.match(name):
+                warnings.append(
+                    TopologyWarning(
+                        f"MIG device row {line.strip()[:40]!r} ignored (MIG devices are not scheduled)",
+                        lineno,
+                        col,
+                    )
+                )
+                idx += 1
+                continue
             raise TopologyParseError(
                 f"row {name!r} is not a column of the header; columns: {', '.join(devices)}",
                 line=lineno,
@@ -206,17 +342,19 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
             )
         if name in rows:
             raise TopologyParseError(f"row {name!r} appears twice", line=lineno, column=col)
-        cells, cols = [], []
+        cell_texts, rest = _split_row(line, toks, d)
+        cells: list[Link | None] = []
+        cols: list[int] = []
         for j in range(d):
-            if 1 + j >= len(toks):
+            if j >= len(cell_texts):
                 raise TopologyParseError(
                     f"row {name!r} has {j} link cells; expected {d} (one per column {devices[0]}..{devices[-1]})",
                     line=lineno,
-                    column=len(lines[idx]) + 1,
+                    column=len(line.rstrip("\t")) + 1,
                 )
-            cell, ccol = toks[1 + j]
-            link = parse_link_or_none(cell)
-            if link is None:
+            cell, ccol = cell_texts[j]
+            link = parse_link_or_none(cell) if cell else None
+            if link is None and cell:
                 if _CPUS_RE.match(cell):
                     raise TopologyParseError(
                         f"row {name!r} has only {j} link cells before its affinity values; expected {d}",
@@ -231,17 +369,14 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
             cells.append(link)
             cols.append(ccol)
         is_gpu = devices.index(name) < gpu_count
-        extra: list[str] | None = []
-        if is_gpu or len(toks) > 1 + d:
-            extra = _row_values(lines[idx], toks, links=d, titles=titles)
-        if extra is None:
-            where = toks[1 + d][1] if len(toks) > 1 + d else len(lines[idx]) + 1
-            raise TopologyParseError(
-                f"row {name!r} has {len(toks) - 1 - d} values after its {d} link cells; expected {len(titles)} ({', '.join(titles) or 'none'})",
-                line=lineno,
-                column=where,
-            )
-        rows[name] = (cells, cols, lineno, extra)
+        values: list[str] = ["N/A"] * len(titles)
+        where = rest[0][1] if rest else len(line) + 1
+        if is_gpu:
+            values, found = _row_values(name, rest, titles, tabbed="\t" in line, lineno=lineno, where=where)
+            warnings += found
+        elif any(t for t, _ in rest):
+            warnings.append(TopologyWarning(f"values of NIC row {name!r} ignored", lineno, where))
+        rows[name] = _Row(name, lineno, cells, cols, values)
         last = idx
         idx += 1
     missing = [dev for dev in devices if dev not in rows]
@@ -251,10 +386,11 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
             line=last + 2,
             column=1,
         )
-    legend, nic_legend = _parse_trailer(lines, idx)
-    _validate_cells(devices, gpu_count, rows)
+    legend, nic_legend = _parse_trailer(lines, idx, warnings)
+    links = _fill_blanks(devices, rows, warnings)
+    _validate_cells(devices, gpu_count, rows, links)
     cpu, numa = _affinities(devices[:gpu_count], titles, rows)
-    _check_numa(devices, gpu_count, rows, numa)
+    _check_numa(devices, gpu_count, rows, links, numa)
     renamed = list(devices)
     for nic, (target, lineno, col) in nic_legend.items():
         if nic not in devices[gpu_count:]:
@@ -266,11 +402,37 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
                 f"NIC Legend maps {nic!r} to {target!r}, which is already a column", line=lineno, column=col
             )
         renamed[devices.index(nic)] = target
-    labels = tuple(tuple(rows[dev][0][j].label for j in range(d)) for dev in devices)
-    return TopoMatrix(tuple(renamed), gpu_count, labels, tuple(cpu), tuple(numa), legend)
+    labels = tuple(tuple(links[i][j].label for j in range(d)) for i in range(d))
+    return TopoMatrix(tuple(renamed), gpu_count, labels, tuple(cpu), tuple(numa), legend, tuple(warnings))
 
 
-def _parse_trailer(lines: list[str], idx: int) -> tuple[dict[str, str], dict[str, tuple[str, int, int]]]:
+def _fill_blanks(
+    devices: list[str], rows: dict[str, _Row], warnings: list[TopologyWarning]
+) -> list[list[Link]]:
+    """The link matrix with each blank cell read from its mirror cell, else as SYS (the farthest)."""
+    out: list[list[Link]] = []
+    for i, a in enumerate(devices):
+        row = rows[a]
+        filled: list[Link] = []
+        for j, b in enumerate(devices):
+            link = row.cells[j]
+            if link is None:
+                mirror = rows[b].cells[i] if i != j else parse_link("X")
+                link = mirror if mirror is not None else parse_link("SYS")
+                how = "from its mirror cell" if mirror is not None else "as SYS (its mirror is blank too)"
+                warnings.append(
+                    TopologyWarning(
+                        f"row {a}, column {b} is blank; read {how}: {link.label}", row.lineno, row.cols[j]
+                    )
+                )
+            filled.append(link)
+        out.append(filled)
+    return out
+
+
+def _parse_trailer(
+    lines: list[str], idx: int, warnings: list[TopologyWarning]
+) -> tuple[dict[str, str], dict[str, tuple[str, int, int]]]:
     legend: dict[str, str] = {}
     nic_legend: dict[str, tuple[str, int, int]] = {}
     section = None
@@ -293,68 +455,74 @@ def _parse_trailer(lines: list[str], idx: int) -> tuple[dict[str, str], dict[str
         if section == "nic" and match:
             nic_legend[match.group(1)] = (match.group(2), pos + 1, col)
             continue
-        raise TopologyParseError(
-            f"unexpected text after the matrix: {text[:40]!r}; allowed: blank lines, a 'Legend:' block of 'LABEL = meaning' "
-            "lines, a 'NIC Legend:' block of 'NIC0: mlx5_0' lines",
-            line=pos + 1,
-            column=col,
+        warnings.append(
+            TopologyWarning(
+                f"unexpected text after the matrix ignored: {text[:40]!r}; read there: blank lines, a 'Legend:' "
+                "block of 'LABEL = meaning' lines, a 'NIC Legend:' block of 'NIC0: mlx5_0' lines",
+                pos + 1,
+                col,
+            )
         )
     return legend, nic_legend
 
 
 def _validate_cells(
-    devices: list[str], gpu_count: int, rows: dict[str, tuple[list[Link], list[int], int, list[str]]]
+    devices: list[str], gpu_count: int, rows: dict[str, _Row], links: list[list[Link]]
 ) -> None:
     for i, a in enumerate(devices):
-        cells, cols, lineno, _ = rows[a]
+        row = rows[a]
         for j, b in enumerate(devices):
-            link = cells[j]
+            link = links[i][j]
             if (i == j) != (link.tier is LinkTier.X):
                 what = "the diagonal must be X" if i == j else "X (self) appears off the diagonal"
                 raise TopologyParseError(
-                    f"row {a}, column {b} is {link.label}: {what}", line=lineno, column=cols[j]
+                    f"row {a}, column {b} is {link.label}: {what}", line=row.lineno, column=row.cols[j]
                 )
             if link.tier is LinkTier.NV and (i >= gpu_count or j >= gpu_count):
                 raise TopologyParseError(
                     f"row {a}, column {b} is {link.label}; NVLink joins GPUs only, allowed here: PIX, PXB, PHB, NODE, SYS",
-                    line=lineno,
-                    column=cols[j],
+                    line=row.lineno,
+                    column=row.cols[j],
                 )
-            if j < i and link != rows[b][0][i]:
+            if j < i and link != links[j][i]:
                 raise TopologyParseError(
-                    f"row {a}, column {b} is {link.label} but row {b}, column {a} is {rows[b][0][i].label}; the matrix must be symmetric",
-                    line=lineno,
-                    column=cols[j],
+                    f"row {a}, column {b} is {link.label} but row {b}, column {a} is {links[j][i].label}; the matrix must be symmetric",
+                    line=row.lineno,
+                    column=row.cols[j],
                 )
 
 
 def _affinities(
-    gpus: list[str], titles: list[str], rows: Mapping[str, tuple[Any, Any, int, list[str]]]
+    gpus: list[str], titles: list[str], rows: Mapping[str, _Row]
 ) -> tuple[list[str], list[int | None]]:
     cpu: list[str] = []
     numa: list[int | None] = []
     for gpu in gpus:
-        values = dict(zip(titles, rows[gpu][3], strict=True))
+        values = dict(zip(titles, rows[gpu].values, strict=True))
         cpus = values.get("CPU Affinity", "")
-        cpu.append("" if cpus == "N/A" else cpus)
+        cpu.append(cpus if _CPU_LIST_RE.match(cpus) or cpus.isdigit() else "")
         raw = values.get("NUMA Affinity", "")
         numa.append(int(raw) if raw.isdigit() else None)
     return cpu, numa
 
 
 def _check_numa(
-    devices: list[str], gpu_count: int, rows: Mapping[str, tuple[Any, Any, int, Any]], numa: list[int | None]
+    devices: list[str],
+    gpu_count: int,
+    rows: Mapping[str, _Row],
+    links: list[list[Link]],
+    numa: list[int | None],
 ) -> None:
     for i in range(gpu_count):
-        cells, cols, lineno, _ = rows[devices[i]]
+        row = rows[devices[i]]
         for j in range(gpu_count):
-            link = cells[j]
+            link = links[i][j]
             if link.tier in (*_PCIE, LinkTier.NODE) and None not in (numa[i], numa[j]) and numa[i] != numa[j]:
                 raise TopologyParseError(
                     f"{devices[i]} and {devices[j]} are {link.label} (one NUMA node) but their NUMA Affinity differs "
                     f"({numa[i]} vs {numa[j]})",
-                    line=lineno,
-                    column=cols[j],
+                    line=row.lineno,
+                    column=row.cols[j],
                 )
 
 
@@ -559,12 +727,19 @@ def import_topology(
     memory_mib: int = 0,
     nic_gbps: float = 100.0,
     numa_to_socket: Mapping[int, int] | None = None,
+    on_warning: Callable[[TopologyWarning], None] | None = None,
 ) -> NodeTopology:
     """Parse `nvidia-smi topo -m` text into a NodeTopology named `name` (see the module doc).
 
     The matrix does not say which GPU model, how much memory, or the NICs' line rate: pass them.
+    Each :class:`TopologyWarning` goes to `on_warning` (default: logged).
     """
     matrix = parse_topo_matrix(text)
+    for warning in matrix.warnings:
+        if on_warning is not None:
+            on_warning(warning)
+        else:
+            log.warning(warning.message, line=warning.line, column=warning.column, topology=name)
     return topology_from_links(
         name=name,
         gpu_count=matrix.gpu_count,

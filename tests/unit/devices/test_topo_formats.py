@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from gpuyard.devices import TopologyParseError, gpu_link, import_topology, nic_link
+from gpuyard.devices.topo_import import TopologyWarning
 
 LEGEND = """
 Legend:
@@ -217,15 +218,32 @@ def test_real_formats_are_read(name: str) -> None:
         assert [g.numa_node for g in topo.spec.gpus] == case.numa
 
 
-def test_a_tab_row_missing_a_cell_is_still_refused_with_line_and_column() -> None:
+def test_a_tab_row_missing_a_value_is_read_with_a_warning() -> None:
     text = render(2, [], lambda a, b: "PHB", lambda i: ["0-15", "0"], ["CPU Affinity", "NUMA Affinity"])
-    broken = text.replace("PHB\t0-15\t0\nGPU1", "PHB\t0-15\nGPU1")
+    short = text.replace("PHB\t0-15\t0\nGPU1", "PHB\t0-15\nGPU1")
+    warnings: list[TopologyWarning] = []
+    topo = import_topology(short, on_warning=warnings.append)
+    assert topo.gpu_count == 2 and gpu_link(topo, 0, 1).label == "PHB"
+    assert [(w.line, "has 1 values" in w.message, "expected 2" in w.message) for w in warnings] == [
+        (2, True, True)
+    ]
+    assert [g.numa_node for g in topo.spec.gpus] == [0, 0]  # NUMA 0 from GPU1, PHB: the same node
+
+
+def test_more_values_than_titles_are_ignored_with_a_warning() -> None:
+    text = render(2, [], lambda a, b: "PHB", lambda i: ["0-15", "0", "7"], ["CPU Affinity", "NUMA Affinity"])
+    warnings: list[TopologyWarning] = []
+    topo = import_topology(text, on_warning=warnings.append)
+    assert [g.numa_node for g in topo.spec.gpus] == [0, 0]
+    assert len(warnings) == 2 and all("ignored: 7" in w.message for w in warnings)
+
+
+def test_a_row_missing_a_link_cell_is_still_refused_with_line_and_column() -> None:
+    text = render(3, [], lambda a, b: "PHB", lambda i: ["0-15", "0"], ["CPU Affinity", "NUMA Affinity"])
+    broken = text.replace("GPU1\tPHB\t X \tPHB\t0-15", "GPU1\tPHB\t X \t0-15")
     with pytest.raises(TopologyParseError) as info:
         import_topology(broken)
-    assert (info.value.line, "has 1 values") == (2, "has 1 values") and "expected 2" in info.value.message
-
-
-def test_more_values_than_titles_is_refused() -> None:
-    text = render(2, [], lambda a, b: "PHB", lambda i: ["0-15", "0", "7"], ["CPU Affinity", "NUMA Affinity"])
-    with pytest.raises(TopologyParseError, match="has 3 values after its 2 link cells; expected 2"):
-        import_topology(text)
+    assert (
+        info.value.line == 3
+        and "only 2 link cells before its affinity values; expected 3" in info.value.message
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpuyard.devices import (
@@ -19,6 +21,7 @@ from gpuyard.devices import (
     table_for,
 )
 from gpuyard.devices.tiers import Locality, gpu_locality
+from gpuyard.devices.topo_import import TopologyWarning
 
 from .conftest import DATA, MATRICES, file_cells
 
@@ -187,14 +190,6 @@ def test_the_small_good_matrix_parses() -> None:
             12,
             "is not a device column; allowed: GPU<n>, NIC<n>",
         ),
-        (
-            GOOD.replace("CPU Affinity", "CPU Mask"),
-            1,
-            19,
-            "unknown column title starting at 'CPU'; allowed: CPU Affinity",
-        ),
-        (GOOD.replace("PHB\t0-7\t0", "PHB\t0-7"), 3, 18, "has 1 values after its 3 link cells; expected 2"),
-        (GOOD + "\nhello there\n", 6, 1, "unexpected text after the matrix"),
         (GOOD + "\nNIC Legend:\n\n  NIC3: mlx5_9\n", 8, 3, "NIC Legend names 'NIC3'"),
         ("", 1, 1, "no matrix found"),
         ("\nfoo bar\n", 2, 1, "expected the matrix header starting with GPU0"),
@@ -209,6 +204,65 @@ def test_bad_matrices_are_rejected_with_line_and_column(
     assert message in err.message
     assert (err.line, err.column) == (line, column), str(err)
     assert str(err).startswith(f"line {line}, column {column}: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "message"),
+    [
+        (
+            GOOD.replace("CPU Affinity", "CPU Mask"),
+            1,
+            19,
+            "column title 'CPU Mask' is not one gpuyard reads",
+        ),
+        (
+            GOOD.replace("PHB\t0-7\t0", "PHB\t0-7"),
+            3,
+            18,
+            "row 'GPU1' has 1 values after its link cells; expected 2 (CPU Affinity, NUMA Affinity)",
+        ),
+        (GOOD + "\nhello there\n", 6, 1, "unexpected text after the matrix ignored: 'hello there'"),
+        (GOOD.replace("\t0-7\t0\nGPU1", "\t0-7\t0\t42\nGPU1"), 2, 24, "ignored: 42"),
+        (
+            GOOD.replace("GPU1\tNV2\t X \tPHB", "GPU1\t\t X \tPHB"),
+            3,
+            6,
+            "row GPU1, column GPU0 is blank; read from its mirror cell: NV2",
+        ),
+        (
+            GOOD.replace("mlx5_0\tPIX", "MIG 1g.10gb Device 0\tPIX\tPHB\t X \nmlx5_0\tPIX"),
+            4,
+            1,
+            "MIG device row",
+        ),
+    ],
+)
+def test_what_is_read_but_not_used_is_a_warning(text: str, line: int, column: int, message: str) -> None:
+    warnings: list[TopologyWarning] = []
+    topo = import_topology(text, on_warning=warnings.append)
+    assert topo.gpu_count == 2 and gpu_link(topo, 0, 1).label == "NV2"
+    assert [nic.name for nic in topo.spec.nics] == ["mlx5_0"]
+    assert len(warnings) == 1, warnings
+    assert message in warnings[0].message
+    assert (warnings[0].line, warnings[0].column) == (line, column), str(warnings[0])
+
+
+def test_import_topo_cli_warns_and_exits_0_or_names_line_and_column(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from gpuyard.cli import main
+
+    warned = tmp_path / "warned.txt"
+    warned.write_text(GOOD.replace("CPU Affinity", "CPU Mask"))
+    result = CliRunner().invoke(main, ["devices", "import-topo", str(warned)])
+    assert result.exit_code == 0, result.output
+    assert f"warning: {warned}:1:19: column title 'CPU Mask'" in result.stderr
+    assert "kind: NodeTopology" in result.stdout
+    bad = tmp_path / "bad.txt"
+    bad.write_text(GOOD.replace("GPU0\t X \tNV2\tPIX", "GPU0\t X \tNV2\tPIQ"))
+    result = CliRunner().invoke(main, ["devices", "import-topo", str(bad)])
+    assert result.exit_code == 2
+    assert f"error: {bad}:2:14: unknown link 'PIQ'" in result.stderr
 
 
 def test_numa_contradiction_is_reported() -> None:
