@@ -12,7 +12,14 @@ jobs are accepted and starts it again on the same data dir; clients retry what f
 was down. `accepted_then_lost` (a 201 answer whose job is not listed after the restart) must
 be 0. Targets (issue 15): p99 <= 250 ms, /healthz p99 <= 50 ms, peak RSS <= 1 GiB at 10,000 jobs.
 
-Usage: `python bench/load.py [--jobs 10000] [--clients 50] [--small]` (prints JSON).
+Phase three (`hostile`, issue 26) starts a server with tokens and times single hostile requests
+(a viewer's 3.6 MiB POST, a flat mapping of 350,000 keys, 20,000 merge keys, a 5,000-digit
+integer, an XML body, a tenant's system priority class), then has `--tenants` tenants each send
+3 bodies at the size limit at once (YAML of 350,000 keys and 4 MiB of JSON) while `/healthz` is
+polled from a process of its own: its p99 during the burst (target < 50 ms), and the server's
+RSS (VmRSS) before and 2 s after the burst (target: within 50 MiB).
+
+Usage: `python bench/load.py [--jobs 10000] [--clients 50] [--small] [--hostile-only]` (prints JSON).
 """
 
 from __future__ import annotations
@@ -45,7 +52,10 @@ def _free_port() -> int:
 class Server:
     """`gpuyard serve` on a loopback port with a journal in `data_dir`."""
 
-    def __init__(self, data_dir: Path, *, log: Path, clock: str = "real") -> None:
+    def __init__(
+        self, data_dir: Path, *, log: Path, clock: str = "real", env: dict[str, str] | None = None
+    ) -> None:
+        self.env = env or {}
         self.data_dir = data_dir
         self.clock = clock
         self.port = _free_port()
@@ -54,7 +64,7 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUYARD__LOGGING__LEVEL": "warning"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUYARD__LOGGING__LEVEL": "warning", **self.env}
         cmd = [
             sys.executable, "-m", "gpuyard.cli", "serve", "--config", str(ROOT / "configs" / "gpuyard.yaml"),
             "--cluster", str(ROOT / "configs" / "clusters" / "demo.yaml"),
@@ -82,6 +92,14 @@ class Server:
         assert self.proc is not None
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def rss_mib(self) -> float:
+        """The process's resident set now (VmRSS), MiB."""
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0
 
@@ -304,6 +322,149 @@ async def _load(
     return out
 
 
+# --- phase three: hostile bodies from tenants with tokens --------------------------------------
+
+TENANT_TOKENS = [f"tenant-{i}-secret" for i in range(8)]
+VIEWER_TOKEN = "viewer-secret"
+
+
+def _tokens_env(tenants: int) -> dict[str, str]:
+    import hashlib
+
+    def entry(token: str, user: str, role: str, namespaces: list[str]) -> dict[str, Any]:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        return {"sha256": digest, "user": user, "role": role, "namespaces": namespaces}
+
+    tokens = [entry(TENANT_TOKENS[i], f"t{i}", "user", [f"t{i}"]) for i in range(tenants)]
+    tokens.append(entry(VIEWER_TOKEN, "viewer", "viewer", ["t0"]))
+    return {"GPUYARD__SERVER__TOKENS": json.dumps(tokens)}
+
+
+def _flat_yaml(keys: int = 350_000) -> bytes:
+    return "".join(f"k{i}: v\n" for i in range(keys)).encode()
+
+
+def _flat_json(limit: int) -> bytes:
+    body, i = ["{"], 0
+    size = 1
+    while size < limit - 64:
+        item = f'"key{i}": "value-{i}",'
+        body.append(item)
+        size += len(item)
+        i += 1
+    body.append('"end": 0}')
+    return "".join(body).encode()
+
+
+def _hostile_requests() -> list[tuple[str, str, bytes, str]]:
+    """(what, token, body, content type) of the single hostile requests that are timed."""
+    big_int = "9" * 5000
+    system = json.dumps(job("sys") | {"metadata": {"name": "sys", "namespace": "t0"}})
+    system = system.replace(
+        '"spec": {',
+        '"spec": {"runPolicy": {"schedulingPolicy": {"priorityClass": "system-node-critical"}}, ',
+        1,
+    )
+    return [
+        ("viewer_post_3_6_mib", VIEWER_TOKEN, _flat_yaml(), "application/yaml"),
+        ("flat_mapping_350000_keys", TENANT_TOKENS[0], _flat_yaml(), "application/yaml"),
+        (
+            "merge_keys_20000",
+            TENANT_TOKENS[0],
+            ("a: &a {x: 1}\nb:\n" + "  <<: *a\n" * 20_000).encode(),
+            "application/yaml",
+        ),
+        (
+            "integer_5000_digits",
+            TENANT_TOKENS[0],
+            f"kind: PyTorchJob\nspec: {{x: {big_int}}}\n".encode(),
+            "application/yaml",
+        ),
+        ("xml_body", TENANT_TOKENS[0], b"<job/>", "application/xml"),
+        ("system_priority_class", TENANT_TOKENS[0], system.encode(), "application/json"),
+    ]
+
+
+async def _burst(server: Server, *, tenants: int, per_tenant: int, limit: int) -> dict[str, Any]:
+    yaml_body, json_body = _flat_yaml(), _flat_json(limit)
+    statuses: list[int] = []
+    durations: list[float] = []
+
+    async def tenant(i: int) -> None:
+        headers = {"Authorization": f"Bearer {TENANT_TOKENS[i]}"}
+        async with httpx.AsyncClient(timeout=120, headers=headers) as client:
+            for n in range(per_tenant):
+                body, kind = (
+                    (yaml_body, "application/yaml") if (i + n) % 2 == 0 else (json_body, "application/json")
+                )
+                started = time.perf_counter()
+                r = await client.post(
+                    f"{server.url}/api/v1/jobs", content=body, headers={"Content-Type": kind}
+                )
+                durations.append(time.perf_counter() - started)
+                statuses.append(r.status_code)
+
+    apart = HealthPoller(server.url)
+    await asyncio.sleep(0.5)  # a few samples before the burst too
+    started = time.perf_counter()
+    await asyncio.gather(*(tenant(i) for i in range(tenants)))
+    wall = time.perf_counter() - started
+    await asyncio.sleep(0.3)
+    health = await asyncio.to_thread(apart.stop)
+    return {
+        "tenants": tenants,
+        "bodies": len(statuses),
+        "body_mib": [round(len(yaml_body) / 2**20, 2), round(len(json_body) / 2**20, 2)],
+        "statuses": sorted(set(statuses)),
+        "wall_s": round(wall, 2),
+        "answer_p50_ms": round(_pct(durations, 0.5) * 1000, 1),
+        "answer_max_ms": round(max(durations) * 1000, 1),
+        "healthz_p50_ms": round(_pct(health, 0.50) * 1000, 1),
+        "healthz_p99_ms": round(_pct(health, 0.99) * 1000, 1),
+        "healthz_max_ms": round(max(health) * 1000, 1) if health else 0.0,
+        "healthz_samples": len(health),
+    }
+
+
+def _hostile(base: Path, log: Path, *, tenants: int) -> dict[str, Any]:
+    server = Server(base / "hostile", log=log, env=_tokens_env(tenants))
+    server.start()
+    try:
+        refusals: dict[str, Any] = {}
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            for what, token, body, kind in _hostile_requests():
+                started = time.perf_counter()
+                r = http.post(
+                    "/api/v1/jobs",
+                    content=body,
+                    headers={"Authorization": f"Bearer {token}", "Content-Type": kind},
+                )
+                refusals[what] = {
+                    "status": r.status_code,
+                    "ms": round((time.perf_counter() - started) * 1000, 1),
+                }
+            stored = len(
+                http.get("/api/v1/jobs", headers={"Authorization": f"Bearer {TENANT_TOKENS[0]}"}).json()[
+                    "items"
+                ]
+            )
+        time.sleep(1.0)
+        rss_before = server.rss_mib()
+        burst = asyncio.run(_burst(server, tenants=tenants, per_tenant=3, limit=4 * 1024 * 1024))
+        time.sleep(2.0)
+        rss_after = server.rss_mib()
+        return {
+            "refusals": refusals,
+            "stored_after_refusals": stored,
+            "burst": burst,
+            "rss_before_mib": round(rss_before, 1),
+            "rss_after_mib": round(rss_after, 1),
+            "rss_growth_mib": round(rss_after - rss_before, 1),
+        }
+    finally:
+        server.kill()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -311,6 +472,8 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="1,000 jobs from 20 clients (CI)")
     parser.add_argument("--health-poller", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--serve-log", type=Path, help="keep the servers' output in this file")
+    parser.add_argument("--tenants", type=int, default=4, help="tenants sending size-limit bodies at once")
+    parser.add_argument("--hostile-only", action="store_true", help="run only phase three (hostile bodies)")
     args = parser.parse_args()
     if args.health_poller:
         _poll_health_process(args.health_poller)
@@ -320,9 +483,15 @@ def main() -> None:
         "benchmark": "load",
         "targets": {"submit_p99_ms": 250, "healthz_p99_ms": 50, "peak_rss_mib": 1024},
     }
+    if args.hostile_only:
+        with tempfile.TemporaryDirectory(prefix="gpuyard-load-") as tmp:
+            hostile = _hostile(Path(tmp), args.serve_log or Path(tmp) / "serve.log", tenants=args.tenants)
+        print(json.dumps({"benchmark": "load", "hostile": hostile, "ok": _hostile_ok(hostile)}, indent=2))
+        return
     with tempfile.TemporaryDirectory(prefix="gpuyard-load-") as tmp:
         base = Path(tmp)
         log = args.serve_log or base / "serve.log"
+        out["hostile"] = _hostile(base, log, tenants=args.tenants)
         server = Server(base / "steady", log=log)
         server.start()
         try:
@@ -343,10 +512,21 @@ def main() -> None:
         and steady["lost"] == 0
         and killed["accepted_then_lost"] == 0
         and killed["errors"] == 0
+        and _hostile_ok(out["hostile"])
     )
     print(json.dumps(out, indent=2))
     if not out["ok"]:
         sys.exit(1)
+
+
+def _hostile_ok(hostile: dict[str, Any]) -> bool:
+    """Every hostile request refused (4xx, nothing stored) and no burst body accepted."""
+    refused = all(400 <= r["status"] < 500 for r in hostile["refusals"].values())
+    return (
+        refused
+        and hostile["stored_after_refusals"] == 0
+        and all(s >= 400 for s in hostile["burst"]["statuses"])
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@
 * **Slow bodies.** Handlers read a body within `server.body_timeout_seconds` (`bodies.read_text`:
   408); a body left unread after an early answer (403, 413, 415) is drained for at most
   :data:`LINGER_SECONDS`, then the connection is closed.
+* **Memory.** Buffers of 1 MiB and more (request bodies, their text) are always mapped apart and
+  given back when freed (glibc's `M_MMAP_THRESHOLD` fixed at 1 MiB instead of rising to the
+  largest buffer freed so far), so bodies at the size limit do not grow the heap for good.
 * **Connections per address.** At most `server.max_connections_per_address` open connections
   from one client address (loopback exempt unless `server.connection_cap_exempt_loopback` is
   false): one more is answered `503` with `Connection: close` and closed before any request is
@@ -107,10 +110,27 @@ class _GuardedServer(web.Server):
                 del self.open[address]
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def _map_large_buffers(threshold: int = 1024 * 1024) -> None:
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(M_MMAP_THRESHOLD, threshold)
+
+
 class GuardedRunner(web.AppRunner):
     """An `AppRunner` with the time limits and the per-address cap of `server` (module docstring)."""
 
     def __init__(self, app: web.Application, *, server: ServerConfig, **kwargs: Any) -> None:
+        _map_large_buffers()
         kwargs.setdefault("keepalive_timeout", server.header_timeout_seconds)
         kwargs.setdefault("lingering_time", LINGER_SECONDS)
         super().__init__(app, **kwargs)
