@@ -42,6 +42,10 @@ compose-check:  ## validate docker-compose.yml where a docker client exists
 		docker compose -f docker-compose.yml config -q && echo "docker-compose.yml: ok"; \
 	else echo "compose-check: skipped (no docker compose client)"; fi
 
+.PHONY: gpu-check
+gpu-check:  ## on a machine with an NVIDIA GPU: discovery, agent --once --print, a health watch, the MPS memory-limit check (hack/gpu-check.sh; skips without a GPU; not part of test or bench)
+	@hack/gpu-check.sh
+
 deploy: $(STAMP)  ## regenerate configs/deploy/ (CRDs from the models, manifests) after a model change
 	$(BIN)/gpuyard install --write-crds configs/deploy/crds --write-manifests configs/deploy
 
