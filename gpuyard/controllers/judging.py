@@ -90,6 +90,7 @@ def judge(
     if plugin.succeeded(job, view):
         return Verdict(("Succeeded", reason_of(job, "Succeeded"), f"{name} successfully completed."))
     fresh = [rep for rep, _ in restarts if uncounted(status, rep)]
-    if restarts and policy.backoff_limit is not None and status.restarts + len(fresh) > policy.backoff_limit:
+    # restarts count job failures: the pods failing in one pass are one failure
+    if restarts and policy.backoff_limit is not None and status.restarts + bool(fresh) > policy.backoff_limit:
         return Verdict(("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit"))
     return Verdict(None, restarts)

@@ -58,6 +58,7 @@ from gpuyard.controllers.podgroups import (
     pod_group_spec,
 )
 from gpuyard.controllers.reporting import (
+    PREEMPTED,
     Launch,
     Report,
     deadline_after,
@@ -247,13 +248,16 @@ def _restart(
     status = report.status
     per_role: dict[str, int] = {}
     exited_ok = 0
+    counted = False  # `status.restarts` counts job failures: pods failing together count once
     for rep, ending in restarts:
         assert rep.pod is not None
         if uncounted(status, rep):
             record = status.pod_restarts.setdefault(rep.name, PodRestart())
             record.count += 1
             record.last_uid = rep.pod.metadata.uid
-            status.restarts += 1
+            if not counted:
+                status.restarts += 1
+                counted = True
             pod_ref = f"Pod: {rep.pod.metadata.namespace}.{rep.name}"
             if ending.exit_code is not None:
                 why = f" ({ending.reason})" if ending.reason not in (None, "Error", "Completed") else ""
@@ -309,6 +313,19 @@ def _stop_unplaced(
     if not (preempted or lost):
         return False
     report = out.report
+    if preempted and not lost and not live:
+        # nothing of the job runs any more: it waits to be placed again, for the preemption's sake
+        why = "; ".join(dict.fromkeys(evictions[n] for n in preempted if evictions[n]))
+        report.set(
+            "Queuing",
+            reason=PREEMPTED,
+            message=f"{report.name} is queuing again: {len(preempted)} replica(s) were preempted"
+            + (f" ({why})" if why else "")
+            + f": {', '.join(preempted)}.",
+            warning=True,
+            force_event=True,
+        )
+        return True
     parts = []
     if preempted:
         why = "; ".join(dict.fromkeys(evictions[n] for n in preempted if evictions[n]))

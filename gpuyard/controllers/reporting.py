@@ -4,7 +4,8 @@ Pure (no store, no I/O), used by `planning.py`. A :class:`Report` holds the pass
 job's status and what the draft says happened: the Events to record and the phase transitions
 (which the apply step turns into metrics and the one canonical `job.transition` log line).
 :func:`progress` moves a job that is not restarting to Queuing or Running (an elastic job
-whose replicas above its minimum were preempted runs on its minimum), :func:`replica_statuses`
+whose replicas above its minimum were preempted runs on its minimum; a job whose every pod was
+preempted is Queuing with reason `Preempted` until it runs again), :func:`replica_statuses`
 counts active/succeeded/failed pods and restarts per role, :func:`deadline_after` says when
 `activeDeadlineSeconds` runs out.
 """
@@ -25,6 +26,7 @@ from gpuyard.controllers.podgroups import ANNOTATION_ELASTIC
 from gpuyard.controllers.statuses import set_condition
 
 __all__ = [
+    "PREEMPTED",
     "EventNote",
     "Launch",
     "Report",
@@ -34,6 +36,10 @@ __all__ = [
     "replica_statuses",
     "status_changes",
 ]
+
+
+PREEMPTED = "Preempted"
+"""The Queuing reason of a job whose pods were all preempted, until it runs again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +152,20 @@ def progress(
     elif running:
         report.set("Running", reason=report.reason("Running"), message=f"{name} is running.")
     elif not live and status.phase in ("", "Created", "Queuing"):
-        why = (pod_group.status.message or pod_group.status.reason) if pod_group is not None else ""
-        message = f"{name} is queuing" + (f": {why}" if why else ".")
-        report.set(
-            "Queuing", reason=report.reason("Queuing"), message=message, event=status.phase != "Queuing"
-        )
+        why = ""
+        # a PodGroup still Suspended is the scheduler's word from before the job was resumed
+        if pod_group is not None and pod_group.status.phase != "Suspended":
+            why = pod_group.status.message or pod_group.status.reason
+        queuing = status.condition("Queuing")
+        if queuing is not None and queuing.status == "True" and queuing.reason == PREEMPTED:
+            # preempted and waiting to run again: the preemption stays its reason until it runs
+            message = f"{name} is queuing again after a preemption" + (f": {why}" if why else ".")
+            report.set("Queuing", reason=PREEMPTED, message=message, event=False)
+        else:
+            message = f"{name} is queuing" + (f": {why}" if why else ".")
+            report.set(
+                "Queuing", reason=report.reason("Queuing"), message=message, event=status.phase != "Queuing"
+            )
     return Launch(all_pods=all_up) if running or all_up else None
 
 

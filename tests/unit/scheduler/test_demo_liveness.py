@@ -83,7 +83,12 @@ async def test_a_high_priority_job_that_preempted_starts_on_the_room_it_freed(de
         r for r in demo.store.list_of(Reservation, namespace="team-b") if r.spec.pod_group == "llm-pretrain"
     ]
     assert held == []
-    assert demo.phase("team-b/llm-pretrain") not in ("Running", "Failed", "Succeeded")
+    # and says so: Queuing, for the preemption's sake (not Restarting with no reason)
+    victim = demo.job("team-b/llm-pretrain")
+    assert victim.status.phase == "Queuing"
+    queuing = victim.status.condition("Queuing")
+    assert queuing is not None and queuing.reason == "Preempted", queuing
+    assert victim.status.restarts == 0
 
 
 async def test_a_job_that_can_never_fit_does_not_squeeze_the_default_quota(teams: Cluster) -> None:
