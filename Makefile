@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench bench-small format clean compose-check deploy crds
+.PHONY: run test lint bench bench-small format clean compose-check deploy crds k8s-bin
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ lint: $(STAMP)  ## ruff + import-linter layer contracts + mypy (configured in py
 format: $(STAMP)
 	$(BIN)/ruff check --fix gpuyard tests bench
 	$(BIN)/ruff format gpuyard tests bench
+
+k8s-bin:  ## the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) from Kubernetes' Go modules, cached outside the repo ($$GPUYARD_K8S_BIN overrides the folder)
+	@hack/k8s/build.sh
 
 bench: $(STAMP)  ## benchmarks; each prints JSON figures
 	@mkdir -p bench/out
