@@ -294,6 +294,7 @@ def _mount() -> None:
     from gpuyard.cli.agent import agent_command
     from gpuyard.cli.check import register as register_check
     from gpuyard.cli.cluster import register as register_cluster
+    from gpuyard.cli.controlplane import register as register_control_plane
     from gpuyard.cli.devices import devices
     from gpuyard.cli.fakeapiserver import register as register_fake_apiserver
     from gpuyard.cli.fakenodes import fake_nodes
@@ -320,6 +321,7 @@ def _mount() -> None:
     register_quotas(main)
     register_faults(main)
     register_fake_apiserver(main)
+    register_control_plane(main)
     register_updates(main)
     register_check(main)
 

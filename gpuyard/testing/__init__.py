@@ -15,7 +15,8 @@ virtual clock, with no network and no port, and stops it after the test. A scena
 or policy the validators reject fails the test with the validator's message (which file, which
 document, which field), not a traceback from inside gpuyard. See docs/testing-your-jobs.md.
 
-`fake_apiserver` starts a test Kubernetes API server instead (docs/kubernetes-testing.md).
+`fake_apiserver` starts a test Kubernetes API server instead, `kube_control_plane` the real control
+plane built by `make k8s-bin` (docs/kubernetes-testing.md).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pytest
 from gpuyard.testing.apiserver.fixture import RunningApiServer, fake_apiserver
 from gpuyard.testing.checking import MARKER, InvariantViolation, set_checks_enabled
 from gpuyard.testing.cluster import FAULTS, Cluster
+from gpuyard.testing.controlplane.fixture import kube_control_plane
 from gpuyard.testing.inputs import BadInput, nodes_scenario
 from gpuyard.testing.observing import Explanation, JobPlacement, PodPlacement
 
@@ -44,6 +46,7 @@ __all__ = [
     "RunningApiServer",
     "fake_apiserver",
     "gpuyard_cluster",
+    "kube_control_plane",
     "nodes_scenario",
 ]
 
