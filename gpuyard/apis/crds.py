@@ -19,6 +19,7 @@ for `kubectl apply` (its last-applied annotation is limited to 256 KiB).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from gpuyard.apis.devices import NodeTopology
-from gpuyard.apis.jobkinds import KIND_INFO
+from gpuyard.apis.jobkinds import API_KUBEDL, API_KUBEFLOW, KIND_INFO
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quantity import Quantity
 from gpuyard.apis.quotakinds import ElasticQuota, Queue
@@ -153,15 +154,56 @@ def _annotations(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {k: schema[k] for k in ("description",) if k in schema}
 
 
+_STATE = {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"}
+_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+_PHASE_WIDE = {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "priority": 1}
+_LIFETIME = {"name": "Max-Lifetime", "type": "integer", "jsonPath": ".spec.activeDeadlineSeconds"}
+_TTL = {"name": "TTL-AFTER-FINISHED", "type": "integer", "jsonPath": ".spec.ttlSecondsAfterFinished"}
+_MODEL = {"name": "Model-Version", "type": "string", "jsonPath": ".status.modelVersionName"}
+_CACHE = {"name": "Cache-Backend", "type": "string", "jsonPath": ".status.cacheBackendName"}
+
+# A job kind's CRD is also installed by the operator that owns its group (training-operator for
+# kubeflow.org, KubeDL for training.kubedl.io); whichever applies last wins, so gpuyard's serves
+# what theirs serves: their printer columns (gpuyard's phase only in `-o wide`), their `scale`
+# subresources, every version they serve with the same storage version.
+_KUBEFLOW, _KUBEDL = API_KUBEFLOW.split("/")[0], API_KUBEDL.split("/")[0]
+_PEER_COLUMNS: dict[tuple[str, str], list[dict[str, Any]]] = {
+    **{(_KUBEFLOW, kind): [_STATE, _AGE] for kind in KIND_INFO},
+    **{(_KUBEDL, kind): [_STATE, _AGE, _TTL, _LIFETIME] for kind in KIND_INFO},
+    (_KUBEDL, "TFJob"): [_STATE, _AGE, _MODEL, _CACHE, _LIFETIME, _TTL],
+    (_KUBEDL, "PyTorchJob"): [_STATE, _AGE, _MODEL, _CACHE, _LIFETIME, _TTL],
+}
+_SCALED = {
+    "PyTorchJob": "pytorchReplicaSpecs",
+    "JAXJob": "jaxReplicaSpecs",
+    "PaddleJob": "paddleReplicaSpecs",
+}
+_EXTRA_VERSIONS: dict[tuple[str, str], str] = {
+    # mpi-operator v0.8 serves and stores kubeflow.org MPIJobs at v2beta1. Without a conversion
+    # webhook both versions hold the same fields: gpuyard reads them at v1.
+    (_KUBEFLOW, "MPIJob"): "v2beta1",
+}
+
+
+def _scale(resource: ApiResource) -> dict[str, str] | None:
+    """training-operator's `scale` subresource (the Worker replicas; HPA and `kubectl scale`)."""
+    field = _SCALED.get(resource.kind)
+    if field is None or resource.api_version != API_KUBEFLOW:
+        return None
+    return {
+        "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+        "specReplicasPath": f".spec.{field}.Worker.replicas",
+        "statusReplicasPath": ".status.replicaStatuses.Worker.active",
+    }
+
+
 def _columns(resource: ApiResource, model: type[Resource]) -> list[dict[str, Any]]:
-    """`kubectl get` columns: a job's phase and last condition, a PodGroup's phase and placed pods."""
+    """`kubectl get` columns: a job's as its project prints them, a PodGroup's phase and placed pods."""
+    peer = _PEER_COLUMNS.get((resource.group, resource.kind))
+    if peer is not None:
+        return [*peer, _PHASE_WIDE]
     columns: list[dict[str, Any]] = []
-    if resource.kind in KIND_INFO:
-        columns += [
-            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-            {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
-        ]
-    elif resource.kind == "PodGroup":
+    if resource.kind == "PodGroup":
         columns += [
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             {"name": "Placed", "type": "integer", "jsonPath": ".status.placed"},
@@ -179,7 +221,7 @@ def _columns(resource: ApiResource, model: type[Resource]) -> list[dict[str, Any
         ]
     elif resource.kind == "ResourceClass":
         columns.append({"name": "Description", "type": "string", "jsonPath": ".spec.description"})
-    columns.append({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
+    columns.append(_AGE)
     return columns
 
 
@@ -209,19 +251,21 @@ def crd_for(resource: ApiResource, model: type[Resource]) -> dict[str, Any]:
     }
     if resource.status_subresource and "status" in properties:
         version["subresources"] = {"status": {}}
+        if scale := _scale(resource):
+            version["subresources"]["scale"] = scale
+    versions = [version]
+    if extra := _EXTRA_VERSIONS.get((resource.group, resource.kind)):
+        versions = [{**copy.deepcopy(version), "storage": False}, {**version, "name": extra}]
     names = resource.crd_names()
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": resource.crd_name,
-            "labels": {"app.kubernetes.io/part-of": "gpuyard"},
-        },
+        "metadata": {**resource.crd_metadata(), "labels": {"app.kubernetes.io/part-of": "gpuyard"}},
         "spec": {
             "group": resource.group,
             "names": names,
             "scope": "Namespaced" if resource.namespaced else "Cluster",
-            "versions": [version],
+            "versions": versions,
         },
     }
 

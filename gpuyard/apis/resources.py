@@ -22,7 +22,26 @@ from typing import Any
 from gpuyard.apis.gangs import GANG_API_VERSIONS, GANG_KIND
 from gpuyard.apis.jobkinds import KIND_INFO
 
-__all__ = ["API_RESOURCES", "ApiResource", "resource_for", "resources_of_kind"]
+__all__ = [
+    "API_APPROVAL",
+    "API_RESOURCES",
+    "ApiResource",
+    "is_protected_group",
+    "resource_for",
+    "resources_of_kind",
+]
+
+
+API_APPROVAL = "api-approved.kubernetes.io"
+"""The annotation an API server requires on a CRD of a protected group (`*.k8s.io`,
+`*.kubernetes.io`): a link to the API review that approved it."""
+# scheduler-plugins' own value on its ElasticQuota and PodGroup CRDs
+SCHEDULER_PLUGINS_APPROVAL = "https://github.com/kubernetes-sigs/scheduler-plugins/pull/52"
+
+
+def is_protected_group(group: str) -> bool:
+    """A group Kubernetes reserves for APIs it reviewed (KEP-1111)."""
+    return any(group == d or group.endswith("." + d) for d in ("k8s.io", "kubernetes.io"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +76,14 @@ class ApiResource:
     @property
     def crd_name(self) -> str:
         return f"{self.plural}.{self.group}"
+
+    def crd_metadata(self) -> dict[str, Any]:
+        """`metadata` of a CustomResourceDefinition serving this resource (name, and the API-review
+        annotation a protected group needs)."""
+        meta: dict[str, Any] = {"name": self.crd_name}
+        if is_protected_group(self.group):
+            meta["annotations"] = {API_APPROVAL: SCHEDULER_PLUGINS_APPROVAL}
+        return meta
 
     def crd_names(self) -> dict[str, Any]:
         """The `spec.names` of a CustomResourceDefinition serving this resource."""
@@ -98,7 +125,7 @@ def _job_resources() -> list[ApiResource]:
                     version=version,
                     plural=kind.lower() + "s",
                     crd=True,
-                    categories=("all", "gpuyard", "trainingjobs"),
+                    categories=("gpuyard", "trainingjobs"),  # not `all`: as the peers' CRDs
                 )
             )
     return out

@@ -6,7 +6,8 @@ ServiceAccount, least-privilege ClusterRole (:data:`RULES`: exactly the verbs gp
 resource) and its binding, the Role for the leader-election Lease in gpuyard's namespace, the
 read-only Role for the nodes' heartbeat Leases in `kube-node-lease` (with their bindings), the
 Deployment (two replicas: one leader, one standby), the Service of the HTTP API and metrics, and
-a ServiceMonitor for the Prometheus operator. The files under `configs/deploy/` are the same
+with `--service-monitor` a ServiceMonitor for the Prometheus operator (left out by default: a
+cluster without that operator's CRD refuses the whole apply). The files under `configs/deploy/` are the same
 objects with the default options (`--write-crds DIR`, `--write-manifests DIR`; `make deploy`);
 a test regenerates them and validates each against the Kubernetes schemas. `--gang-scheduler`
 prints them for delegate mode: the Deployment sets `scheduler.mode: delegate` and the ClusterRole
@@ -283,6 +284,7 @@ def manifests(
     gang_scheduler: str | None = None,
     read_only_api: bool = False,
     node_lease_namespace: str = NODE_LEASE_NAMESPACE,
+    service_monitor: bool = False,
 ) -> list[dict[str, Any]]:
     """Every object but the CRDs, in the order `kubectl apply` needs them; with `gang_scheduler`,
     for delegate mode (the Deployment's settings and the ClusterRole's rule for its PodGroups);
@@ -292,7 +294,7 @@ def manifests(
     subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}]
     selector = {"app.kubernetes.io/name": NAME}
     heartbeats = f"{NAME}-node-leases"
-    return [
+    objects: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(namespace)},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, namespace)},
         {
@@ -357,17 +359,21 @@ def manifests(
                 "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
             },
         },
-        {
-            "apiVersion": "monitoring.coreos.com/v1",
-            "kind": "ServiceMonitor",
-            "metadata": _meta(NAME, namespace),
-            "spec": {
-                "selector": {"matchLabels": selector},
-                "namespaceSelector": {"matchNames": [namespace]},
-                "endpoints": [{"port": "http", "path": "/metrics", "interval": "30s"}],
-            },
-        },
     ]
+    if service_monitor:
+        objects.append(
+            {
+                "apiVersion": "monitoring.coreos.com/v1",
+                "kind": "ServiceMonitor",
+                "metadata": _meta(NAME, namespace),
+                "spec": {
+                    "selector": {"matchLabels": selector},
+                    "namespaceSelector": {"matchNames": [namespace]},
+                    "endpoints": [{"port": "http", "path": "/metrics", "interval": "30s"}],
+                },
+            }
+        )
+    return objects
 
 
 MANIFEST_FILES = {
@@ -391,7 +397,7 @@ def stream(objects: list[dict[str, Any]]) -> str:
 def write_manifests(directory: Path) -> list[Path]:
     """Write the default manifests (not the CRDs) into `directory`, grouped per file."""
     files: dict[str, list[dict[str, Any]]] = {}
-    for obj in manifests(image=f"{DEFAULT_IMAGE_REPO}:latest"):
+    for obj in manifests(image=f"{DEFAULT_IMAGE_REPO}:latest", service_monitor=True):
         files.setdefault(MANIFEST_FILES[obj["kind"]], []).append(obj)
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -422,6 +428,11 @@ def write_manifests(directory: Path) -> list[Path]:
     "controllers use (no API_RULES).",
 )
 @click.option(
+    "--service-monitor",
+    is_flag=True,
+    help="Also print a ServiceMonitor (needs the Prometheus operator's CRD on the cluster).",
+)
+@click.option(
     "--write-crds", "crd_dir", type=click.Path(file_okay=False), help="Write one file per CRD here."
 )
 @click.option(
@@ -438,6 +449,7 @@ def install(
     insecure: bool,
     gang_scheduler: str | None,
     read_only_api: bool,
+    service_monitor: bool,
     crd_dir: str | None,
     manifest_dir: str | None,
 ) -> None:
@@ -470,5 +482,6 @@ def install(
                 insecure=insecure,
                 gang_scheduler=gang_scheduler,
                 read_only_api=read_only_api,
+                service_monitor=service_monitor,
             )
         sys.stdout.write(stream(objects))

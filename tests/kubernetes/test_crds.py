@@ -89,13 +89,30 @@ def test_job_crds_have_status_subresource_columns_names_and_free_form_templates(
         if kind not in KIND_INFO:
             continue
         version = crd["spec"]["versions"][0]
-        assert version["subresources"] == {"status": {}}
-        assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "State", "Age"]
+        assert version["subresources"]["status"] == {}
+        columns = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
+        assert columns[:2] == ["State", "Age"], name  # as training-operator and KubeDL print them
+        assert [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")] == ["Phase"]
         assert "trainingjobs" in crd["spec"]["names"]["categories"]
+        assert "all" not in crd["spec"]["names"]["categories"]
         specs = schema_of(crd)["properties"]["spec"]["properties"]
         replicas = next(v for k, v in specs.items() if k.endswith("ReplicaSpecs"))
         template = replicas["additionalProperties"]["properties"]["template"]
         assert template == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}, name
+
+
+def test_kubeflow_crds_keep_training_operators_scale_and_mpi_operators_stored_version() -> None:
+    for kind, field in (("pytorchjobs", "pytorch"), ("jaxjobs", "jax"), ("paddlejobs", "paddle")):
+        scale = BY_NAME[f"{kind}.kubeflow.org"]["spec"]["versions"][0]["subresources"]["scale"]
+        assert scale["specReplicasPath"] == f".spec.{field}ReplicaSpecs.Worker.replicas"
+        assert scale["statusReplicasPath"] == ".status.replicaStatuses.Worker.active"
+    assert "scale" not in BY_NAME["tfjobs.kubeflow.org"]["spec"]["versions"][0]["subresources"]
+    mpi = BY_NAME["mpijobs.kubeflow.org"]["spec"]["versions"]
+    assert [(v["name"], v["served"], v["storage"]) for v in mpi] == [
+        ("v1", True, False),
+        ("v2beta1", True, True),
+    ]
+    assert mpi[0]["schema"] == mpi[1]["schema"]  # no conversion webhook: the same fields at both
 
 
 def test_podgroup_and_cluster_scoped_kinds() -> None:

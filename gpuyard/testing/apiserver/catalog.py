@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuyard.apis.resources import API_APPROVAL, is_protected_group
 from gpuyard.testing.apiserver.errors import ApiError
 from gpuyard.testing.apiserver.selecting import BUILTIN_FIELDS
 
@@ -197,6 +198,12 @@ class Catalog:
             raise bad("spec.names.kind", "Required value")
         if name != f"{plural}.{group}":
             raise bad("metadata.name", f'must be spec.names.plural+"."+spec.group ({plural}.{group})')
+        annotations = (crd.get("metadata") or {}).get("annotations") or {}
+        if is_protected_group(group) and not annotations.get(API_APPROVAL):
+            raise bad(
+                f"metadata.annotations[{API_APPROVAL}]",
+                f'Required value: protected groups must have approval annotation "{API_APPROVAL}"',
+            )
         if scope not in ("Namespaced", "Cluster"):
             raise bad("spec.scope", 'Unsupported value: supported values: "Cluster", "Namespaced"')
         if not versions:

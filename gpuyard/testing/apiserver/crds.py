@@ -32,7 +32,7 @@ def minimal_crd(resource: ApiResource) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": resource.crd_name},
+        "metadata": resource.crd_metadata(),
         "spec": {
             "group": resource.group,
             "scope": "Namespaced" if resource.namespaced else "Cluster",
