@@ -274,15 +274,22 @@ class KubeClient:
         return await self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
 
     async def delete(
-        self, res: ApiResource, namespace: str, name: str, *, resource_version: str | None = None
+        self,
+        res: ApiResource,
+        namespace: str,
+        name: str,
+        *,
+        resource_version: str | None = None,
+        grace_period: int | None = None,
     ) -> Json:
+        """DELETE one object; `grace_period=0` is a kubelet's final delete of a pod (no waiting)."""
         body: Json | None = None
-        if resource_version:
-            body = {
-                "apiVersion": "v1",
-                "kind": "DeleteOptions",
-                "preconditions": {"resourceVersion": resource_version},
-            }
+        if resource_version or grace_period is not None:
+            body = {"apiVersion": "v1", "kind": "DeleteOptions"}
+            if resource_version:
+                body["preconditions"] = {"resourceVersion": resource_version}
+            if grace_period is not None:
+                body["gracePeriodSeconds"] = grace_period
         return await self.request("DELETE", res.path(namespace=namespace or None, name=name), body=body)
 
     async def bind(self, namespace: str, name: str, node: str, *, uid: str | None = None) -> None:

@@ -13,7 +13,7 @@ from gpuyard.testing.apiserver.fixture import RunningApiServer, fake_apiserver
 
 kubernetes_asyncio = pytest.importorskip("kubernetes_asyncio")
 
-__all__ = ["crd_manifest", "fake_apiserver", "kube"]
+__all__ = ["crd_manifest", "fake_apiserver", "kube", "real_plane"]
 
 
 @pytest_asyncio.fixture
@@ -68,3 +68,20 @@ def crd_manifest(
             "versions": [version],
         },
     }
+
+
+@pytest.fixture(scope="session")
+def real_plane(kube_control_plane: Any) -> Any:
+    """The session's real control plane with gpuyard's shipped CRDs applied (once)."""
+    from tests.kubernetes.realplane import (
+        GPUYARD_NAMESPACE,
+        admin_http,
+        ensure_namespace,
+        gpuyard_crds,
+        install_crds,
+    )
+
+    with admin_http(kube_control_plane) as http:
+        install_crds(http, gpuyard_crds())
+        ensure_namespace(http, GPUYARD_NAMESPACE)
+    return kube_control_plane

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 import yaml
 from aiohttp import web
@@ -373,7 +374,10 @@ _METHODS = {
 
 class FakeApiServerView:
     """The `fake_apiserver` fixture's server seen through the few questions the platform tests ask
-    (the same as :class:`MiniApiServer`'s): objects by plural, requests made, bindings, faults."""
+    (the same as :class:`MiniApiServer`'s, and `realplane.ControlPlaneView`'s for the real control
+    plane): objects by plural, requests made, bindings, faults."""
+
+    real = False
 
     def __init__(self, running: Any) -> None:
         self.running = running
@@ -437,9 +441,28 @@ class FakeApiServerView:
     def drop_watches(self) -> None:
         self.server.faults.drop_watches()
 
+    def install_crds(self, docs: list[Json]) -> None:
+        self.server.install_crds(docs)
 
-@pytest_asyncio.fixture
-async def served(fake_apiserver: Any) -> FakeApiServerView:
-    """The `fake_apiserver` fixture with gpuyard's CRDs installed."""
-    fake_apiserver.server.install_gpuyard_crds()
-    return FakeApiServerView(fake_apiserver)
+
+@pytest_asyncio.fixture(params=["dev", "real"])
+async def served(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """An API server with gpuyard's CRDs installed, once per server: `dev` is the development server
+    (`fake_apiserver`, minimal CRDs), `real` the real control plane (`kube_control_plane`, the CRDs
+    gpuyard ships), wiped before each test. A test marked `dev_apiserver_only` (fault injection)
+    runs on the development server alone."""
+    if request.param == "dev":
+        running = request.getfixturevalue("fake_apiserver")
+        running.server.install_gpuyard_crds()
+        yield FakeApiServerView(running)
+        return
+    if request.node.get_closest_marker("dev_apiserver_only"):
+        pytest.skip("fault injection: the development API server's alone")
+    from tests.kubernetes.realplane import ControlPlaneView, admin_http
+
+    plane = request.getfixturevalue("real_plane")
+    with admin_http(plane) as http:
+        view = ControlPlaneView(plane, http)
+        await asyncio.to_thread(view.wipe)
+        view = ControlPlaneView(plane, http)  # the audit log from here on
+        yield view

@@ -53,7 +53,7 @@ def delegated(kubeconfig: Any) -> Settings:
 
 
 async def test_volcano_places_gpuyard_admits_and_writes_the_pod_group(served: FakeApiServerView) -> None:
-    served.server.install_crds([minimal_crd(VOLCANO)])
+    served.install_crds([minimal_crd(VOLCANO)])
     client = await connect(served)
     try:
         for i in range(2):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from gpuyard.apis.core import Node
 from gpuyard.apis.resources import resource_for
@@ -193,7 +194,9 @@ async def test_foreign_pods_take_capacity(served: FakeApiServerView) -> None:
             )
             await asyncio.sleep(0.3)
             assert job_pods(served, "big") == []
-            await client.delete(PODS, "default", "daemon")  # the foreign pod goes: room for big
+            # the foreign pod goes (its kubelet's final delete: a real server keeps a pod deleted
+            # gracefully until then): room for big
+            await client.delete(PODS, "default", "daemon", grace_period=0)
             await eventually(
                 lambda: p.store.must_get_of(Node, "", "gpu-0").status.allocatable["cpu"] == 64,
                 what="capacity back",
@@ -244,6 +247,7 @@ def gpus_in_use(server: FakeApiServerView) -> list[tuple[str, int]]:
     return out
 
 
+@pytest.mark.dev_apiserver_only
 async def test_one_leader_and_the_standby_takes_over(served: FakeApiServerView) -> None:
     client = await connect(served)
     kc = served.kubeconfig
@@ -305,6 +309,7 @@ async def test_one_leader_and_the_standby_takes_over(served: FakeApiServerView) 
         await client.close()
 
 
+@pytest.mark.dev_apiserver_only
 async def test_readyz_follows_the_watches(served: FakeApiServerView) -> None:
     s = settings(served.kubeconfig, election=False, backoff_max=0.1)
     async with platform(s, serve_http=True) as p, aiohttp.ClientSession() as http:
@@ -341,6 +346,7 @@ async def test_a_leader_that_loses_the_lease_stops(served: FakeApiServerView) ->
         await client.close()
 
 
+@pytest.mark.dev_apiserver_only
 async def test_nothing_is_placed_or_led_before_every_informer_has_listed(served: FakeApiServerView) -> None:
     """A job and its nodes are cached, but the Reservations are not listed yet: placing now could
     hand out GPUs an earlier leader reserved. The replica neither stands for the Lease nor runs
