@@ -1,13 +1,17 @@
 """Device-plugin mode: the kubelet device-plugin API `v1beta1` served by the agent (gRPC, unix sockets).
 
 For clusters without DRA. One :class:`DevicePlugin` per resource (`gpuyard.io/gpu`: GPU UUIDs,
-`gpuyard.io/rdma`: RDMA NIC names) listens on `<plugin dir>/gpuyard-gpu.sock` (`-rdma.sock`) and
-registers with the kubelet's Registration service on `<plugin dir>/kubelet.sock`:
+`gpuyard.io/rdma`: RDMA NIC names, `gpuyard.io/gpu-share`: `share_slots` slots per GPU for MPS share
+pods) listens on `<plugin dir>/gpuyard-<name>.sock` and registers with the kubelet's Registration
+service on `<plugin dir>/kubelet.sock`:
 
 - `ListAndWatch` streams every device with its health from the agent's NodeTopology and pushes a new
   list whenever it changes (an XID makes the GPU Unhealthy here and in the NodeTopology at once);
-- `GetPreferredAllocation` / `Allocate` answer with exactly the scheduler's devices for the pod
-  being started, by the rule in :mod:`.allocating` (no guess; an unplaced pod gets a clear error);
+- `GetPreferredAllocation` / `Allocate` answer for the pod the kubelet is admitting, by the rule in
+  :mod:`.allocating`: the pending pod gpuyard bound first that this plugin has not served, with the
+  requested count; `Allocate` returns exactly that pod's GPUs as env (`NVIDIA_VISIBLE_DEVICES`),
+  device nodes (`/dev/nvidia<minor>`, `/dev/nvidiactl`, `/dev/nvidia-uvm`...) or CDI names
+  (`nvidia.com/gpu=<uuid>`), and for a share the MPS limits and the MPS pipe directory mount;
 - the kubelet deletes every socket in the plugin directory when it restarts and recreates its own:
   :meth:`DevicePlugin.watch` polls the directory and serves and registers again when `kubelet.sock`
   is new or the plugin's socket is gone.
@@ -30,29 +34,48 @@ import structlog
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.devices.agent.allocating import (
     RESOURCE_GPU,
+    RESOURCE_GPU_SHARE,
+    RESOURCE_RDMA,
+    SHARE_SLOT_SEPARATOR,
     AllocationError,
+    AllocationOptions,
+    GpuInfo,
     PendingPod,
     PodLookup,
-    allocation_env,
-    match_allocation,
+    allocation_for,
+    allocation_for_pod,
     preferred_allocation,
 )
 from gpuyard.devices.agent.proto import api_pb2, api_pb2_grpc
 
-__all__ = ["API_VERSION", "DEFAULT_PLUGIN_DIR", "KUBELET_SOCKET", "DevicePlugin", "devices_of"]
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_PLUGIN_DIR",
+    "DEFAULT_SHARE_SLOTS",
+    "KUBELET_SOCKET",
+    "DevicePlugin",
+    "devices_of",
+]
 
 log = structlog.get_logger(__name__)
 
 API_VERSION = "v1beta1"
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET = "kubelet.sock"
+DEFAULT_SHARE_SLOTS = 16  # share pods per GPU the kubelet can admit (MPS allows up to 48 clients)
 
 
-def devices_of(topology: NodeTopology, resource: str) -> list[Any]:
+def devices_of(topology: NodeTopology, resource: str, *, share_slots: int = DEFAULT_SHARE_SLOTS) -> list[Any]:
     """`Device` messages (ID, health, NUMA node) for one resource of a topology."""
     out = []
     if resource == RESOURCE_GPU:
         items = [(g.uuid or str(g.index), g.health, g.numa_node) for g in topology.spec.gpus]
+    elif resource == RESOURCE_GPU_SHARE:
+        items = [
+            (f"{g.uuid or g.index}{SHARE_SLOT_SEPARATOR}{slot}", g.health, g.numa_node)
+            for g in topology.spec.gpus
+            for slot in range(share_slots)
+        ]
     else:
         items = [(n.name, n.health, n.numa_node) for n in topology.spec.nics if n.rdma]
     for ident, health, numa in items:
@@ -111,6 +134,7 @@ class _Servicer:
                 available=list(req.available_deviceIDs),
                 must_include=list(req.must_include_deviceIDs),
                 size=int(req.allocation_size),
+                served=plugin.served_for(pods),
             )
             responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
@@ -125,18 +149,23 @@ class _Servicer:
             if unhealthy:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"devices {unhealthy} are unhealthy")
             try:
-                pod = match_allocation(pods, node=plugin.node, resource=plugin.resource, ids=ids)
+                pod = allocation_for(
+                    pods, node=plugin.node, resource=plugin.resource, ids=ids, served=plugin.served_for(pods)
+                )
             except AllocationError as exc:
                 log.warning("Allocate refused", node=plugin.node, resource=plugin.resource, error=str(exc))
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
                 raise  # abort() raises; this line is never reached
-            log.info("Allocate", node=plugin.node, resource=plugin.resource, pod=pod.key, devices=ids)
-            responses.append(
-                api_pb2.ContainerAllocateResponse(
-                    envs=allocation_env(pod, resource=plugin.resource),
-                    devices=plugin.device_specs(ids),
-                )
+            plugin.served[pod.ident] = frozenset(ids)
+            log.info(
+                "Allocate",
+                node=plugin.node,
+                resource=plugin.resource,
+                pod=pod.key,
+                devices=list(pod.ids(plugin.resource)),
+                kubelet_ids=ids,
             )
+            responses.append(plugin.response(pod))
         return api_pb2.AllocateResponse(container_responses=responses)
 
     async def PreStartContainer(self, request: Any, context: Any) -> Any:
@@ -155,8 +184,15 @@ class DevicePlugin:
         plugin_dir: Path = DEFAULT_PLUGIN_DIR,
         sysfs_root: Path = Path("/sys"),
         poll_s: float = 1.0,
+        options: AllocationOptions = AllocationOptions(),
+        share_slots: int = DEFAULT_SHARE_SLOTS,
     ) -> None:
         self.node = node
+        self.options = options
+        self.share_slots = share_slots
+        self.gpus: dict[str, GpuInfo] = {}
+        # pods answered (PendingPod.ident -> the kubelet's IDs), kept while they are pending
+        self.served: dict[str, frozenset[str]] = {}
         self.resource = resource
         self.lookup = lookup
         self.plugin_dir = Path(plugin_dir)
@@ -178,7 +214,15 @@ class DevicePlugin:
 
     def update(self, topology: NodeTopology) -> None:
         """New devices/health from the agent (called on the event loop); pushed to ListAndWatch."""
-        self.devices = devices_of(topology, self.resource)
+        self.devices = devices_of(topology, self.resource, share_slots=self.share_slots)
+        self.gpus = {
+            g.uuid or str(g.index): GpuInfo(
+                uuid=g.uuid or str(g.index),
+                minor=g.minor if g.minor is not None else g.index,
+                memory_mib=g.memory_mib,
+            )
+            for g in topology.spec.gpus
+        }
         self.unhealthy = {d.ID for d in self.devices if d.health != "Healthy"}
         self.version += 1
 
@@ -189,10 +233,30 @@ class DevicePlugin:
         task = asyncio.get_running_loop().create_task(notify())
         self._notify_task = task  # keep a reference until it runs
 
+    def served_for(self, pods: list[PendingPod]) -> dict[str, frozenset[str]]:
+        """The pods served and still pending (the others are forgotten: started, gone or failed)."""
+        pending = {p.ident for p in pods if not p.admitted}
+        for ident in [i for i in self.served if i not in pending]:
+            del self.served[ident]
+        return self.served
+
+    def response(self, pod: PendingPod) -> Any:
+        """The `ContainerAllocateResponse` giving the container exactly `pod`'s devices."""
+        alloc = allocation_for_pod(pod, resource=self.resource, gpus=self.gpus, options=self.options)
+        devices = [
+            api_pb2.DeviceSpec(container_path=c, host_path=h, permissions=p) for c, h, p in alloc.devices
+        ]
+        if self.resource == RESOURCE_RDMA:
+            devices = self.device_specs(list(pod.nics))
+        return api_pb2.ContainerAllocateResponse(
+            envs=alloc.envs,
+            devices=devices,
+            cdi_devices=[api_pb2.CDIDevice(name=n) for n in alloc.cdi_devices],
+            mounts=[api_pb2.Mount(container_path=c, host_path=h, read_only=ro) for c, h, ro in alloc.mounts],
+        )
+
     def device_specs(self, ids: list[str]) -> list[Any]:
         """Host devices the container needs for RDMA NICs (`/dev/infiniband/uverbsN`, `rdma_cm`)."""
-        if self.resource == RESOURCE_GPU:
-            return []  # the NVIDIA container runtime adds the GPU device nodes from NVIDIA_VISIBLE_DEVICES
         specs = [
             api_pb2.DeviceSpec(
                 container_path="/dev/infiniband/rdma_cm",

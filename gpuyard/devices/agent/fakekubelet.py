@@ -4,22 +4,47 @@
 plugin registers, it connects to the plugin's endpoint, follows its `ListAndWatch` stream (the
 latest device list per resource is in `devices`) and offers the calls the kubelet makes when it
 admits a pod: :meth:`preferred` (GetPreferredAllocation) and :meth:`allocate` (Allocate).
-:meth:`restart` does what a kubelet restart does to the plugin directory: every socket in it is
-deleted and `kubelet.sock` is created anew.
+
+:meth:`admit` admits one pod as the device manager does (`devicesToAllocate` + `Allocate`): for
+each container and resource it counts the healthy devices it has not given to an admitted pod,
+refuses the pod when too few are left (`OutOf<resource>`), asks the plugin for a preferred
+allocation, picks the devices (`pick="preferred"`: the preference when it is valid, as the real
+kubelet does; `pick="others"`: free devices outside the preference first, to show that only the
+count of the IDs matters), calls `Allocate` with them, one container per call, and books them.
+The plugin is never told the pod. Admitting pods one at a time, in the order given, is what the
+kubelet does too. :meth:`restart` does what a kubelet restart does to the plugin directory: every
+socket in it is deleted and `kubelet.sock` is created anew.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 
 from gpuyard.devices.agent.proto import api_pb2, api_pb2_grpc
 
-__all__ = ["FakeKubelet"]
+__all__ = ["AdmissionError", "ContainerDevices", "FakeKubelet"]
+
+
+class AdmissionError(RuntimeError):
+    """The kubelet rejected the pod (too few devices left: `OutOf<resource>`)."""
+
+
+@dataclass(slots=True)
+class ContainerDevices:
+    """What one container got for one resource: the kubelet's IDs and the plugin's answer."""
+
+    ids: list[str]
+    envs: dict[str, str] = field(default_factory=dict)
+    devices: list[tuple[str, str, str]] = field(default_factory=list)
+    cdi_devices: list[str] = field(default_factory=list)
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)
 
 
 class _Registration:
@@ -42,6 +67,8 @@ class FakeKubelet:
         self.registered: list[tuple[str, str]] = []
         self.devices: dict[str, list[tuple[str, str]]] = {}
         self.updates: dict[str, int] = {}
+        self.allocated: dict[str, dict[str, list[str]]] = {}  # pod -> resource -> the IDs it holds
+        self.preferences: list[list[str]] = []  # every preferred allocation the plugin answered
         self._server: Any = None
         self._channels: dict[str, Any] = {}
         self._streams: dict[str, asyncio.Task[None]] = {}
@@ -89,11 +116,63 @@ class FakeKubelet:
 
     async def allocate(self, resource: str, ids: list[str]) -> dict[str, str]:
         """The env of the one container; grpc.aio.AioRpcError when the plugin refuses."""
+        return (await self.allocate_container(resource, ids)).envs
+
+    async def allocate_container(self, resource: str, ids: list[str]) -> ContainerDevices:
+        """`Allocate` for one container: the plugin's whole answer; AioRpcError when it refuses."""
         request = api_pb2.AllocateRequest(
             container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)]
         )
         response = await self._stub(resource).Allocate(request, timeout=5)
-        return dict(response.container_responses[0].envs)
+        answer = response.container_responses[0]
+        return ContainerDevices(
+            ids=list(ids),
+            envs=dict(answer.envs),
+            devices=[(d.container_path, d.host_path, d.permissions) for d in answer.devices],
+            cdi_devices=[d.name for d in answer.cdi_devices],
+            mounts=[(m.container_path, m.host_path, m.read_only) for m in answer.mounts],
+        )
+
+    def free(self, resource: str) -> list[str]:
+        """Healthy devices of `resource` no admitted pod holds (the device manager's books)."""
+        held = {i for pod in self.allocated.values() for i in pod.get(resource, [])}
+        return [i for i, health in self.devices.get(resource, []) if health == "Healthy" and i not in held]
+
+    async def admit(
+        self,
+        pod: str,
+        containers: Sequence[Mapping[str, int]],
+        *,
+        pick: Literal["preferred", "others"] = "preferred",
+    ) -> list[dict[str, ContainerDevices]]:
+        """Admit `pod` (module doc): per container, per resource it requests, what it got."""
+        out: list[dict[str, ContainerDevices]] = []
+        booked: dict[str, list[str]] = {}
+        for requests in containers:
+            got: dict[str, ContainerDevices] = {}
+            for resource, count in requests.items():
+                free = [i for i in self.free(resource) if i not in booked.get(resource, [])]
+                if count > len(free):
+                    raise AdmissionError(
+                        f"pod {pod}: OutOf{resource}: requested {count}, {len(free)} unallocated"
+                    )
+                preferred = await self.preferred(resource, available=free, size=count)
+                self.preferences.append(preferred)
+                valid = len(preferred) == count and set(preferred) <= set(free)
+                if pick == "preferred" and valid:
+                    ids = preferred
+                else:
+                    others = [i for i in reversed(free) if i not in preferred]
+                    ids = [*others, *[i for i in free if i in preferred]][:count]
+                got[resource] = await self.allocate_container(resource, ids)
+                booked.setdefault(resource, []).extend(ids)
+            out.append(got)
+        self.allocated[pod] = booked
+        return out
+
+    def release(self, pod: str) -> None:
+        """The pod ended: its devices are free again."""
+        self.allocated.pop(pod, None)
 
     async def stop(self) -> None:
         for task in self._streams.values():
