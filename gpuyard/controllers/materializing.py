@@ -277,7 +277,10 @@ def _device_env(pod: Pod, reservation: Reservation, peers: Mapping[str, Reservat
       image's own CUDA_VISIBLE_DEVICES cannot hide reserved GPUs.
     - `NCCL_IB_HCA` = `=<nic>,<nic>` (exact names: a bare `mlx5_1` would also match `mlx5_10`) and
       `GPUYARD_RDMA_DEVICES`: the reserved RDMA NICs.
-    - a share also gets `GPUYARD_GPU_MILLI`, `GPUYARD_GPU_MEMORY_LIMIT_MIB`, `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`;
+    - a share also gets `GPUYARD_GPU_MILLI`, `GPUYARD_GPU_MEMORY_LIMIT_MIB` and the MPS limits that enforce
+      it: `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` (milli / 10) and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` (`0=<MiB>M`:
+      CUDA index 0 is the container's one GPU); the MPS pipe directory comes with the GPU from the node
+      agent's `gpuyard.io/gpu-share` device plugin (docs/node-agent.md, "Shares");
     - co-located peers of the gang: `LOCAL_WORLD_SIZE`, `GPUYARD_LOCAL_RANK` by pod name order,
       `GPUYARD_LOCAL_GPUS` (the GPUs of every co-located pod in that order, when the peers'
       Reservations are given); `GPUYARD_NVLINK_DOMAIN` (pods with equal values share one node's
@@ -319,6 +322,7 @@ def _device_env(pod: Pod, reservation: Reservation, peers: Mapping[str, Reservat
             c.set_env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(max(1, spec.gpu_milli // 10)))
             if spec.gpu_memory_mib:
                 c.set_env("GPUYARD_GPU_MEMORY_LIMIT_MIB", str(spec.gpu_memory_mib))
+                c.set_env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", f"0={spec.gpu_memory_mib}M")
         if spec.nics:
             c.set_env("GPUYARD_RDMA_DEVICES", ",".join(spec.nics))
             c.set_env("NCCL_IB_HCA", "=" + ",".join(spec.nics))

@@ -117,7 +117,7 @@ class KubeCluster:
         )
         self.writer = KubeWriter(
             scheduler_name=ctx.settings.scheduler.name,
-            gpu_resource=self.config.gpu_resource,
+            gpu_resource=self.config.device_resource,
             client=client,
             store=ctx.store,
             may_write=self._why_not_write,
@@ -184,8 +184,16 @@ class KubeCluster:
     def _build(self, client: KubeClient) -> None:
         cfg = self.config
         self.writer.client = client
-        if cfg.dra != "off":
-            self.writer.dra = DraAllocator(client=client, store=self.store, mode=cfg.dra)
+        if cfg.dra_mode != "off":
+            self.writer.dra = DraAllocator(client=client, store=self.store, mode=cfg.dra_mode)
+        if cfg.gpu_resource == "nvidia.com/gpu":
+            log.warning(
+                "kube.gpu_resource.count_only",
+                message=(
+                    "backend.kubernetes.gpu_resource is nvidia.com/gpu: NVIDIA's device plugin picks each pod's "
+                    "GPUs, which may differ from the ones gpuyard chose (topology, health, its books); use auto"
+                ),
+            )
         if self.elector is not None:
             self.elector.client = client
         self.invalid_jobs.client = client

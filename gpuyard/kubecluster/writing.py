@@ -29,6 +29,7 @@ refused with `BackendError` (a fenced standby never binds).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -36,7 +37,10 @@ from pydantic import BaseModel
 
 from gpuyard.apis.core import GPU_RESOURCE, Pod
 from gpuyard.apis.meta import Resource
+from gpuyard.apis.resourceclasses import SHARE_RESOURCES
 from gpuyard.apis.resources import ApiResource, resource_for
+from gpuyard.apis.scheduling import pod_devices
+from gpuyard.devices.agent.allocating import ANNOTATION_BIND_TIME, RESOURCE_GPU_SHARE
 from gpuyard.kubecluster.client import ApiError, Json, KubeClient
 from gpuyard.kubecluster.dra import DraAllocator
 from gpuyard.state.backend import BackendError
@@ -181,10 +185,15 @@ class KubeWriter:
         spec = body.setdefault("spec", {})
         spec.pop("nodeName", None)
         spec["schedulerName"] = self.scheduler_name
-        body["metadata"].setdefault("annotations", {})[ANNOTATION_ASSIGNED_NODE] = node
+        annotations = body["metadata"].setdefault("annotations", {})
+        annotations[ANNOTATION_ASSIGNED_NODE] = node
+        annotations[ANNOTATION_BIND_TIME] = str(time.time_ns())  # the device plugin's order (allocating.py)
         res = self._resource("Pod")
-        claim = await self.dra.prepare(pod, body, node) if self.dra is not None else None
-        if claim is None and self.gpu_resource != GPU_RESOURCE:
+        shared = 0 < int(pod_devices(pod).get("gpuMilli") or 0) < 1000
+        claim = await self.dra.prepare(pod, body, node) if self.dra is not None and not shared else None
+        if shared:
+            share_requests(body)
+        elif claim is None and self.gpu_resource != GPU_RESOURCE:
             rename_gpu_requests(body, to=self.gpu_resource)
         key = (body["metadata"]["namespace"], pod.metadata.name)
         self.in_flight.add(key)
@@ -291,3 +300,27 @@ def rename_gpu_requests(body: Json, *, to: str) -> None:
             values = (container.get("resources") or {}).get(part)
             if isinstance(values, dict) and GPU_RESOURCE in values:
                 values[to] = values.pop(GPU_RESOURCE)
+
+
+def share_requests(body: Json) -> None:
+    """A GPU share asks the kubelet for one `gpuyard.io/gpu-share` slot (the agent's device plugin, which
+    hands over the GPU with its MPS limits) instead of the share resources (`gpuyard.io/gpu-milli`,
+    `koordinator.sh/gpu-core`, ...) no kubelet advertises, or a whole `nvidia.com/gpu`."""
+    containers = (body.get("spec") or {}).get("containers") or []
+    holders = []
+    for container in containers:
+        resources = container.get("resources") or {}
+        found = False
+        for part in ("requests", "limits"):
+            values = resources.get(part)
+            if not isinstance(values, dict):
+                continue
+            for name in [n for n in values if n in SHARE_RESOURCES or n == GPU_RESOURCE]:
+                del values[name]
+                found = True
+        if found:
+            holders.append(container)
+    for container in holders[:1] or containers[:1]:
+        resources = container.setdefault("resources", {})
+        for part in ("requests", "limits"):
+            resources.setdefault(part, {})[RESOURCE_GPU_SHARE] = "1"

@@ -181,22 +181,43 @@ class KubernetesConfig(Section):
     )
     request_timeout: float = Field(default=30.0, gt=0, description="Seconds for one non-watch request.")
     backoff_max: float = Field(default=30.0, gt=0, description="Longest wait between retries of a watch.")
-    gpu_resource: Literal["nvidia.com/gpu", "gpuyard.io/gpu"] = Field(
-        default="nvidia.com/gpu",
+    gpu_resource: Literal["auto", "dra", "gpuyard.io/gpu", "nvidia.com/gpu"] = Field(
+        default="auto",
         description=(
-            "The extended resource a bound GPU pod asks the kubelet for when it gets no ResourceClaim: "
-            "gpuyard.io/gpu hands the GPUs to `gpuyard agent --device-plugin` (exactly the devices gpuyard "
-            "chose); nvidia.com/gpu leaves them to the stock NVIDIA device plugin."
+            "How a bound GPU pod gets the GPUs gpuyard chose. auto: a ResourceClaim where the node publishes "
+            "gpu.nvidia.com ResourceSlices, else gpuyard.io/gpu from `gpuyard agent --device-plugin`; dra: "
+            "always a ResourceClaim; gpuyard.io/gpu: always the agent's device plugin; nvidia.com/gpu: "
+            "count-only requests to NVIDIA's device plugin, which picks the GPUs itself (warned at start). "
+            "GPU shares always ask the agent for gpuyard.io/gpu-share."
         ),
     )
     dra: Literal["auto", "on", "off"] = Field(
         default="auto",
         description=(
-            "Dynamic Resource Allocation: on gives every placed GPU pod a ResourceClaim allocating its GPUs "
-            "(no nvidia.com/gpu request); auto does so on nodes with a gpu.nvidia.com ResourceSlice "
-            "when the server serves resource.k8s.io/v1; off never."
+            "Dynamic Resource Allocation with gpu_resource auto: on gives every placed GPU pod a ResourceClaim "
+            "(no GPU extended resource); auto does so on nodes with a gpu.nvidia.com ResourceSlice when the "
+            "server serves resource.k8s.io/v1; off never. gpu_resource dra means on; an extended resource "
+            "means off unless this is on."
         ),
     )
+
+    @property
+    def dra_mode(self) -> Literal["auto", "on", "off"]:
+        """Whether placed GPU pods get ResourceClaims: on, auto (where slices are published) or off."""
+        if self.gpu_resource == "dra":
+            return "on"
+        if self.gpu_resource == "auto":
+            return self.dra
+        return "on" if self.dra == "on" else "off"
+
+    @property
+    def device_resource(self) -> str:
+        """The extended resource a GPU pod without a ResourceClaim asks the kubelet for."""
+        return (
+            self.gpu_resource
+            if self.gpu_resource in ("gpuyard.io/gpu", "nvidia.com/gpu")
+            else "gpuyard.io/gpu"
+        )
 
 
 class BackendConfig(Section):

@@ -168,8 +168,11 @@ async def test_placed_pod_gets_a_claim_allocating_exactly_its_gpus(
 async def test_dra_off_leaves_pods_requesting_gpus(
     fake_cluster: KubeClient, fake_apiserver: RunningApiServer
 ) -> None:
+    """`gpu_resource: nvidia.com/gpu` (count-only, set explicitly): NVIDIA's plugin gets the request."""
     kube = fake_cluster
-    async with platform(settings(fake_apiserver.kubeconfig, election=False, dra="off")):
+    async with platform(
+        settings(fake_apiserver.kubeconfig, election=False, dra="off", gpu_resource="nvidia.com/gpu")
+    ):
         await kube.create(PYTORCHJOBS, pytorchjob("plain", gpus=2))
         pod = await _placed(kube, "plain")
     assert "resourceClaims" not in pod["spec"]
@@ -177,14 +180,15 @@ async def test_dra_off_leaves_pods_requesting_gpus(
     assert await _objects(kube, RESOURCE_CLAIMS) == []
 
 
+@pytest.mark.parametrize("gpu_resource", ["gpuyard.io/gpu", "auto"])
 async def test_device_plugin_mode_hands_the_gpus_to_gpuyards_plugin(
-    fake_cluster: KubeClient, fake_apiserver: RunningApiServer
+    fake_cluster: KubeClient, fake_apiserver: RunningApiServer, gpu_resource: str
 ) -> None:
-    """`gpu_resource: gpuyard.io/gpu` without DRA: the bound pod asks the kubelet for gpuyard.io/gpu,
-    which `gpuyard agent --device-plugin` serves with exactly the annotated devices."""
+    """`gpu_resource: gpuyard.io/gpu`, or `auto` without DRA: the bound pod asks the kubelet for
+    gpuyard.io/gpu, which `gpuyard agent --device-plugin` serves with exactly the annotated devices."""
     kube = fake_cluster
     async with platform(
-        settings(fake_apiserver.kubeconfig, election=False, dra="off", gpu_resource="gpuyard.io/gpu")
+        settings(fake_apiserver.kubeconfig, election=False, dra="off", gpu_resource=gpu_resource)
     ):
         await kube.create(PYTORCHJOBS, pytorchjob("plugged", gpus=2))
         pod = await _placed(kube, "plugged")
