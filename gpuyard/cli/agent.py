@@ -24,7 +24,7 @@ from gpuyard.devices.presets import PRESETS
 
 __all__ = ["agent_command"]
 
-RESOURCES = {"gpu": "gpuyard.io/gpu", "rdma": "gpuyard.io/rdma"}
+RESOURCES = {"gpu": "gpuyard.io/gpu", "rdma": "gpuyard.io/rdma", "gpu-share": "gpuyard.io/gpu-share"}
 
 
 def _node_name(node: str | None) -> str:
@@ -95,7 +95,10 @@ def _node_name(node: str | None) -> str:
     help="The kubelet's device-plugin directory (agent.plugin_dir, /var/lib/kubelet/device-plugins).",
 )
 @click.option(
-    "--resources", default="gpu,rdma", show_default=True, help="Device-plugin resources to serve: gpu, rdma."
+    "--resources",
+    default="gpu,rdma,gpu-share",
+    show_default=True,
+    help="Device-plugin resources to serve: gpu, rdma, gpu-share (MPS shares).",
 )
 def agent_command(**opts: Any) -> None:
     """Discover this node's devices, publish its NodeTopology, watch GPU health."""
