@@ -30,7 +30,6 @@ from urllib.parse import quote
 
 import httpx
 import yaml
-from httpx_sse import EventSource, SSEError
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -41,6 +40,7 @@ __all__ = [
     "default_token",
     "error_line",
     "load_client_config",
+    "normalize_server",
     "warning_text",
 ]
 
@@ -141,9 +141,68 @@ def error_parts(status: int, body: bytes) -> tuple[str, list[tuple[str, str]]]:
 
 
 def join_error(message: str, details: list[tuple[str, str]]) -> str:
-    """`<message>: <field>: <reason>; <field>: <reason>; ...`: one line with every detail."""
-    parts = [f"{field}: {reason}" for field, reason in details]
+    """`<message>: <field>: <reason>; <field>: <reason>; ...`: one line with every detail.
+
+    A detail whose reason the message already says is not said twice: its field is put in front
+    of the reason where the message says it (`spec.x: PriorityClass 'nope' does not exist;
+    nothing was changed`)."""
+    parts = []
+    for field, reason in details:
+        at = _said_at(message, reason)
+        if at >= 0:
+            if not message[:at].endswith(f"{field}: "):
+                message = f"{message[:at]}{field}: {message[at:]}"
+            continue
+        parts.append(f"{field}: {reason}")
     return f"{message}: " + "; ".join(parts) if parts else message
+
+
+def _said_at(message: str, reason: str) -> int:
+    """Where `message` says `reason` as a clause of its own (between `; ` / `: ` and `;` / `:` or
+    the end), or -1."""
+    if not reason:
+        return -1
+    start = 0
+    while (at := message.find(reason, start)) >= 0:
+        end = at + len(reason)
+        before_ok = at == 0 or message[:at].endswith(("; ", ": "))
+        after_ok = end == len(message) or message[end] in ";:"
+        if before_ok and after_ok:
+            return at
+        start = at + 1
+    return -1
+
+
+API_PATH_SUFFIXES = ("/api/v1", "/api")
+"""Paths people paste with the server URL (`http://host:8080/api/v1`); the client adds them itself."""
+
+
+def normalize_server(url: str) -> str:
+    """The server URL the client wants (`http://HOST:PORT`, a proxy's path prefix kept): a scheme
+    is added to `host:port`, the API path (`/api/v1`) and trailing slashes are dropped."""
+    url = url.strip().rstrip("/")
+    if url and "://" not in url:
+        url = f"http://{url}"
+    for suffix in API_PATH_SUFFIXES:
+        if url.endswith(suffix):
+            url = url[: -len(suffix)].rstrip("/")
+            break
+    return url
+
+
+TOKEN_HINT = "pass --token TOKEN or set GPUYARD_TOKEN (or `token:` in the client config file {path})"
+START_HINT = (
+    "start one with `gpuyard demo` (or `gpuyard serve`), or name yours with --server URL or GPUYARD_SERVER"
+)
+
+
+def hint_for(status: int, message: str, *, has_token: bool) -> str:
+    """What to do next after an error answer, or "" (a 401: which flag or setting carries a token)."""
+    if status == 401:
+        if has_token:
+            return f"the token was refused: check it ({TOKEN_HINT.format(path=config_path())})"
+        return TOKEN_HINT.format(path=config_path())
+    return ""
 
 
 def error_line(status: int, body: bytes) -> str:
@@ -169,9 +228,9 @@ class ApiClient:
                 file = load_client_config()
             except ClientError as exc:  # reported by the first request, where the CLI catches it
                 self._config_error = exc
-        self.server = (
+        self.server = normalize_server(
             server or os.environ.get("GPUYARD_SERVER") or file.get("server") or DEFAULT_SERVER
-        ).rstrip("/")
+        )
         self.token = token if token is not None else (os.environ.get("GPUYARD_TOKEN") or file.get("token"))
         self.timeout = timeout
         self.chunk_size = chunk_size
@@ -213,8 +272,10 @@ class ApiClient:
                 try:
                     if response.status_code >= 400:
                         summary, details = error_parts(response.status_code, response.read())
+                        hint = hint_for(response.status_code, summary, has_token=bool(self.token))
+                        line = join_error(summary, details)
                         raise ClientError(
-                            join_error(summary, details),
+                            f"{line}; {hint}" if hint else line,
                             exit_code=2 if response.status_code < 500 else 1,
                             status=response.status_code,
                             summary=summary,
@@ -229,8 +290,9 @@ class ApiClient:
                 f"{self.server!r} is not a server URL (http://HOST:PORT): {exc}", exit_code=2
             ) from None
         except httpx.TransportError as exc:
+            hint = f"; {START_HINT}" if isinstance(exc, httpx.ConnectError) else ""
             raise ClientError(
-                f"cannot reach the gpuyard server at {self.server}: {_reason(exc)}", exit_code=1
+                f"cannot reach the gpuyard server at {self.server}: {_reason(exc)}{hint}", exit_code=1
             ) from None
 
     def stream(
@@ -239,6 +301,8 @@ class ApiClient:
         """Follow an SSE watch: yield (event type, decoded data) until the server ends the stream.
 
         Events without data or with data that is not JSON are skipped; a `GONE` event ends the watch."""
+        from httpx_sse import EventSource, SSEError
+
         with self._open(
             "GET", path, query=query, accept="text/event-stream", timeout=max(self.timeout, 60.0)
         ) as response:
@@ -343,6 +407,18 @@ class ApiClient:
 
     def job_pods(self, namespace: str, name: str) -> Any:
         return self.list_all(f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}/pods")
+
+    def pods(self, *, namespace: str | None = None, job: str | None = None) -> Any:
+        """Pods of every job the caller may see (`namespace`, `job` narrow it)."""
+        return self.list_all("/api/v1/pods", query={"namespace": namespace, "job": job})
+
+    def pod_log(self, namespace: str, name: str, *, container: str | None = None) -> Any:
+        """A pod's log: `{"phase", "container", "containers", "lines"}`."""
+        return self.request(
+            "GET",
+            f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}/log",
+            query={"container": container},
+        )
 
     def job_events(self, namespace: str, name: str) -> Any:
         return self.list_all(f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}/events")

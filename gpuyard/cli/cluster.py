@@ -17,9 +17,10 @@ from typing import Any
 import click
 import yaml
 
-from gpuyard.apis.devicematching import LABEL_BLOCK, LABEL_GPU_MODEL, LABEL_SPINE
 from gpuyard.cli.client import ApiClient, ClientError
 from gpuyard.cli.common import call, client_options, fail, mount, split_ref
+from gpuyard.cli.lazy import LazyGroup
+from gpuyard.cli.output import StreamRows
 from gpuyard.cli.output import age as _age
 from gpuyard.cli.output import emit as _emit
 from gpuyard.cli.output import table as _table
@@ -48,7 +49,7 @@ def _num(x: float) -> str:
 # --- get ----------------------------------------------------------------------------------------
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def get() -> None:
     """List objects."""
 
@@ -58,10 +59,12 @@ def get() -> None:
 @client_options
 def get_nodes(selector: str | None, output: str, server: str | None, token: str | None) -> None:
     """List nodes with their GPUs (model, allocated, free), CPU and memory."""
+    from gpuyard.apis.devicematching import LABEL_BLOCK, LABEL_GPU_MODEL, LABEL_SPINE
+
     client = ApiClient(server, token=token)
     nodes = call(client.nodes, selector=selector).get("items", [])
-    if output in ("json", "yaml"):
-        _emit(nodes, output, lambda wide: None)
+    if output not in ("table", "wide"):
+        _emit(nodes, output, lambda wide: None, kind="Node")
         return
     usage = {u["name"]: u for u in call(client.node_usage, selector=selector).get("items", [])}
 
@@ -125,7 +128,7 @@ def get_resourceclasses(output: str, server: str | None, token: str | None) -> N
 # --- top ----------------------------------------------------------------------------------------
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def top() -> None:
     """Show resource use."""
 
@@ -162,22 +165,9 @@ def top_nodes(selector: str | None, output: str, server: str | None, token: str 
 # --- watch and events ---------------------------------------------------------------------------
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def watch() -> None:
     """Follow changes as they happen (Server-Sent Events)."""
-
-
-class _Rows:
-    """Streamed table rows that line up with their header: each column is at least as wide as its
-    default, and widens (for this row and the ones after) when a value is longer."""
-
-    def __init__(self, headers: list[str], widths: list[int]) -> None:
-        self.widths = [max(len(h), w) for h, w in zip(headers, widths, strict=True)]
-        self.echo(headers)
-
-    def echo(self, cells: list[str]) -> None:
-        self.widths = [max(w, len(c)) for w, c in zip(self.widths, cells, strict=True)]
-        click.echo("   ".join(c.ljust(w) for c, w in zip(cells, self.widths, strict=True)).rstrip())
 
 
 def _job_row(event: str, obj: dict[str, Any], *, wide: bool) -> list[str]:
@@ -200,39 +190,70 @@ def _job_row(event: str, obj: dict[str, Any], *, wide: bool) -> list[str]:
 @watch.command("jobs")
 @click.option("-n", "--namespace", default=None, help="Only this namespace.")
 @click.option(
+    "-A", "--all-namespaces", "all_namespaces", is_flag=True, help="Every namespace (wins over -n)."
+)
+@click.option(
+    "--watch-only", is_flag=True, help="Only changes: do not print the jobs there are first (kubectl's)."
+)
+@click.option(
     "--max-events", type=click.IntRange(min=1), default=None, help="Stop after printing this many changes."
 )
 @client_options
 def watch_jobs(
-    namespace: str | None, max_events: int | None, output: str, server: str | None, token: str | None
+    namespace: str | None,
+    all_namespaces: bool,
+    watch_only: bool,
+    max_events: int | None,
+    output: str,
+    server: str | None,
+    token: str | None,
 ) -> None:
-    """Print every change to a job (kind, phase, last condition; -o wide: its message) until
-    interrupted. In a table, a change that alters none of the columns shown is not printed."""
+    """Print the jobs there are (as ADDED), then every change to a job (kind, phase, last
+    condition; -o wide: its message) until interrupted. In a table, a change that alters none of
+    the columns shown is not printed; `--max-events` counts changes only."""
+    if all_namespaces:
+        namespace = None
     client = ApiClient(server, token=token)
     seen = 0
     wide = output == "wide"
-    rows: _Rows | None = None
+    rows: StreamRows | None = None
     if output in ("table", "wide"):
         headers = ["EVENT", "NAMESPACE/NAME", "KIND", "PHASE", "CONDITION"] + (["MESSAGE"] if wide else [])
-        rows = _Rows(headers, [8, 40, 10, 10, 10] + ([0] if wide else []))
+        rows = StreamRows(headers, [8, 40, 10, 10, 10] + ([0] if wide else []))
     shown: dict[str, list[str]] = {}  # job -> the columns last printed for it (EVENT aside)
-    try:
-        for event, obj in call(client.stream, "/api/v1/watch/jobs", query={"namespace": namespace}):
-            if output == "json":
-                click.echo(json.dumps({"type": event, "object": obj}, separators=(",", ":")))
-            elif output == "yaml":
-                click.echo(yaml.safe_dump([{"type": event, "object": obj}], sort_keys=False).rstrip())
+
+    def show(event: str, obj: dict[str, Any]) -> bool:
+        if output == "json":
+            click.echo(json.dumps({"type": event, "object": obj}, separators=(",", ":")))
+        elif output == "yaml":
+            click.echo(yaml.safe_dump([{"type": event, "object": obj}], sort_keys=False).rstrip())
+        elif output in ("table", "wide"):
+            assert rows is not None
+            row = _job_row(event, obj, wide=wide)
+            key = f"{obj.get('kind')}/{row[1]}"
+            if event == "MODIFIED" and shown.get(key) == row[1:]:
+                return False
+            if event == "DELETED":
+                shown.pop(key, None)
             else:
-                assert rows is not None
-                row = _job_row(event, obj, wide=wide)
-                key = f"{obj.get('kind')}/{row[1]}"
-                if event == "MODIFIED" and shown.get(key) == row[1:]:
-                    continue
-                if event == "DELETED":
-                    shown.pop(key, None)
-                else:
-                    shown[key] = row[1:]
-                rows.echo(row)
+                shown[key] = row[1:]
+            rows.echo(row)
+        else:
+            _emit(obj, output, lambda _wide: None, kind=obj.get("kind"))
+        return True
+
+    since = None
+    if not watch_only:
+        listed = call(client.list_all, "/api/v1/jobs", query={"namespace": namespace})
+        since = (listed.get("metadata") or {}).get("resourceVersion")
+        for obj in listed.get("items", []):
+            obj = {k: v for k, v in obj.items() if k != "summary"}
+            show("ADDED", obj)
+    try:
+        query = {"namespace": namespace, "resourceVersion": since}
+        for event, obj in call(client.stream, "/api/v1/watch/jobs", query=query):
+            if not show(event, obj):
+                continue
             seen += 1
             if max_events is not None and seen >= max_events:
                 return
@@ -271,6 +292,12 @@ def events(
     past = listed.get("items", [])
     headers = ["TIME", "TYPE", "REASON", "COUNT", "MESSAGE"]
 
+    # The followed lines line up with the header: the columns are as wide as the listed events
+    # need, at least a timestamp's and a usual reason's width, and widen when a value is longer.
+    listed_rows = [_event_row(e) for e in past]
+    widths = [max([w, *(len(str(r[i])) for r in listed_rows)]) for i, w in enumerate([20, 7, 18, 5, 0])]
+    rows = StreamRows(headers, widths, header=False)
+
     def show(items: list[dict[str, Any]], *, header: bool) -> None:
         if output == "json":
             for e in items:
@@ -278,11 +305,13 @@ def events(
         elif output == "yaml":
             if items:
                 click.echo(yaml.safe_dump(items, sort_keys=False).rstrip())
-        elif header:
-            _table(headers, [_event_row(e) for e in items])
-        else:
+        elif output in ("table", "wide"):
+            if header:
+                rows.echo(headers)
             for e in items:
-                click.echo("   ".join(str(c) if c not in (None, "") else "-" for c in _event_row(e)))
+                rows.echo(_event_row(e))
+        else:
+            _emit(items, output, lambda _wide: None, kind="Event")
 
     show(past, header=True)
     if not follow:

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-import yaml
 
-from gpuyard.apis.decoding import DocumentLimitError, yaml_load_all
 from gpuyard.cli.client import ApiClient, ClientError
+from gpuyard.cli.output import OutputFormat
 
 __all__ = [
     "OUTPUTS",
@@ -31,7 +30,7 @@ __all__ = [
     "validate_option",
 ]
 
-OUTPUTS = click.Choice(["table", "wide", "json", "yaml"])
+OUTPUTS = OutputFormat()
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -69,7 +68,12 @@ def client_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         help="gpuyard server (default $GPUYARD_SERVER, the config file, or http://127.0.0.1:8080).",
     )(fn)
     return click.option(
-        "-o", "--output", type=OUTPUTS, default="table", show_default=True, help="Output format."
+        "-o",
+        "--output",
+        type=OUTPUTS,
+        default="table",
+        show_default=True,
+        help="Output format: table, wide, json, yaml, name or jsonpath=TEMPLATE (kubectl's).",
     )(fn)
 
 
@@ -94,6 +98,10 @@ def print_warnings(client: ApiClient) -> None:
 def read_yaml_files(files: Iterable[str]) -> list[tuple[str, str, list[Any]]]:
     """(file, text, documents) per file (`-` is stdin); an unreadable or malformed file fails
     with its name and the line and column of the problem."""
+    import yaml
+
+    from gpuyard.apis.decoding import DocumentLimitError, yaml_load_all
+
     out = []
     for name in files:
         try:

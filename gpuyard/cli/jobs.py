@@ -15,12 +15,10 @@ subcommands to existing `get`/`describe`/`delete` groups when another module cre
 from __future__ import annotations
 
 import re
-from typing import Any, get_args
+from typing import Any
 
 import click
 
-from gpuyard.apis.jobs import JobValidationError, load_documents
-from gpuyard.apis.jobspecs import JobConditionType
 from gpuyard.cli.client import ApiClient, ClientError, join_error
 from gpuyard.cli.common import (
     call,
@@ -32,7 +30,8 @@ from gpuyard.cli.common import (
     split_ref,
     validate_option,
 )
-from gpuyard.cli.output import age, emit
+from gpuyard.cli.lazy import LazyGroup
+from gpuyard.cli.output import StreamRows, age, emit
 from gpuyard.cli.output import table as print_table
 
 __all__ = ["delete", "describe", "get", "register", "submit"]
@@ -67,6 +66,8 @@ def _locate(detail: tuple[str, str], origin: list[tuple[str, int, int]]) -> tupl
 @validate_option
 def submit(files: tuple[str, ...], output: str, server: str | None, token: str | None, validate: str) -> None:
     """Submit job files (KubeDL or Kubeflow YAML/JSON, multi-document); all or nothing."""
+    from gpuyard.apis.jobs import JobValidationError, load_documents
+
     texts = []
     origin: list[tuple[str, int, int]] = []  # per document of the body: file, index in it, its count
     for f, text, _ in read_yaml_files(files):
@@ -99,89 +100,214 @@ def submit(files: tuple[str, ...], output: str, server: str | None, token: str |
 # --- get ----------------------------------------------------------------------------------------
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def get() -> None:
-    """List objects: jobs, or the pods of a job."""
+    """List objects: jobs, or pods (of every job, or of one)."""
+
+
+JOB_PHASES = ("Created", "Queuing", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+"""`gpuyard.apis.jobspecs.JobConditionType`'s values (a test holds them equal); spelled out here so
+that listing jobs does not import the job models."""
+
+JOB_HEADERS = ["NAMESPACE", "NAME", "KIND", "PHASE", "QUEUE", "REPLICAS", "RESTARTS", "AGE"]
+
+
+def all_namespaces_option(fn: Any) -> Any:
+    """kubectl's `-A` / `--all-namespaces` (gpuyard lists every namespace you may see by default;
+    `-A` says so and wins over `-n`)."""
+    return click.option(
+        "-A", "--all-namespaces", "all_namespaces", is_flag=True, help="Every namespace (wins over -n)."
+    )(fn)
+
+
+def _replica_counts(job: dict[str, Any]) -> dict[str, Any]:
+    """role -> replicas, from the list's summary or (a watched object) the spec's `*ReplicaSpecs`."""
+    summary = job.get("summary") or {}
+    if summary.get("replicas"):
+        return dict(summary["replicas"])
+    spec = job.get("spec") or {}
+    for key, value in spec.items():
+        if key.endswith("ReplicaSpecs") and isinstance(value, dict):
+            return {role: (r or {}).get("replicas", 1) for role, r in value.items()}
+    return {}
+
+
+def job_row(job: dict[str, Any], *, queue: str | None = None) -> list[Any]:
+    """One `get jobs` row, from a listed job (with `summary`) or a watched one (without)."""
+    s = job.get("summary") or {}
+    status = job.get("status") or {}
+    meta = job.get("metadata") or {}
+    return [
+        meta.get("namespace"),
+        meta.get("name"),
+        job.get("kind"),
+        s.get("phase") or status.get("phase") or "Created",
+        s.get("queue") or queue,
+        _replicas({"replicas": _replica_counts(job)}),
+        s.get("restarts", status.get("restarts", 0)),
+        age(meta.get("creationTimestamp")),
+    ]
+
+
+def _matches(job: dict[str, Any], names: tuple[str, ...], namespace: str | None) -> bool:
+    if not names:
+        return True
+    meta = job.get("metadata") or {}
+    for ref in names:
+        ns, _, name = ref.rpartition("/")
+        if name == meta.get("name") and (ns or namespace or meta.get("namespace")) == meta.get("namespace"):
+            return True
+    return False
 
 
 @get.command("jobs")
+@click.argument("names", nargs=-1, metavar="[NAME|NS/NAME]...")
 @click.option("-n", "--namespace", default=None, help="Only this namespace (default: all you may see).")
+@all_namespaces_option
 @click.option(
     "--phase",
     default=None,
-    type=click.Choice(get_args(JobConditionType), case_sensitive=False),
+    type=click.Choice(JOB_PHASES, case_sensitive=False),
     help="Only jobs in this phase.",
 )
 @click.option("--queue", default=None, help="Only jobs of this queue.")
+@click.option("-w", "--watch", "watch", is_flag=True, help="Print the jobs, then every change (kubectl -w).")
+@click.option(
+    "--max-events", type=click.IntRange(min=1), default=None, help="With -w: stop after this many changes."
+)
 @client_options
 def get_jobs(
+    names: tuple[str, ...],
     namespace: str | None,
+    all_namespaces: bool,
     phase: str | None,
     queue: str | None,
+    watch: bool,
+    max_events: int | None,
     output: str,
     server: str | None,
     token: str | None,
 ) -> None:
-    """List jobs of every kind."""
-    result = call(ApiClient(server, token=token).jobs, namespace=namespace, phase=phase, queue=queue)
-    items = result.get("items", [])
+    """List jobs of every kind (`get job`, `get jobs NAME`, `-o name|jsonpath=...`, `-w`)."""
+    if all_namespaces:
+        namespace = None
+    client = ApiClient(server, token=token)
+    result = call(client.jobs, namespace=namespace, phase=phase, queue=queue)
+    items = [j for j in result.get("items", []) if _matches(j, names, namespace)]
+    if names and not items and not watch:
+        fail(
+            f"no job named {', '.join(names)}{f' in namespace {namespace}' if namespace else ''} (gpuyard get jobs)"
+        )
+    rows = StreamRows(JOB_HEADERS, [0, 24, 10, 9, 8, 12, 8, 4], header=False)
+    queues = {
+        (j["metadata"]["namespace"], j["metadata"]["name"]): (j.get("summary") or {}).get("queue")
+        for j in items
+    }
 
     def table(_wide: bool = False) -> None:
-        rows = []
+        if not watch:
+            print_table(JOB_HEADERS, [job_row(j) for j in items])
+            return
+        rows.echo(JOB_HEADERS)
         for job in items:
-            s = job.get("summary", {})
-            rows.append(
-                [
-                    job["metadata"]["namespace"],
-                    job["metadata"]["name"],
-                    job["kind"],
-                    s.get("phase"),
-                    s.get("queue"),
-                    _replicas(s),
-                    s.get("restarts", 0),
-                    age(job["metadata"].get("creationTimestamp")),
-                ]
-            )
-        print_table(["NAMESPACE", "NAME", "KIND", "PHASE", "QUEUE", "REPLICAS", "RESTARTS", "AGE"], rows)
+            rows.echo(job_row(job))
 
     emit(items, output, table)
+    if not watch:
+        return
+    since = (result.get("metadata") or {}).get("resourceVersion") or result.get("resourceVersion")
+    seen = 0
+    try:
+        for event, obj in call(
+            client.stream, "/api/v1/watch/jobs", query={"namespace": namespace, "resourceVersion": since}
+        ):
+            if not _matches(obj, names, namespace):
+                continue
+            status = (obj.get("status") or {}).get("phase") or "Created"
+            if phase and status.lower() != phase.lower():
+                continue
+            meta = obj.get("metadata") or {}
+            key = (meta.get("namespace"), meta.get("name"))
+            if output in ("table", "wide"):
+                rows.echo(job_row(obj, queue=queues.get(key)))
+            else:
+                emit(
+                    {"type": event, "object": obj} if output in ("json", "yaml") else obj,
+                    output,
+                    lambda _w: None,
+                    kind=obj.get("kind"),
+                )
+            seen += 1
+            if max_events is not None and seen >= max_events:
+                return
+    except ClientError as exc:
+        fail(exc.message, exc.exit_code)
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        return
+
+
+POD_HEADERS = ["NAME", "PHASE", "NODE", "HOST-PORT", "GPUS", "EXIT", "AGE"]
+
+
+def pod_row(pod: dict[str, Any], *, across: bool) -> list[Any]:
+    """One `get pods` row; `across` (pods of several jobs) adds NAMESPACE first and JOB after NAME."""
+    s = pod.get("summary") or {}
+    meta = pod.get("metadata") or {}
+    row = [
+        meta.get("name"),
+        s.get("phase"),
+        s.get("node"),
+        s.get("hostPort"),
+        ",".join(str(g) for g in s.get("gpus") or []),
+        s.get("exitCode"),
+        age(meta.get("creationTimestamp")),
+    ]
+    if across:
+        row = [meta.get("namespace"), row[0], s.get("job"), *row[1:]]
+    return row
 
 
 @get.command("pods")
-@click.option("--job", "job_ref", required=True, metavar="NS/NAME", help="The job whose pods to list.")
-@click.option("-n", "--namespace", default=None, help="Namespace when --job gives only a name.")
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option("--job", "job_ref", default=None, metavar="NS/NAME", help="Only the pods of this job.")
+@click.option(
+    "-n", "--namespace", default=None, help="Only this namespace (and the namespace of --job NAME)."
+)
+@all_namespaces_option
 @client_options
-def get_pods(job_ref: str, namespace: str | None, output: str, server: str | None, token: str | None) -> None:
-    """List the pods of a job, with node, host port and GPUs."""
-    ns, name = split_ref(job_ref, namespace)
-    result = call(ApiClient(server, token=token).job_pods, ns, name)
-    items = result.get("items", [])
+def get_pods(
+    names: tuple[str, ...],
+    job_ref: str | None,
+    namespace: str | None,
+    all_namespaces: bool,
+    output: str,
+    server: str | None,
+    token: str | None,
+) -> None:
+    """List pods with node, host port and GPUs: of every job you may see, or of one (`--job`)."""
+    client = ApiClient(server, token=token)
+    if job_ref is not None:
+        ns, name = split_ref(job_ref, None if all_namespaces else namespace, option="--job")
+        items = call(client.job_pods, ns, name).get("items", [])
+    else:
+        items = call(client.pods, namespace=None if all_namespaces else namespace).get("items", [])
+    if names:
+        items = [p for p in items if (p.get("metadata") or {}).get("name") in names]
+        if not items:
+            fail(f"no pod named {', '.join(names)} (gpuyard get pods lists them)")
+    across = job_ref is None
 
     def table(_wide: bool = False) -> None:
-        rows = []
-        for pod in items:
-            s = pod.get("summary", {})
-            gpus = ",".join(str(g) for g in s.get("gpus") or [])
-            rows.append(
-                [
-                    pod["metadata"]["name"],
-                    s.get("phase"),
-                    s.get("node"),
-                    s.get("hostPort"),
-                    gpus,
-                    s.get("exitCode"),
-                    age(pod["metadata"].get("creationTimestamp")),
-                ]
-            )
-        print_table(["NAME", "PHASE", "NODE", "HOST-PORT", "GPUS", "EXIT", "AGE"], rows)
+        headers = ["NAMESPACE", "NAME", "JOB", *POD_HEADERS[1:]] if across else POD_HEADERS
+        print_table(headers, [pod_row(p, across=across) for p in items])
 
-    emit(items, output, table)
+    emit(items, output, table, kind="Pod")
 
 
 # --- describe -----------------------------------------------------------------------------------
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def describe() -> None:
     """Show one object in detail."""
 
@@ -278,7 +404,7 @@ DISRUPTION_REASONS = frozenset({"Preempted", "Preempting", "Reclaiming", "Migrat
 # --- delete -------------------------------------------------------------------------------------
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def delete() -> None:
     """Delete an object."""
 

@@ -23,6 +23,7 @@ from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.quantity import QuantityError, parse_quantity
 from gpuyard.cli.client import ApiClient, ClientError
 from gpuyard.cli.common import call, client_options, fail, mount
+from gpuyard.cli.lazy import LazyGroup
 from gpuyard.cli.output import emit
 from gpuyard.devices.agent.health import ANNOTATION_UNHEALTHY_REASONS
 from gpuyard.devices.render import draw, format_topo_matrix
@@ -233,7 +234,7 @@ def render_describe(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def describe() -> None:
     """Show one object in detail."""
 

@@ -35,6 +35,7 @@ from gpuyard.cli.common import (
     read_yaml_files,
     validate_option,
 )
+from gpuyard.cli.lazy import LazyGroup
 from gpuyard.cli.output import emit as _emit
 from gpuyard.cli.output import table as _print_table
 
@@ -129,7 +130,7 @@ def apply(files: tuple[str, ...], output: str, server: str | None, token: str | 
 # --- get ----------------------------------------------------------------------------------------
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def get() -> None:
     """List objects."""
 
@@ -262,7 +263,7 @@ def _implicit(queue: dict[str, Any]) -> bool:
     return (queue.get("metadata", {}).get("annotations") or {}).get("gpuyard.io/implicit") == "true"
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def describe() -> None:
     """Show one object in detail."""
 

@@ -22,6 +22,7 @@ import click
 
 from gpuyard.cli.client import ApiClient
 from gpuyard.cli.common import call, client_options, fail, mount, split_ref
+from gpuyard.cli.lazy import LazyGroup
 from gpuyard.cli.output import emit
 from gpuyard.cli.output import table as print_table
 
@@ -49,7 +50,7 @@ def _toggle(
     emit(result, output, lambda _wide: click.echo(f"{job['kind'].lower()}/{name} {word} in namespace {ns}"))
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def suspend() -> None:
     """Suspend an object (its pods stop, its GPUs are released, it is kept)."""
 
@@ -63,7 +64,7 @@ def suspend_job(ref: str, namespace: str | None, output: str, server: str | None
     _toggle(ref, namespace, output, server, token, on=True)
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def resume() -> None:
     """Resume a suspended object."""
 
@@ -77,7 +78,7 @@ def resume_job(ref: str, namespace: str | None, output: str, server: str | None,
     _toggle(ref, namespace, output, server, token, on=False)
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def patch() -> None:
     """Change fields of an object (kubectl's `patch`)."""
 
@@ -116,7 +117,7 @@ def patch_job(
     emit(result, output, lambda _wide: click.echo(f"{result['kind'].lower()}/{name} patched"))
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def get() -> None:
     """Display objects."""
 

@@ -13,6 +13,7 @@ import urllib.request
 from click.testing import CliRunner
 
 import gpuyard.cli as cli
+import gpuyard.cli.serving as serving
 
 
 def _free_port() -> int:
@@ -77,7 +78,7 @@ def test_demo_runs_sample_jobs_and_explains_the_waiting_one():
 def _demo_settings(monkeypatch, args: list[str], env: dict[str, str]):
     """The settings `gpuyard demo ARGS` would serve with, under ENV (nothing is started)."""
     seen = []
-    monkeypatch.setattr(cli, "_run_server", lambda settings, **_: seen.append(settings))
+    monkeypatch.setattr(serving, "_run_server", lambda settings, **_: seen.append(settings))
     for name in ("GPUYARD__SERVER__HOST", "GPUYARD__SERVER__PORT", "GPUYARD__SERVER__INSECURE"):
         monkeypatch.delenv(name, raising=False)
     result = CliRunner().invoke(cli.main, ["demo", "--no-jobs", *args], env=env)

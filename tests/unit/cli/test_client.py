@@ -16,7 +16,7 @@ import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gpuyard.cli.client import ApiClient, ClientError, error_line
+from gpuyard.cli.client import ApiClient, ClientError, error_line, join_error
 
 
 class Server:
@@ -51,6 +51,10 @@ class Server:
             "details": [{"field": "spec.replicas", "reason": "must be >= 1"}],
         }
         return web.json_response({"error": error}, status=422)
+
+    async def unauthorized(self, request: web.Request) -> web.Response:
+        error = {"code": "Unauthorized", "message": "send 'Authorization: Bearer <token>'"}
+        return web.json_response({"error": error}, status=401)
 
     async def boom(self, request: web.Request) -> web.Response:
         return web.Response(status=503, text="overloaded\ntry later")
@@ -106,6 +110,7 @@ class Server:
         app.router.add_get("/api/v1/text", self.text)
         app.router.add_get("/api/v1/invalid", self.invalid)
         app.router.add_get("/api/v1/boom", self.boom)
+        app.router.add_get("/api/v1/unauthorized", self.unauthorized)
         app.router.add_get("/api/v1/slow", self.slow)
         app.router.add_get("/api/v1/moved", self.moved)
         app.router.add_get("/api/v1/watch", self.watch)
@@ -240,8 +245,45 @@ async def test_unreachable_server_and_timeout_are_exit_code_1(server: Server) ->
 
 async def test_a_server_that_is_not_a_url_is_bad_input(server: Server) -> None:
     with pytest.raises(ClientError) as err:
-        await call(ApiClient("localhost:8080", token="t").summary)
-    assert err.value.exit_code == 2 and "is not a server URL" in err.value.message
+        await call(ApiClient("ftp://localhost:8080", token="t").summary)
+    assert err.value.exit_code == 2 and "is not a server URL (http://HOST:PORT)" in err.value.message
+
+
+async def test_a_server_given_with_the_api_path_or_without_a_scheme_is_understood(server: Server) -> None:
+    host_port = server.url.removeprefix("http://")
+    for given in (f"{server.url}/api/v1", f"{server.url}/api/v1/", f"{server.url}/api", host_port):
+        client = ApiClient(given, token="t")
+        assert client.server == server.url
+        answer = await call(client.request, "GET", "/api/v1/echo")
+        assert answer["path"] == "/api/v1/echo"
+
+
+async def test_a_refused_connection_says_how_to_start_or_name_a_server() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ClientError) as err:
+        await call(ApiClient(f"http://127.0.0.1:{port}", token="t").summary)
+    assert "gpuyard demo" in err.value.message and "--server URL" in err.value.message
+
+
+async def test_a_401_says_which_flag_and_variable_carry_a_token(server: Server) -> None:
+    with pytest.raises(ClientError) as err:
+        await call(ApiClient(server.url, token="").request, "GET", "/api/v1/unauthorized")
+    assert err.value.exit_code == 2
+    assert "--token" in err.value.message and "GPUYARD_TOKEN" in err.value.message
+    with pytest.raises(ClientError) as err:
+        await call(ApiClient(server.url, token="wrong").request, "GET", "/api/v1/unauthorized")
+    assert "the token was refused" in err.value.message
+
+
+def test_a_reason_the_message_already_says_is_not_repeated() -> None:
+    reason = "PriorityClass 'nope' does not exist; known: high, low"
+    line = join_error(f"{reason}; nothing was changed", [("spec.priorityClassName", reason)])
+    assert line == f"spec.priorityClassName: {reason}; nothing was changed"
+    assert line.count("does not exist") == 1
+    other = join_error("job is invalid", [("spec.replicas", "must be >= 1")])
+    assert other == "job is invalid: spec.replicas: must be >= 1"
 
 
 async def test_stream_follows_events_until_gone(server: Server) -> None:
