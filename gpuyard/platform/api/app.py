@@ -58,6 +58,7 @@ ROUTE_MODULES: list[str] = [
     "gpuyard.platform.api.rescheduling",
     "gpuyard.platform.api.checking",
     "gpuyard.platform.api.topologies",
+    "gpuyard.platform.api.pods",
 ]
 
 

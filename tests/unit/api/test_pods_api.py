@@ -1,0 +1,127 @@
+"""`GET /api/v1/pods` and a pod's log (`.../pods/{name}/log`): the fake kubelet's short log per
+container (start, environment, exit), 404/400/501 that say what to do, tenants see their own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuyard.apis.core import EnvVar
+from gpuyard.apis.scheduling import LABEL_JOB_NAME, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+from gpuyard.devices.scenarios import KubeletDefaults
+from gpuyard.fakecluster.kubelet import FakeKubelet, container_logs
+from gpuyard.state.clock import VirtualClock
+from gpuyard.state.context import Context
+from tests.builders import make_node, make_pod
+
+
+class _Backend:
+    """The part of the fake cluster the route reads: its kubelet."""
+
+    name = "fake"
+
+    def __init__(self, kubelet: FakeKubelet) -> None:
+        self.kubelet = kubelet
+
+
+class _Plain:
+    name = "kubernetes"
+
+
+def _job_pod(
+    name: str, *, namespace: str = "team-a", job: str = "mnist", role: str = "Worker", index: int = 0
+) -> Any:
+    pod = make_pod(
+        name,
+        namespace=namespace,
+        node="n1",
+        labels={LABEL_JOB_NAME: job, LABEL_REPLICA_TYPE: role, LABEL_REPLICA_INDEX: str(index)},
+        annotations={"fake.gpuyard.io/duration": "30", "fake.gpuyard.io/exit-code": "3"},
+    )
+    pod.spec.containers[0].env = [
+        EnvVar(name="RANK", value=str(index)),
+        EnvVar(name="WORLD_SIZE", value="2"),
+        EnvVar(name="MASTER_ADDR", value="mnist-master-0"),
+        EnvVar(
+            name="TF_CONFIG",
+            value='{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}',
+        ),
+        EnvVar(name="OTHER", value="x"),
+    ]
+    return pod
+
+
+async def _run(ctx: Context, kubelet: FakeKubelet, key: tuple[str, str], seconds: float) -> None:
+    assert isinstance(ctx.clock, VirtualClock)
+    await kubelet.reconcile(key)
+    await ctx.clock.advance(seconds)
+    await kubelet.reconcile(key)
+
+
+async def test_a_pod_log_says_start_environment_and_exit(aiohttp_client: Any, ctx: Context) -> None:
+    from gpuyard.platform.api.app import make_app
+
+    kubelet = FakeKubelet(store=ctx.store, writer=ctx.writer, clock=ctx.clock, defaults=KubeletDefaults())  # type: ignore[arg-type]
+    ctx.backend = _Backend(kubelet)  # type: ignore[assignment]
+    ctx.store.create(make_node("n1"))
+    ctx.store.create(_job_pod("mnist-worker-0"))
+    client = await aiohttp_client(make_app(ctx))
+
+    pending = await (await client.get("/api/v1/namespaces/team-a/pods/mnist-worker-0/log")).json()
+    assert pending["phase"] == "Pending" and pending["lines"] == []
+
+    await _run(ctx, kubelet, ("team-a", "mnist-worker-0"), 1.5)
+    running = await (await client.get("/api/v1/namespaces/team-a/pods/mnist-worker-0/log")).json()
+    assert running["phase"] == "Running" and running["container"] == "main"
+    started, env = running["lines"]
+    assert "started container main image busybox on node n1" in started
+    assert "RANK=0 WORLD_SIZE=2 MASTER_ADDR=mnist-master-0" in env
+    assert "TF_CONFIG task=worker:1 cluster=worker:2" in env and "(+1 more)" in env
+
+    await _run(ctx, kubelet, ("team-a", "mnist-worker-0"), 31)
+    done = await (await client.get("/api/v1/namespaces/team-a/pods/mnist-worker-0/log")).json()
+    assert done["phase"] == "Failed" and done["lines"][:2] == running["lines"]
+    assert "exited with code 3" in done["lines"][2]
+    pod = ctx.store.get("Pod", "team-a", "mnist-worker-0")
+    assert container_logs(pod)["main"] == done["lines"]  # type: ignore[arg-type]
+
+
+async def test_log_errors_say_what_to_do(aiohttp_client: Any, ctx: Context) -> None:
+    from gpuyard.platform.api.app import make_app
+
+    kubelet = FakeKubelet(store=ctx.store, writer=ctx.writer, clock=ctx.clock, defaults=KubeletDefaults())  # type: ignore[arg-type]
+    ctx.backend = _Backend(kubelet)  # type: ignore[assignment]
+    ctx.store.create(_job_pod("p"))
+    client = await aiohttp_client(make_app(ctx))
+    missing = await client.get("/api/v1/namespaces/team-a/pods/nope/log")
+    assert missing.status == 404 and "gpuyard get pods" in (await missing.json())["error"]["message"]
+    wrong = await client.get("/api/v1/namespaces/team-a/pods/p/log?container=sidecar")
+    body = (await wrong.json())["error"]
+    assert wrong.status == 400 and body["details"] == [{"field": "container", "reason": "allowed: main"}]
+
+    ctx.backend = _Plain()  # type: ignore[assignment]
+    plain = await client.get("/api/v1/namespaces/team-a/pods/p/log")
+    message = (await plain.json())["error"]["message"]
+    assert (
+        plain.status == 501
+        and "kubernetes backend keeps no pod logs" in message
+        and "kubectl logs" in message
+    )
+
+
+async def test_pods_of_every_job_with_their_job_and_filters(client: Any, ctx: Context) -> None:
+    ctx.store.create(_job_pod("mnist-worker-0", index=0))
+    ctx.store.create(_job_pod("mnist-worker-1", index=1))
+    ctx.store.create(_job_pod("bert-worker-0", namespace="team-b", job="bert"))
+    ctx.store.create(make_pod("not-a-job-pod", namespace="team-a"))
+    every = await (await client.get("/api/v1/pods")).json()
+    assert [
+        (p["metadata"]["namespace"], p["metadata"]["name"], p["summary"]["job"]) for p in every["items"]
+    ] == [
+        ("team-a", "mnist-worker-0", "mnist"),
+        ("team-a", "mnist-worker-1", "mnist"),
+        ("team-b", "bert-worker-0", "bert"),
+    ]
+    one_ns = await (await client.get("/api/v1/pods?namespace=team-b")).json()
+    assert [p["metadata"]["name"] for p in one_ns["items"]] == ["bert-worker-0"]
+    one_job = await (await client.get("/api/v1/pods?job=mnist")).json()
+    assert len(one_job["items"]) == 2 and every["metadata"]["resourceVersion"]
