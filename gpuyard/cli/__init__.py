@@ -10,8 +10,6 @@ the simulator): every command is named here by `"module:attribute"` and imported
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 import click
 
 from gpuyard.cli.lazy import LazyGroup
@@ -85,6 +83,8 @@ def main() -> None:
 @main.command(name="version")
 def version_cmd() -> None:
     """Print the gpuyard version."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         click.echo(f"gpuyard {version('gpuyard')}")
     except PackageNotFoundError:
