@@ -15,19 +15,26 @@ With `--cluster SCENARIO` jobs are also checked against that cluster's nodes: a 
 any node, and a gang that could never be placed even on the empty cluster (the scheduler's own
 `place()` on a snapshot of the scenario, with its reason).
 
-Output: one line per problem, `FILE: documents[I]: FIELD: REASON`; exit 0 when every document is
-valid, 2 otherwise (also for an unreadable file or a bad scenario).
+Unknown fields are reported exactly as `submit` warns about them (the server's
+`gpuyard.platform.api.fields.unknown_fields`), each with the closest known key where one is
+close (`spec.pytorchReplicaSpec: unknown field; did you mean pytorchReplicaSpecs?`).
+
+Output: one line per problem, `FILE: documents[I]: FIELD: REASON`, then one per warning
+(`warning: FILE: documents[I]: FIELD: unknown field ...`); exit 0 when every document is valid,
+2 otherwise (also for an unreadable file or a bad scenario); with `--strict` a warning fails too.
 """
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import click
+from pydantic import BaseModel
 
 from gpuyard.apis.decoding import DocumentLimitError
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
@@ -55,6 +62,8 @@ class Checked:
     """The outcome of a validation run: problem lines and what was checked, by kind."""
 
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """Unknown fields: what `submit` would warn about (`--strict` fails on them)."""
     kinds: dict[str, int] = field(default_factory=dict)
     files: int = 0
 
@@ -154,6 +163,7 @@ def validate_documents(
     classes: list[ResourceClass] = []
     quotas: list[Any] = []
     found: list[tuple[int, str]] = []  # (document number, line): printed in file order
+    warned: list[tuple[int, str]] = []
     for n, doc in enumerate(docs):  # policies first: jobs are checked against the classes given
         if doc.kind == "ResourceClass":
             problems = validate_resource_class(doc.data)
@@ -179,6 +189,7 @@ def validate_documents(
             shown = repr(doc.kind) if doc.kind else "missing"
             found.append((n, f"{doc.where}: kind: {shown}; allowed: {', '.join(_ALLOWED_KINDS)}"))
             continue
+        warned.extend((n, f"{doc.where}: {w}") for w in unknown_field_warnings(doc.kind, doc.data))
         try:
             job = parse_job(doc.data)
         except JobValidationError as exc:
@@ -186,6 +197,50 @@ def validate_documents(
             continue
         found.extend((n, f"{doc.where}: {f}: {r}") for f, r in offline.job_problems(job))
     out.problems = [line for _, line in sorted(found, key=lambda item: item[0])]
+    out.warnings = [line for _, line in sorted(warned, key=lambda item: item[0])]
+    return out
+
+
+def _model_keys(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[str]:
+    """Every key (by alias and by name) of `model` and the models below it."""
+    if model in seen:
+        return set()
+    seen.add(model)
+    keys: set[str] = set()
+    for name, info in model.model_fields.items():
+        keys.add(name)
+        if info.alias:
+            keys.add(info.alias)
+        stack = [info.annotation]
+        while stack:
+            annotation = stack.pop()
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                keys |= _model_keys(annotation, seen)
+            else:
+                stack.extend(get_args(annotation))
+    return keys
+
+
+_KEYS: dict[str, list[str]] = {}
+
+
+def closest_key(kind: str, key: str) -> str | None:
+    """The known key of `kind`'s documents closest to a misspelt `key` (difflib), if one is close."""
+    if kind not in _KEYS:
+        _KEYS[kind] = sorted(_model_keys(KIND_INFO[kind].cls, set()))
+    match = difflib.get_close_matches(key, _KEYS[kind], n=1, cutoff=0.75)
+    return match[0] if match else None
+
+
+def unknown_field_warnings(kind: str, data: Any) -> list[str]:
+    """`FIELD: unknown field[; did you mean KEY?]` for each field `submit` would warn about."""
+    from gpuyard.platform.api.fields import unknown_fields
+
+    out = []
+    for path in unknown_fields(KIND_INFO[kind].cls, data):
+        key = path.rsplit(".", 1)[-1].split("[", 1)[0]
+        near = closest_key(kind, key)
+        out.append(f"{path}: unknown field" + (f"; did you mean {near}?" if near and near != key else ""))
     return out
 
 
@@ -215,7 +270,10 @@ def validate_files(paths: Iterable[str | Path], *, scenario: Scenario | None = N
     help="A fake-cluster scenario: also report jobs that could never be placed on it, and why.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print only problems.")
-def validate_command(files: tuple[Path, ...], cluster: Path | None, quiet: bool) -> None:
+@click.option(
+    "--strict", is_flag=True, help="Fail (exit 2) on unknown fields too, as submit --validate strict does."
+)
+def validate_command(files: tuple[Path, ...], cluster: Path | None, quiet: bool, strict: bool) -> None:
     """Check job, quota, queue and resource-class FILES offline, with the server's validators.
 
     Exit 0 when every document is valid, 2 otherwise; one line per problem:
@@ -231,8 +289,13 @@ def validate_command(files: tuple[Path, ...], cluster: Path | None, quiet: bool)
     checked = validate_files(files, scenario=scenario)
     for line in checked.problems:
         click.echo(line)
+    for line in checked.warnings:
+        click.echo(f"{'error' if strict else 'warning'}: {line}")
+    ok = checked.ok and not (strict and checked.warnings)
     if not quiet:
         verdict = "ok" if checked.ok else f"{len(checked.problems)} problem(s)"
+        if checked.warnings:
+            verdict += f", {len(checked.warnings)} unknown field(s){' (--strict)' if strict else ''}"
         on = f" against cluster {scenario.name!r}" if scenario is not None else ""
-        click.echo(f"{verdict}: {checked.summary()}{on}", err=not checked.ok)
-    sys.exit(0 if checked.ok else 2)
+        click.echo(f"{verdict}: {checked.summary()}{on}", err=not ok)
+    sys.exit(0 if ok else 2)
