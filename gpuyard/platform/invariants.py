@@ -28,6 +28,10 @@ Two families:
   - a quota's use is within its runtime, unless a reclaim is under way (a PodGroup's
     `status.evictions` says "reclaimed by quota") or a job waits (the reclaim grace period,
     `scheduler.reclaim_delay`, may be running for it).
+* the **liveness** invariant holds over time, so it needs a checker that remembers
+  (:meth:`InvariantChecker.check_liveness`, called by the test harness and the soak): no job
+  stays unplaced for more than 3 scheduling cycles and 5 s while it fits now — a fresh scheduler
+  built from the store's objects would place it (`gpuyard.scheduler.liveness`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Literal
 
@@ -45,6 +50,9 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.quantity import format_quantity, to_milli
 from gpuyard.apis.quotakinds import ElasticQuota
 from gpuyard.apis.scheduling import PodGroup, Reservation, pod_devices, pod_gpus
+from gpuyard.scheduler.core import WATCHED
+from gpuyard.scheduler.framework import Profile
+from gpuyard.scheduler.liveness import LivenessTracker, fitting_now
 from gpuyard.state.store import Store
 
 __all__ = [
@@ -54,7 +62,7 @@ __all__ = [
     "check_store",
 ]
 
-Family = Literal["safety", "settled"]
+Family = Literal["safety", "settled", "liveness"]
 
 INVARIANTS: dict[str, Family] = {
     "capacity": "safety",
@@ -67,6 +75,7 @@ INVARIANTS: dict[str, Family] = {
     "owner": "settled",
     "gang-minimum": "settled",
     "quota-runtime": "settled",
+    "liveness": "liveness",
 }
 """Every invariant's name and its family (see the module docstring)."""
 
@@ -117,6 +126,28 @@ class InvariantChecker:
 
     last_store_rv: int = 0
     last_object_rv: dict[str, int] = field(default_factory=dict)
+    liveness: LivenessTracker = field(default_factory=LivenessTracker)
+
+    def check_liveness(
+        self,
+        store: Store,
+        *,
+        profile: Profile,
+        port_range: tuple[int, int],
+        cycle: int,
+        now: float,
+        utcnow: datetime,
+    ) -> list[Violation]:
+        """The jobs that have fitted now (a fresh scheduler over the store's objects places them,
+        with the scheduler's `profile` and `port_range`) for more than 3 cycles and 5 s, as of
+        scheduling cycle `cycle` at `now` seconds; each call extends what this checker saw."""
+        known = set(store.kinds())
+        objects = {kind: store.list(kind) for kind in WATCHED if kind in known}
+        fitting = fitting_now(objects, profile=profile, port_range=port_range, now=now, utcnow=utcnow)
+        return [
+            Violation("liveness", str(stuck), (f"PodGroup/{stuck.key[0]}/{stuck.key[1]}",))
+            for stuck in self.liveness.observe(fitting, cycle=cycle, now=now)
+        ]
 
     def check(self, store: Store, *, settled: bool = True, versions: bool = True) -> list[Violation]:
         found = check_store(store, settled=settled, versions=versions)

@@ -4,9 +4,12 @@
 (the harness's :class:`~gpuyard.testing.cluster.Cluster` does it unless told not to): it wraps
 the scheduler loop's `execute`, so once the decisions of each cycle are written it checks the
 safety invariants of :mod:`gpuyard.platform.invariants` (no device, CPU, memory or port
-over-allocated, versions monotonic, ...). When the harness has let the virtual clock run
+over-allocated, versions monotonic, ...), and liveness at most every `LIVENESS_EVERY` virtual
+seconds. When the harness has let the virtual clock run
 everything due (`advance`, `run_until`, `submit`, `inject`, ...), it checks every invariant,
-the settled ones too (owners alive, gangs at their minimum, quota within runtime).
+the settled ones too (owners alive, gangs at their minimum, quota within runtime), and liveness:
+no job stays unplaced for more than 3 scheduling cycles and 5 virtual seconds while it fits now
+(`gpuyard.scheduler.liveness`).
 
 A violation is recorded, never raised inside the platform (that would only crash and restart
 the scheduler); the harness raises it as an AssertionError at its next call, or when the
@@ -29,6 +32,9 @@ __all__ = ["MARKER", "InvariantViolation", "InvariantWatch", "checks_enabled", "
 MARKER = "gpuyard_no_invariants"
 
 _enabled = True  # the current test's default; the plugin sets it from the marker
+LIVENESS_EVERY = 2.0
+"""Virtual seconds between the liveness checks after cycles (a fresh scheduler each: not every
+cycle); well under the rule's 5 s, so a job stuck past it is seen."""
 
 
 def checks_enabled() -> bool:
@@ -58,6 +64,7 @@ class InvariantWatch:
         big cluster turns it off; the checks when time settles always do)."""
         self._reported = 0
         self._seen: set[tuple[str, str]] = set()
+        self._live_at = float("-inf")  # when liveness was last checked (virtual seconds)
         self._wrapped: list[SchedulerLoop] = []
         for component in platform.components:
             owner = getattr(component.run, "__self__", None)
@@ -85,19 +92,47 @@ class InvariantWatch:
                 self.check(
                     when=f"after scheduling cycle {self.cycles}", settled=False, versions=self.cycle_versions
                 )
+                if self.platform.clock.now() - self._live_at >= LIVENESS_EVERY:
+                    self._liveness(when=f"after scheduling cycle {self.cycles}")
 
         setattr(loop, "execute", checked)  # noqa: B010 - an instance attribute shadows the method
         self._wrapped.append(loop)
 
     def check(self, *, when: str, settled: bool = True, versions: bool = True) -> list[Violation]:
-        """Check now; record (once each) and return the violations found."""
+        """Check now; record (once each) and return the violations found (liveness too when
+        `settled`)."""
         found = self.checker.check(self.platform.store, settled=settled, versions=versions)
+        self._record(when, found)
+        if settled:
+            found += self._liveness(when=when)
+        return found
+
+    def _liveness(self, *, when: str) -> list[Violation]:
+        if not self._wrapped:
+            return []
+        state = self._wrapped[0].state
+        clock = self.platform.clock
+        self._live_at = clock.now()
+        try:
+            found = self.checker.check_liveness(
+                self.platform.store,
+                profile=state.profile,
+                port_range=state.port_range,
+                cycle=self.cycles,
+                now=self._live_at,
+                utcnow=clock.utcnow(),
+            )
+        except Exception:  # a test that breaks the scheduler on purpose breaks its fresh copy too
+            return []
+        self._record(when, found)
+        return found
+
+    def _record(self, when: str, found: list[Violation]) -> None:
         for v in found:
             key = (v.invariant, v.message)
             if key not in self._seen:
                 self._seen.add(key)
                 self.violations.append((when, v))
-        return found
 
     def take(self) -> list[tuple[str, Violation]]:
         """The violations seen so far, handed over (not raised later)."""
