@@ -7,7 +7,8 @@ minutes to 3 hours, restart policies ExitCode / OnFailure / Never, a few with a 
 code), and random faults strike: nodes lost and recovered, GPUs failing and recovering, running
 pods crashing with retryable or permanent exit codes. The invariants of
 `gpuyard.platform.invariants` are checked after every scheduling cycle (safety), whenever a
-fault is injected and every 15 virtual minutes (all). When the day ends no new job arrives and the clock runs until every job
+fault is injected and every 15 virtual minutes (all), and liveness (no job waits more than 3
+cycles and 5 s while it fits now) at most every 2 virtual seconds and at those checks. When the day ends no new job arrives and the clock runs until every job
 has finished (`--drain-hours` at most).
 
 Phase two starts a real `gpuyard serve --clock virtual` with a journal, submits jobs and kills
@@ -15,7 +16,8 @@ it with SIGKILL `--kills` times (starting it again on the same data dir each tim
 it accepted must be listed after each restart, and `GET /api/v1/check` must find no violation.
 
 Reports (JSON): jobs submitted, completed, failed by their own policy, lost (accepted but gone,
-or never finished: must be 0), invariant violations (must be 0), faults injected, wall time.
+or never finished: must be 0), invariant violations and, beside them, liveness violations (both
+must be 0), faults injected, wall time.
 Usage: `python bench/soak.py [--nodes 500] [--hours 24] [--small]`.
 """
 
@@ -187,7 +189,9 @@ async def in_process(*, nodes: int, hours: float, drain_hours: float, seed: int)
             if p not in TERMINAL
         }
         wall = time.perf_counter() - started
-        violations = [v.to_dict() | {"when": when} for when, v in watch.take()]  # reported, not raised
+        seen = watch.take()  # reported, not raised
+        violations = [v.to_dict() | {"when": when} for when, v in seen if v.family != "liveness"]
+        liveness = [v.to_dict() | {"when": when} for when, v in seen if v.family == "liveness"]
     counts = Counter(phases.values())
     missing = [n for n in submitted if n not in phases]
     unfinished = [n for n, p in phases.items() if p not in TERMINAL]
@@ -206,6 +210,8 @@ async def in_process(*, nodes: int, hours: float, drain_hours: float, seed: int)
         "scheduling_cycles_checked": watch.cycles,
         "invariant_violations": len(violations),
         "violation_examples": violations[:5],
+        "liveness_violations": len(liveness),
+        "liveness_examples": liveness[:5],
         "wall_s": round(wall, 1),
     }
 
@@ -276,7 +282,8 @@ def main() -> None:
     inproc, killed = out["in_process"], out["sigkill"]
     out["lost"] = inproc["jobs_lost"] + killed["accepted_then_lost"]
     out["invariant_violations"] = inproc["invariant_violations"] + killed["invariant_violations"]
-    out["ok"] = out["lost"] == 0 and out["invariant_violations"] == 0
+    out["liveness_violations"] = inproc["liveness_violations"]
+    out["ok"] = out["lost"] == 0 and out["invariant_violations"] == 0 and out["liveness_violations"] == 0
     print(json.dumps(out, indent=2))
     if not out["ok"]:
         sys.exit(1)
