@@ -318,6 +318,7 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
             exclude=mine,
             ends_at=state.now + duration if duration is not None else None,
             priority=tracked.job.priority if tracked is not None else None,
+            submitted=tracked.job.submit_time if tracked is not None else None,
         )
         if held is not None:
             cycle.data["held"] = held

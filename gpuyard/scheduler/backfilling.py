@@ -189,6 +189,7 @@ def plan_head(state: SchedulerState, key: Key, gang: GangRequest, *, members: se
                 until=state.now + state.backfill_hold_seconds,
                 shadow=shadow,
                 priority=tracked.job.priority if tracked is not None else 0,
+                submitted=tracked.job.submit_time if tracked is not None else 0.0,
             )
             state.holds.drop_cause("backfill", keep=key)
             state.holds.set(hold)

@@ -19,8 +19,9 @@ and the `held-room` filter subtracts them from the free room (`filter_plugins.He
 gang never sees room held for another, and its own holds never stand in its way.
 
 Room is held only against jobs *behind* its owner: a hold whose owner has a lower priority than
-the job being placed does not apply to it (kube-scheduler considers only nominated pods of equal
-or higher priority). Without that rule two holds can block each other for good: a preempted
+the job being placed, or the same priority and a later submit time, does not apply to it
+(kube-scheduler considers only nominated pods of equal or higher priority; a job failed over
+keeps its submit time, so a head chosen while it ran does not stand in its way). Without that rule two holds can block each other for good: a preempted
 job that became its queue's head holds the room its preemptor was nominated to, and each waits
 for the other.
 """
@@ -50,6 +51,7 @@ class Hold:
     shadow: float | None = None  # backfill: a job expected to end by then may use the room
     message: str = ""
     priority: int = 0  # the owner's: the hold applies only to jobs of this priority or lower
+    submitted: float = 0.0  # the owner's submit time: at equal priority, only to later jobs
 
     def describe(self) -> str:
         """ "3 GPUs on n1" — what is held, for the owner's own status message."""
@@ -82,6 +84,7 @@ class Holds:
             and old.nodes == hold.nodes
             and old.cause == hold.cause
             and old.priority == hold.priority
+            and old.submitted == hold.submitted
         ):
             old.until = max(old.until, hold.until)
             old.shadow, old.message = hold.shadow, hold.message
@@ -109,10 +112,6 @@ class Holds:
             self.drop(hold.owner)
         return gone
 
-    def blocking(self, owner: Key, *, priority: int) -> list[Hold]:
-        """The holds of other owners that apply to a job `owner` of `priority` (see `arrays`)."""
-        return [h for o, h in self.by_owner.items() if o != owner and h.priority >= priority]
-
     def next_due(self) -> float | None:
         return min((h.until for h in self.by_owner.values()), default=None)
 
@@ -124,17 +123,19 @@ class Holds:
         exclude: Collection[Key],
         ends_at: float | None = None,
         priority: int | None = None,
+        submitted: float | None = None,
     ) -> HeldArrays | None:
         """The room held for gangs other than `exclude`, per row; None when nothing is held.
 
         `ends_at`: when the job being placed is expected to end; backfill holds whose shadow
-        time it ends before do not apply to it (EASY backfill). `priority`: the job's; holds of
-        lower-priority owners do not apply to it (they are not ahead of it)."""
+        time it ends before do not apply to it (EASY backfill). `priority` and `submitted`: the
+        job's; holds of owners not ahead of it (lower priority, or equal priority and submitted
+        later) do not apply to it."""
         out: HeldArrays | None = None
         for owner, hold in self.by_owner.items():
             if owner in exclude:
                 continue
-            if priority is not None and hold.priority < priority:
+            if priority is not None and not _ahead(hold, priority, submitted):
                 continue
             if hold.shadow is not None and ends_at is not None and ends_at <= hold.shadow:
                 continue
@@ -148,3 +149,10 @@ class Holds:
                 out[1][row] += cpu
                 out[2][row] += mem
         return out
+
+
+def _ahead(hold: Hold, priority: int, submitted: float | None) -> bool:
+    """Whether the hold's owner is ahead of a job of `priority` submitted at `submitted`."""
+    if hold.priority != priority:
+        return hold.priority > priority
+    return submitted is None or hold.submitted <= submitted

@@ -237,7 +237,8 @@ def on_nodes(
         return plan
     tracked = state.admission.jobs.get(key)
     mine = tracked.job.priority if tracked is not None else None
-    held = state.holds.arrays(snap.node_rows.index, snap.n, exclude={key}, priority=mine)
+    submitted = tracked.job.submit_time if tracked is not None else None
+    held = state.holds.arrays(snap.node_rows.index, snap.n, exclude={key}, priority=mine, submitted=submitted)
     gone = [cast(Key, v.job.key) for v in plan.victims]
     if isinstance(fits_without(snap, gang, state.profile, gone, held=held), Placement):
         return plan

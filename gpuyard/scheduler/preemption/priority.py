@@ -180,7 +180,9 @@ def preempt_for(state: SchedulerState, key: Key, *, quota_blocked: bool = False)
         return []
     running = {c.key: (dict(c.labels), len(c.pods)) for c in candidates}
     count = violation_counter(state.objects.list_of(PodDisruptionBudget), running)
-    held = state.holds.arrays(snap.node_rows.index, snap.n, exclude={key}, priority=me.priority)
+    held = state.holds.arrays(
+        snap.node_rows.index, snap.n, exclude={key}, priority=me.priority, submitted=tracked.job.submit_time
+    )
     enough = _quota_room(state, key) if quota_blocked else None
     if quota_blocked and enough is None:
         return []
@@ -229,6 +231,7 @@ def preempt_for(state: SchedulerState, key: Key, *, quota_blocked: bool = False)
             nodes=room,
             until=state.now + state.nomination_seconds,
             priority=me.priority,
+            submitted=tracked.job.submit_time,
         )
     )
     state.preempting[key] = set(victims)
