@@ -98,7 +98,7 @@ async def _run(
     heartbeat: float,
     pod_duration: str | None,
 ) -> None:
-    from gpuyard.cli import resolve_path
+    from gpuyard.cli.serving import resolve_path
     from gpuyard.platform.backends import start_fake_nodes
 
     scenario = _with_duration(load_scenario(resolve_path(cluster)), pod_duration)
