@@ -73,6 +73,11 @@ RULES: dict[str, tuple[str, ...]] = {
     # job group's, fetched again once the winner is gone (kubecluster/invalid.py)
     "TrainingJob": ("get", *WATCH, "delete"),
     "TrainingJob/status": ("patch",),
+    # Never called, but checked: with OwnerReferencesPermissionEnforcement (on in most clusters) an
+    # ownerReference with blockOwnerDeletion (pods, services and PodGroups name their job so; DRA
+    # claims their pod) may only be set by who may update the owner's finalizers.
+    "TrainingJob/finalizers": ("update",),
+    "Pod/finalizers": ("update",),
     "PodGroup": ("get", *WATCH, "create", "update", "delete"),  # update: release, the job's labels
     "PodGroup/status": ("patch",),
     "Reservation": ("get", *WATCH, "create", "delete"),

@@ -272,6 +272,7 @@ class Handler:
             raise
         finally:
             if self.server.audit is not None:
+                user = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
                 self.server.audit.append(
                     AuditRecord(
                         verb,
@@ -281,9 +282,44 @@ class Handler:
                         target.namespace or "",
                         target.name or "",
                         code,
-                        request.headers.get("Authorization", "").removeprefix("Bearer ").strip(),
+                        user,
                     )
                 )
+                if code < 300 and verb in ("create", "update", "patch") and target.sub is None:
+                    self.server.audit += await self._owner_checks(request, target, user)
+
+    async def _owner_checks(self, request: web.Request, target: Target, user: str) -> list[AuditRecord]:
+        """The authorization a real API server's OwnerReferencesPermissionEnforcement admission
+        makes of a write that sets `blockOwnerDeletion` on an ownerReference: `update` on the
+        owner's `finalizers` subresource. Not enforced here (no RBAC), but audited, so a test that
+        checks the RBAC gpuyard ships against the audit sees that it needs it."""
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except ValueError:
+            return []
+        refs = ((body.get("metadata") or {}) if isinstance(body, dict) else {}).get("ownerReferences") or []
+        out = []
+        for ref in refs:
+            if not isinstance(ref, dict) or not ref.get("blockOwnerDeletion"):
+                continue
+            api_version = str(ref.get("apiVersion", ""))
+            owner = self.server.catalog.for_kind(api_version, str(ref.get("kind", "")))
+            if owner is None:
+                continue
+            namespace = (target.namespace or "") if owner.namespaced else ""
+            out.append(
+                AuditRecord(
+                    "update",
+                    owner.group,
+                    owner.plural,
+                    "finalizers",
+                    namespace,
+                    str(ref.get("name", "")),
+                    200,
+                    user,
+                )
+            )
+        return out
 
     @staticmethod
     def _verb(request: web.Request, target: Target) -> str:
