@@ -181,13 +181,31 @@ class KubeClient:
     # --- verbs ---------------------------------------------------------------------------------
 
     async def list(
-        self, res: ApiResource, *, namespace: str | None = None, selector: str | None = None
+        self,
+        res: ApiResource,
+        *,
+        namespace: str | None = None,
+        selector: str | None = None,
+        page_size: int = 500,
     ) -> tuple[list[Json], str]:
-        """Every object of `res` (in `namespace`) and the list's resourceVersion."""
-        query = {"labelSelector": selector} if selector else None
-        data = await self.request("GET", res.path(namespace=namespace), query=query)
-        items = data.get("items") or []
-        rv = str((data.get("metadata") or {}).get("resourceVersion") or "")
+        """Every object of `res` (in `namespace`) and the list's resourceVersion, in pages of
+        `page_size` (`limit` / `continue`, as client-go's pager: no single huge answer, on the
+        server or here); every page is of the first page's snapshot. A `continue` token that
+        expired between pages (410) raises `Gone`: the caller lists again."""
+        query: dict[str, str] = {"limit": str(page_size)}
+        if selector:
+            query["labelSelector"] = selector
+        items: list[Json] = []
+        rv = ""
+        while True:
+            data = await self.request("GET", res.path(namespace=namespace), query=query)
+            items += data.get("items") or []
+            meta = data.get("metadata") or {}
+            rv = rv or str(meta.get("resourceVersion") or "")
+            token = meta.get("continue")
+            if not token:
+                break
+            query["continue"] = str(token)
         api_version, kind = res.api_version, res.wire_kind
         for item in items:  # list items come without apiVersion and kind
             item.setdefault("apiVersion", api_version)

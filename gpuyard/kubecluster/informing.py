@@ -3,14 +3,17 @@
 One :class:`Informer` per watched `ApiResource`, by Kubernetes' rules (client-go's reflector,
 kopf's `watching.py`):
 
-1. LIST; every object is mirrored into the store with the server's resourceVersion, and every
+1. LIST, in pages (`limit` / `continue`); every object is mirrored into the store with the server's resourceVersion, and every
    object of this resource the store holds but the list lacks is forgotten (a re-list after a
    410 thus turns into the deletes that were missed). `synced` is set after the first LIST.
 2. WATCH from the list's resourceVersion with `allowWatchBookmarks`; each event is mirrored
    (ADDED/MODIFIED -> observe, DELETED -> forget), a BOOKMARK only moves the resourceVersion on.
-   When the server ends the stream (its `timeoutSeconds`), WATCH again from the last version.
-3. 410 Gone (answer or ERROR event): LIST again at once. A stream that sends nothing for
-   `inactivity_timeout` seconds is restarted from the last version. Any other failure (5xx, a
+   When the server ends the stream (its `timeoutSeconds`, a random time between `watch_timeout` and
+   twice that, as client-go picks it, so informers do not re-watch in step), WATCH again from the
+   last version.
+3. 410 Gone (answer or ERROR event, or an expired `continue` token): LIST again at once. A
+   stream that sends nothing for `inactivity_timeout` seconds (180 by default, well above the
+   minute a real API server lets pass between bookmarks) is restarted from the last version. Any other failure (5xx, a
    refused connection) is retried with exponential backoff and full jitter, capped at
    `backoff_max`; while it lasts, `healthy` is False (so `/readyz` is not ready).
 4. An informer may watch part of a resource: the objects of one `namespace` (the nodes' heartbeat
@@ -103,7 +106,7 @@ class Informer:
         clock: Clock,
         mirror: Mirror | None = None,
         watch_timeout: float = 300.0,
-        inactivity_timeout: float = 60.0,
+        inactivity_timeout: float = 180.0,
         backoff_max: float = 30.0,
         on_relist: Callable[[], None] | None = None,
         invalid: InvalidJobs | None = None,
@@ -280,7 +283,7 @@ class Informer:
                 async for event in self.client.watch(
                     self.resource,
                     resource_version=self.resource_version,
-                    timeout_seconds=self.watch_timeout,
+                    timeout_seconds=self.watch_timeout * random.uniform(1.0, 2.0),
                     inactivity=self.inactivity_timeout,
                     opened=self._opened,
                     namespace=self.namespace,

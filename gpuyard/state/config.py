@@ -174,10 +174,21 @@ class KubernetesConfig(Section):
         ),
     )
     watch_timeout: float = Field(
-        default=300.0, gt=0, description="Seconds the server may hold one WATCH request (timeoutSeconds)."
+        default=300.0,
+        gt=0,
+        description=(
+            "Shortest time the server may hold one WATCH request (timeoutSeconds): each watch asks for a "
+            "random time between this and twice this, as client-go does, so informers do not re-watch "
+            "in step."
+        ),
     )
     inactivity_timeout: float = Field(
-        default=60.0, gt=0, description="Seconds without any event or bookmark before a watch is restarted."
+        default=180.0,
+        gt=0,
+        description=(
+            "Seconds without any event or bookmark before a watch is restarted. A real API server sends a "
+            "bookmark on a quiet watch about once a minute: keep this well above that."
+        ),
     )
     request_timeout: float = Field(default=30.0, gt=0, description="Seconds for one non-watch request.")
     backoff_max: float = Field(default=30.0, gt=0, description="Longest wait between retries of a watch.")
