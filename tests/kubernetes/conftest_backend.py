@@ -17,7 +17,7 @@ import copy
 import itertools
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -444,9 +444,13 @@ class FakeApiServerView:
     def install_crds(self, docs: list[Json]) -> None:
         self.server.install_crds(docs)
 
+    def ensure_namespace(self, name: str) -> None:
+        """Nothing to do: this server takes objects in namespaces that do not exist (a listed
+        difference from a real one, docs/kubernetes-testing.md)."""
 
-@pytest_asyncio.fixture(params=["dev", "real"])
-async def served(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+
+@pytest.fixture(params=["dev", "real"])
+def served(request: pytest.FixtureRequest) -> Iterator[Any]:
     """An API server with gpuyard's CRDs installed, once per server: `dev` is the development server
     (`fake_apiserver`, minimal CRDs), `real` the real control plane (`kube_control_plane`, the CRDs
     gpuyard ships), wiped before each test. A test marked `dev_apiserver_only` (fault injection)
@@ -462,7 +466,6 @@ async def served(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
 
     plane = request.getfixturevalue("real_plane")
     with admin_http(plane) as http:
-        view = ControlPlaneView(plane, http)
-        await asyncio.to_thread(view.wipe)
+        ControlPlaneView(plane, http).wipe()
         view = ControlPlaneView(plane, http)  # the audit log from here on
         yield view

@@ -6,10 +6,10 @@ server's audit log.
 Fault injection (500s on demand, dropped watches) is the development server's alone: a test that
 needs it is marked `dev_apiserver_only` and runs there only.
 
-Between tests the cluster is wiped back to what a fresh control plane holds (every node, every
-object in a namespace other than kube-system and kube-public, gpuyard's cluster-scoped objects,
-non-system PriorityClasses, namespaces a test made), with finalizers stripped and pods deleted at
-once (gracePeriodSeconds 0, as a kubelet's final delete).
+Between tests the cluster is wiped back to what a fresh control plane with gpuyard's CRDs holds
+(every node, every object in a namespace other than kube-system and kube-public, gpuyard's
+cluster-scoped objects, non-system PriorityClasses, namespaces and CRDs a test made), with
+finalizers stripped and pods deleted at once (gracePeriodSeconds 0, as a kubelet's final delete).
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def install_crds(http: httpx.Client, docs: list[Json], *, timeout: float = 60.0)
     for crd in docs:
         while True:
             got = http.get(f"{_CRDS}/{crd['metadata']['name']}").json()
-            conditions = {c["type"]: c["status"] for c in got.get("status", {}).get("conditions", [])}
+            status = got.get("status") or {}
+            conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
             if conditions.get("Established") == "True":
                 break
             if time.monotonic() > end:
@@ -177,6 +178,10 @@ class ControlPlaneView:
     def install_crds(self, docs: list[Json]) -> None:
         install_crds(self.http, docs)
 
+    def ensure_namespace(self, name: str) -> None:
+        """A real API server refuses objects in a namespace that does not exist."""
+        ensure_namespace(self.http, name)
+
     # --- the development server's alone ---------------------------------------------------------
 
     def fail(self, *args: Any, **kwargs: Any) -> None:
@@ -223,6 +228,13 @@ class ControlPlaneView:
                         path,
                         content=json.dumps({"gracePeriodSeconds": 0, "propagationPolicy": "Background"}),
                     )
+        shipped = {c["metadata"]["name"] for c in gpuyard_crds()}
+        for crd in self.http.get(_CRDS).json()["items"]:
+            name = crd["metadata"]["name"]
+            if name not in shipped:  # a test installed it (a gang scheduler's, say)
+                if not crd["metadata"].get("deletionTimestamp"):
+                    self.http.delete(f"{_CRDS}/{name}")
+                left.append(f"CRD {name}")
         for ns in self.http.get("/api/v1/namespaces").json()["items"]:
             name = ns["metadata"]["name"]
             if name not in _KEEP_NAMESPACES:

@@ -42,6 +42,7 @@ from tests.kubernetes.test_backend_platform import (
     job_pods,
     platform,
     play_kubelet,
+    pods_collected,
     settings,
     tfjob,
 )
@@ -155,7 +156,12 @@ async def test_a_job_deleted_while_no_replica_ran_loses_its_events_to_the_next_l
             await run_a_job(client, served, a, "kept")
         kept = {e["metadata"]["name"] for e in events_of(served, "kept")}
         await client.delete(TFJOBS, "default", "gone")  # the garbage collector takes its pods
-        await eventually(lambda: not job_pods(served, "gone"), what="gone's pods collected")
+        await pods_collected(client, served, "gone")
+        await eventually(
+            lambda: served.get("podgroups", "default", "gone") is None,
+            what="its PodGroup collected",
+            timeout=60,
+        )
         assert events_of(served, "gone"), "Events have no owner: the collector leaves them"
         async with platform(settings(kc, identity="replica-b")) as b:
             await eventually(lambda: leads(b), what="b leads", timeout=10)

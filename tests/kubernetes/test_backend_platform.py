@@ -11,6 +11,7 @@ period fails its pods `NodeLost`. Two replicas elect one leader; the standby ans
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -27,6 +28,7 @@ from gpuyard.kubecluster.writing import to_json
 from gpuyard.platform.runtime import Platform
 from gpuyard.state.clock import RealClock
 from gpuyard.state.config import Settings
+from gpuyard.state.store import NotFound
 from tests.builders import make_node, make_pod
 from tests.kubernetes.conftest_backend import FakeApiServerView, served
 
@@ -106,6 +108,25 @@ async def eventually(check: Callable[[], Any], *, timeout: float = 10.0, what: s
 
 def job_pods(server: FakeApiServerView, job: str) -> list[dict[str, Any]]:
     return [p for p in server.list("pods") if p["metadata"].get("labels", {}).get("job-name") == job]
+
+
+async def pods_collected(
+    client: KubeClient, server: FakeApiServerView, job: str, *, timeout: float = 30.0
+) -> None:
+    """Wait until the garbage collector has taken the job's pods, playing their kubelet: a real API
+    server deletes a running pod gracefully (it stays, Terminating) until its kubelet's final
+    delete, which this makes for each pod marked for deletion."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while pods := job_pods(server, job):
+        for pod in pods:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                with contextlib.suppress(NotFound):
+                    await client.delete(PODS, meta["namespace"], meta["name"], grace_period=0)
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {job}'s pods to be collected")
+        await asyncio.sleep(0.1)
 
 
 async def play_kubelet(client: KubeClient, server: FakeApiServerView, job: str, *, phase: str) -> None:

@@ -70,6 +70,7 @@ async def test_every_job_file_runs_to_succeeded_with_pods_bound_by_gpuyard(serve
                         res = resource_for(doc["kind"], doc["apiVersion"])
                         ns = doc["metadata"].get("namespace") or "default"
                         doc["metadata"]["namespace"] = ns
+                        served.ensure_namespace(ns)  # `kubectl create namespace`, as a user would first
                         shorten(doc)
                         await client.create(res, doc)
                         jobs.append((res, ns, doc["metadata"]["name"]))
