@@ -14,7 +14,9 @@ TOOLS=(kube-apiserver kube-controller-manager kube-scheduler etcd)
 have_all() { [ -f "$STAMP" ] && for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || return 1; done; }
 if have_all; then echo "k8s-bin: $KUBE_VERSION and etcd $ETCD_VERSION already built" >&2; echo "$BIN"; exit 0; fi
 
-command -v go >/dev/null || { echo "k8s-bin: no Go toolchain on PATH (Go 1.26 or newer is needed; see README)" >&2; exit 2; }
+command -v go >/dev/null || { echo "k8s-bin: no Go toolchain on PATH (Go 1.21 or newer; see README)" >&2; exit 2; }
+# A Go older than go.mod's `go` line fetches the toolchain it asks for through the module proxy.
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
