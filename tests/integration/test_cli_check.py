@@ -48,7 +48,7 @@ async def test_check_reports_ok_then_a_double_allocated_gpu(
         await c.run_until(job, "Running")
         r = await _cli(c.url)
         assert r.exit_code == 0, r.output
-        assert r.output.startswith("ok: 10 invariants hold (1 Node, 2 Pod, 2 Reservation, 1 PodGroup")
+        assert r.output.startswith("ok: 11 invariants hold (1 Node, 2 Pod, 2 Reservation, 1 PodGroup")
 
         res = c.store.list_of(Reservation)[0]
         intruder = make_pod(
