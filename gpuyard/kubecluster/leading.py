@@ -4,15 +4,21 @@ Every replica runs a :class:`LeaderElector`. Each `retry_period` it reads the Le
 
 * no Lease: create it holding it (a 409 means another replica was first);
 * held by another replica whose `renewTime` this replica has seen change within the last
-  `leaseDurationSeconds` (measured on this replica's own clock from when it observed the change,
-  so clocks need not agree): follow it (`holder`);
+  `leaseDurationSeconds` (measured on this replica's own monotonic clock from when it observed the
+  change, so clocks need not agree and a wall-clock jump expires nobody): follow it (`holder`);
 * otherwise (expired, released, or its own): write it with this replica's identity and a new
   `renewTime` (a PUT on the resourceVersion read, so of two replicas racing only one wins).
 
-A leader that cannot renew for `renew_deadline` seconds has lost the lease: `wait_lost()`
-returns and the runtime stops this process (as kube-scheduler exits), so the reconcilers of a
-replica that may no longer lead never write again; the Kubernetes writer also refuses writes as
-soon as `is_leader()` is False. A leader that is stopped releases the Lease (empty holder), so a
+Fencing: `is_leader()` is computed when asked, from the monotonic time at which the last
+successful round began, so it turns False `renew_deadline` seconds after that even when the
+event loop is too busy to run the renew loop (the Kubernetes writer asks it before every write
+and refuses). `renew_deadline` is kept below `leaseDurationSeconds`, and a standby counts the
+lease duration from when it saw the renewal, which is after the round began: the old leader is
+fenced before a standby may take over. Each round (GET, then PUT or POST) is bounded by
+:func:`round_timeout`, at most half the renew deadline and never past the deadline, so a hung
+request cannot keep the loop from seeing the loss. A leader past its deadline has lost the
+lease: `wait_lost()` returns and the runtime stops this process (as kube-scheduler exits), so
+the reconcilers of a replica that may no longer lead never write again. A leader that is stopped releases the Lease (empty holder), so a
 standby takes over at its next retry instead of after a whole lease duration. The elector is the
 backend's `leadership` (`state.backend.Leadership`).
 """
@@ -22,18 +28,20 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import structlog
 
 from gpuyard.apis.resources import resource_for
 from gpuyard.kubecluster.client import ApiError, Json, KubeClient
-from gpuyard.state.clock import Clock
+from gpuyard.state.clock import Clock, RealClock
 from gpuyard.state.config import LeaderElectionConfig
 from gpuyard.state.store import AlreadyExists, Conflict, NotFound
 
-__all__ = ["LeaderElector", "default_identity"]
+__all__ = ["LeaderElector", "default_identity", "round_timeout"]
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +52,13 @@ def default_identity() -> str:
     if pod:
         return pod
     return f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+
+
+def round_timeout(config: LeaderElectionConfig, *, left: float | None) -> float:
+    """How long one round may take: half the renew deadline (a hung request leaves time for
+    another try), and for a leader never more than the `left` seconds before its deadline."""
+    bound = config.renew_deadline / 2
+    return bound if left is None else max(0.0, min(bound, left))
 
 
 def _micro_time(when: datetime) -> str:
@@ -60,19 +75,26 @@ class LeaderElector:
         clock: Clock,
         namespace: str,
         config: LeaderElectionConfig,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
+        """`monotonic` measures the renew deadline and other holders' expiry: by default
+        `time.monotonic` under a real clock (never jumps with the wall clock), the clock's own
+        time under a virtual one (which never goes back)."""
         self.client = client
         self.clock = clock
         self.namespace = namespace
         self.config = config
         self.identity = config.identity or default_identity()
         self.resource = resource_for("Lease")
+        if monotonic is None:
+            monotonic = time.monotonic if isinstance(clock, RealClock) else clock.now
+        self.monotonic = monotonic
         self._leading = asyncio.Event()
         self._lost = asyncio.Event()
         self._holder: str | None = None
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
-        self._observed_at = 0.0
-        self._renewed_at = 0.0  # when this replica last renewed successfully
+        self._observed_at = 0.0  # monotonic
+        self._renewed_at = 0.0  # monotonic: when the last successful round began
         self.transitions = 0
 
     def _api(self) -> KubeClient:
@@ -83,7 +105,17 @@ class LeaderElector:
     # --- Leadership ----------------------------------------------------------------------------
 
     def is_leader(self) -> bool:
-        return self._leading.is_set() and not self._lost.is_set()
+        """Whether this replica may write now: it holds the lease and its last successful round
+        began less than `renew_deadline` ago (computed now, not when the renew loop last ran)."""
+        return (
+            self._leading.is_set()
+            and not self._lost.is_set()
+            and self.monotonic() - self._renewed_at < self.config.renew_deadline
+        )
+
+    def _overdue(self) -> bool:
+        """A leader whose renew deadline has passed."""
+        return self._leading.is_set() and self.monotonic() - self._renewed_at >= self.config.renew_deadline
 
     @property
     def holder(self) -> str | None:
@@ -128,7 +160,7 @@ class LeaderElector:
         spec = current.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         record = (holder, str(spec.get("renewTime") or ""))
-        now = self.clock.now()
+        now = self.monotonic()
         if record != self._observed:
             self._observed, self._observed_at = record, now
         duration = float(spec.get("leaseDurationSeconds") or self.config.lease_duration)
@@ -146,41 +178,59 @@ class LeaderElector:
         """Acquire, then renew until the lease is lost or the task is cancelled (it releases)."""
         try:
             while not self._lost.is_set():
+                if self._overdue():
+                    self._lose()
+                    return
+                started = self.monotonic()
+                left = (
+                    self._renewed_at + self.config.renew_deadline - started
+                    if self._leading.is_set()
+                    else None
+                )
                 try:
-                    held = await self.try_acquire_or_renew()
+                    async with asyncio.timeout(round_timeout(self.config, left=left)):
+                        held = await self.try_acquire_or_renew()
+                except TimeoutError:
+                    held = False
+                    log.warning("leader.round_timeout", identity=self.identity)
                 except ApiError as exc:
                     held = False
                     log.warning("leader.error", identity=self.identity, error=str(exc))
-                now = self.clock.now()
                 if held:
-                    self._renewed_at = now
+                    self._renewed_at = started
                     if not self._leading.is_set():
                         self.transitions += 1
                         log.info("leader.acquired", identity=self.identity, lease=self.config.lease_name)
                         self._leading.set()
                 elif self._leading.is_set() and (
-                    self._holder not in (None, self.identity)
-                    or now - self._renewed_at >= self.config.renew_deadline
+                    self._holder not in (None, self.identity) or self._overdue()
                 ):
-                    log.error("leader.lost", identity=self.identity, holder=self._holder)
-                    self._lost.set()
+                    self._lose()
                     return
                 await self.clock.sleep(self.config.retry_period)
         finally:
             if self._leading.is_set() and not self._lost.is_set():
                 await self._release()
 
+    def _lose(self) -> None:
+        log.error("leader.lost", identity=self.identity, holder=self._holder)
+        self._lost.set()
+
     async def _release(self) -> None:
         """Give the lease up (empty holder) so a standby takes over at once."""
         self._lost.set()
         try:
-            current = await self._api().get(self.resource, self.namespace, self.config.lease_name)
-            if (current.get("spec") or {}).get("holderIdentity") != self.identity:
-                return
-            body = self._lease_body(previous=current)
-            body["spec"]["holderIdentity"] = ""
-            body["spec"]["leaseDurationSeconds"] = 1
-            await self._api().replace(self.resource, body)
-            log.info("leader.released", identity=self.identity)
-        except (ApiError, Conflict, NotFound) as exc:
-            log.warning("leader.release_failed", identity=self.identity, error=str(exc))
+            async with asyncio.timeout(round_timeout(self.config, left=None)):
+                await self._give_up()
+        except (ApiError, Conflict, NotFound, TimeoutError) as exc:
+            log.warning("leader.release_failed", identity=self.identity, error=str(exc) or "timed out")
+
+    async def _give_up(self) -> None:
+        current = await self._api().get(self.resource, self.namespace, self.config.lease_name)
+        if (current.get("spec") or {}).get("holderIdentity") != self.identity:
+            return
+        body = self._lease_body(previous=current)
+        body["spec"]["holderIdentity"] = ""
+        body["spec"]["leaseDurationSeconds"] = 1
+        await self._api().replace(self.resource, body)
+        log.info("leader.released", identity=self.identity)

@@ -23,8 +23,10 @@ over the API server.
 
 Every write answers only after the API server's 2xx, and the object the server returns is
 mirrored into the store at once (read-your-writes; the watch event that repeats it later carries
-the same resourceVersion and changes nothing). While another replica leads, every write is
-refused with `BackendError` (a fenced standby never binds).
+the same resourceVersion and changes nothing). While this replica does not lead (another
+does, or its own lease is past its renew deadline: `leading.py`), every write is refused with
+`BackendError` (a fenced replica never binds); the check is made before each request of a
+write, so a lead that lapses between a pod's create and its binding stops the binding.
 """
 
 from __future__ import annotations
@@ -154,6 +156,7 @@ class KubeWriter:
             await self._mirror_existing(cls, res, meta.get("namespace", ""), meta.get("name", ""))
             raise
         if status and res.status_subresource and obj.kind not in CLUSTER_OWNED_STATUS:
+            self._check(f"patch {obj.kind} {obj.metadata.name} status")
             raw = await self._api().patch(
                 res,
                 raw["metadata"].get("namespace", ""),
@@ -204,6 +207,9 @@ class KubeWriter:
                 raise BackendError(str(exc)) from None
             meta = raw.get("metadata") or {}
             ns, name = meta.get("namespace", ""), meta.get("name", pod.metadata.name)
+            # asked again after every await: the lead may have lapsed while the create was in
+            # flight (left unbound, the next leader's orphan sweep deletes it)
+            self._check(f"bind {where}")
             try:
                 if claim is not None:  # the claim exists, allocated, before the pod is bound
                     await claim.write(str(meta.get("uid") or ""))
