@@ -1,10 +1,12 @@
-"""`gpuyard fake-nodes` against an API server (the `fake_apiserver` fixture): nodes, kubelets, faults."""
+"""`gpuyard fake-nodes` against an API server (the `fake_apiserver` fixture): nodes, kubelets, their
+admission of pods (checked against the kubelet's `pkg/kubelet/lifecycle/predicate.go`), faults."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from gpuyard.cli import main
 from gpuyard.cli.fakenodes import DEFAULT_POD_DURATION, _with_duration, admin_app
 from gpuyard.devices.scenarios import load_scenario
 from gpuyard.kubecluster.fakenodes import FakeNodes, connect
+from gpuyard.kubecluster.fakenodes.admission import Rejection, admit, rejected_status
 from gpuyard.kubecluster.fakenodes.objects import (
     node_lease,
     node_objects,
@@ -27,6 +30,7 @@ from gpuyard.kubecluster.fakenodes.objects import (
     terminated_status,
     topology_objects,
 )
+from tests.builders import make_pod
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = load_scenario(ROOT / "configs" / "clusters" / "demo.yaml")
@@ -45,6 +49,14 @@ def pod_body(name: str, node: str, **annotations: str) -> dict[str, Any]:
             "containers": [{"name": "trainer", "image": "example/trainer:1"}],
         },
     }
+
+
+def gpu_pod_body(name: str, node: str, gpus: int, **annotations: str) -> dict[str, Any]:
+    """A pod asking for 1 cpu, 1 GiB and `gpus` GPUs."""
+    body = pod_body(name, node, **annotations)
+    requests = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)}
+    body["spec"]["containers"][0]["resources"] = {"requests": requests, "limits": requests}
+    return body
 
 
 @pytest_asyncio.fixture
@@ -277,3 +289,127 @@ def test_cli_rejects_a_bad_pod_duration() -> None:
     result = CliRunner().invoke(main, ["fake-nodes", "--pod-duration", "soon"])
     assert result.exit_code == 2
     assert "--pod-duration" in result.output
+
+
+# --- admission -----------------------------------------------------------------------------------
+
+DGX = SCENARIO.nodes()[0].status.allocatable  # dgx1-0: 80 cpu, 512 GiB, 8 GPUs, 4 HCAs, 110 pods
+
+
+def test_admission_counts_the_pods_admitted_before() -> None:
+    running = [make_pod("a", node="dgx1-0", gpus=6, cpu="40"), make_pod("b", node="dgx1-0", cpu="30")]
+    assert admit(make_pod("c", gpus=2, cpu="10"), allocatable=DGX, admitted=running) is None
+    assert admit(make_pod("d", gpus=3, cpu="1"), allocatable=DGX, admitted=running) == Rejection(
+        reason="OutOfnvidia.com/gpu",
+        message="Node didn't have enough resource: nvidia.com/gpu, requested: 3, used: 6, capacity: 8",
+    )
+    assert admit(make_pod("e", gpus=3, cpu="1"), allocatable=DGX, admitted=[]) is None
+
+
+def test_admission_reports_the_first_misfit_in_the_kubelets_order() -> None:
+    full = [make_pod("a", node="dgx1-0", gpus=8, cpu="79500m", memory="500Gi")]
+    # cpu comes before memory, memory before extended resources; cpu in millicores, memory in bytes
+    both = admit(make_pod("b", gpus=1, cpu="1", memory="100Gi"), allocatable=DGX, admitted=full)
+    assert both == Rejection(
+        reason="OutOfcpu",
+        message="Node didn't have enough resource: cpu, requested: 1000, used: 79500, capacity: 80000",
+    )
+    memory = admit(make_pod("c", gpus=1, cpu="100m", memory="100Gi"), allocatable=DGX, admitted=full)
+    assert memory is not None and memory.reason == "OutOfmemory"
+    assert memory.message.endswith(f"requested: {100 * 2**30}, used: {500 * 2**30}, capacity: {512 * 2**30}")
+    gpu = admit(make_pod("d", gpus=1, cpu="100m", memory="1Gi"), allocatable=DGX, admitted=full)
+    assert gpu is not None and gpu.reason == "OutOfnvidia.com/gpu"
+    status = rejected_status(gpu)
+    assert status["phase"] == "Failed" and status["reason"] == "OutOfnvidia.com/gpu"
+    assert status["message"] == f"Pod was rejected: {gpu.message}"
+
+
+def test_admission_counts_pods_and_skips_extended_resources_the_node_lacks() -> None:
+    small = {"cpu": Decimal("8"), "memory": Decimal(2**34), "pods": Decimal("2")}
+    two = [make_pod("a", node="n", cpu="1"), make_pod("b", node="n", cpu="1")]
+    assert admit(make_pod("c", cpu="0"), allocatable=small, admitted=two) == Rejection(
+        reason="OutOfpods",
+        message="Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2",
+    )
+    # the node advertises no GPU resource: the kubelet drops the request (DRA, cluster-level resources)
+    assert admit(make_pod("d", gpus=4), allocatable=small, admitted=two[:1]) is None
+    # an advertised one at zero, or a native resource the node lacks, does not fit
+    zero = {**small, "gpuyard.io/gpu": Decimal(0)}
+    share = make_pod("e", cpu="1")
+    share.spec.containers[0].resources.limits["gpuyard.io/gpu"] = Decimal(1)
+    rejected = admit(share, allocatable=zero, admitted=[])
+    assert rejected is not None and rejected.reason == "OutOfgpuyard.io/gpu"
+    huge = make_pod("f", cpu="1")
+    huge.spec.containers[0].resources.limits["hugepages-2Mi"] = Decimal(2**21)
+    rejected = admit(huge, allocatable=small, admitted=[])
+    assert rejected is not None and rejected.reason == "OutOfhugepages-2Mi"
+
+
+def test_admission_takes_the_larger_of_the_containers_and_each_init_container() -> None:
+    pod = make_pod("a", gpus=2, cpu="10")
+    init = pod.spec.containers[0].model_copy(deep=True)
+    init.name = "fetch"
+    init.resources.limits["cpu"] = Decimal(75)
+    pod.spec.init_containers = [init]
+    beside = [make_pod("b", node="dgx1-0", cpu="10")]
+    rejected = admit(pod, allocatable=DGX, admitted=beside)
+    assert rejected is not None and rejected.reason == "OutOfcpu" and "requested: 75000" in rejected.message
+
+
+async def test_a_pod_the_node_cannot_fit_fails_out_of_the_resource(
+    cluster: tuple[FakeNodes, Any],
+) -> None:
+    """Two schedulers binding onto one node: the kubelet fails the pod that does not fit, at once."""
+    nodes, core = cluster
+    forever = {"fake.gpuyard.io/start-delay": "0", "fake.gpuyard.io/duration": "inf"}
+    await core.create_namespaced_pod("ml", body=gpu_pod_body("big", "dgx1-0", 6, **forever))
+    await core.create_namespaced_pod("ml", body=gpu_pod_body("more", "dgx1-0", 3, **forever))
+    await core.create_namespaced_pod("ml", body=gpu_pod_body("fits", "dgx1-0", 2, **forever))
+    await core.create_namespaced_pod("ml", body=gpu_pod_body("other", "dgx1-1", 8, **forever))
+
+    async def status(name: str) -> Any:
+        return (await core.read_namespaced_pod(name, "ml")).status
+
+    async def phases() -> dict[str, str]:
+        return {n: str((await status(n)).phase) for n in ("big", "more", "fits", "other")}
+
+    settled = {"big": "Running", "more": "Failed", "fits": "Running", "other": "Running"}
+    assert await until(lambda: _is(phases(), settled)), await phases()
+    more = await status("more")
+    assert more.reason == "OutOfnvidia.com/gpu"
+    assert more.message == (
+        "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 3, used: 6, capacity: 8"
+    )
+    assert more.start_time is None and not more.container_statuses  # it never ran
+    # once `big` is gone, its GPUs are free again: a pod of 6 fits beside `fits`
+    await core.delete_namespaced_pod("big", "ml")
+    assert await until(lambda: _true(("ml", "big") not in nodes.pods))
+    await core.create_namespaced_pod("ml", body=gpu_pod_body("later", "dgx1-0", 6, **forever))
+    assert await until(lambda: _is(_phase(status("later")), "Running"))
+    assert nodes.rejected == 1
+
+
+async def test_pods_deleted_while_the_watch_was_down_free_their_node(
+    cluster: tuple[FakeNodes, Any],
+) -> None:
+    """A new watch starts from a LIST: pods deleted in the gap are forgotten, not counted forever."""
+    nodes, core = cluster
+    forever = {"fake.gpuyard.io/start-delay": "0", "fake.gpuyard.io/duration": "inf"}
+    await core.create_namespaced_pod("ml", body=gpu_pod_body("old", "dgx1-1", 8, **forever))
+    assert await until(lambda: _true(("ml", "old") in nodes.admitted))
+    nodes._seen("ADDED", Pod.model_validate(gpu_pod_body("ghost", "dgx1-1", 8)))  # never existed
+    assert ("ml", "ghost") not in nodes.admitted  # rejected: the node is full
+    await core.delete_namespaced_pod("old", "ml")
+    assert await until(lambda: _true(("ml", "old") not in nodes.pods))
+    await nodes._relist()
+    assert ("ml", "ghost") not in nodes.pods
+    await core.create_namespaced_pod("ml", body=gpu_pod_body("new", "dgx1-1", 8, **forever))
+
+    async def new_phase() -> str:
+        return str((await core.read_namespaced_pod("new", "ml")).status.phase)
+
+    assert await until(lambda: _is(new_phase(), "Running"))
+
+
+async def _phase(status: Any) -> str:
+    return str((await status).phase)

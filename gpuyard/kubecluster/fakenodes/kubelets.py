@@ -7,10 +7,13 @@ KWOK does this for plain nodes; these nodes carry GPUs and RDMA NICs. :class:`Fa
    server serves `resource.k8s.io/v1`, a `gpu.nvidia.com` ResourceSlice per node (pool = node name,
    owned by the Node, so it goes with it) for gpuyard's DRA mode;
 2. renews each node's heartbeat Lease in `kube-node-lease` and its Ready condition;
-3. plays the kubelet of every pod bound to one of its nodes (`spec.nodeName`): it watches pods,
-   and for each it runs the script of its `fake.gpuyard.io/*` annotations on the real clock
-   (`gpuyard.devices.fakepods`, shared with the embedded fake cluster), writing the pod status
-   through the `status` subresource: Pending -> Running -> Succeeded | Failed with the exit code;
+3. plays the kubelet of every pod bound to one of its nodes (`spec.nodeName`): it lists then
+   watches pods, admits each new one as a kubelet does (`admission.py`: a pod that does not fit
+   the node's allocatable beside the pods admitted there before it fails at once, `OutOfcpu`,
+   `OutOfnvidia.com/gpu`, ...), and for each admitted one runs the script of its `fake.gpuyard.io/*`
+   annotations on the real clock (`gpuyard.devices.fakepods`, shared with the embedded fake
+   cluster), writing the pod status through the `status` subresource: Pending -> Running ->
+   Succeeded | Failed with the exit code;
 4. takes fault injection: :meth:`FakeNodes.fail_node` (NotReady, its pods fail with `NodeLost`),
    :meth:`FakeNodes.recover_node`, :meth:`FakeNodes.fail_gpu` (the GPU's health in the node's
    NodeTopology and its `gpuyard.io/unhealthy-gpus` annotation; the pods holding that GPU fail
@@ -25,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,6 +41,7 @@ from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS, format_unheal
 from gpuyard.apis.scheduling import pod_gpus
 from gpuyard.devices.fakepods import exit_reason, pod_script
 from gpuyard.devices.scenarios import Scenario
+from gpuyard.kubecluster.fakenodes.admission import Rejection, admit, rejected_status
 from gpuyard.kubecluster.fakenodes.objects import (
     NODE_LEASE_NAMESPACE,
     node_lease,
@@ -78,11 +82,14 @@ class FakeNodes:
         self.scenario = scenario
         self.heartbeat = heartbeat
         self.now = now
-        self.names = {n.metadata.name for n in scenario.nodes()}
+        self.allocatable = {n.metadata.name: dict(n.status.allocatable) for n in scenario.nodes()}
+        self.names = set(self.allocatable)
         self.ready = dict.fromkeys(self.names, True)
         self.unhealthy: dict[str, set[int]] = {name: set() for name in self.names}
         self.playing: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.pods: dict[tuple[str, str], Pod] = {}
+        self.admitted: set[tuple[str, str]] = set()  # pods admitted to their node (and not rejected)
+        self.rejected = 0
         self.registered = asyncio.Event()
 
     # --- nodes -----------------------------------------------------------------------------------
@@ -175,37 +182,94 @@ class FakeNodes:
     # --- kubelets --------------------------------------------------------------------------------
 
     async def watch_pods(self) -> None:
-        """Play every pod bound to one of the nodes; re-watch when the stream ends."""
+        """Play every pod bound to one of the nodes: LIST, then WATCH from the list's version; on
+        any end or error, list again (pods deleted meanwhile are forgotten, freeing their node)."""
         while True:
             stream = watch.Watch()
             try:
-                async for event in stream.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=300):
+                version = await self._relist()
+                async for event in stream.stream(
+                    self.core.list_pod_for_all_namespaces, resource_version=version, timeout_seconds=300
+                ):
+                    if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+                        continue
                     raw = self.api.sanitize_for_serialization(event["object"])
                     self._seen(event["type"], Pod.model_validate(raw))
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a broken stream, a refused connection: watch again shortly
+            except Exception as exc:  # a broken stream, a refused connection, 410: list again shortly
                 log.warning("fakenodes.watch_failed", error=str(exc)[:200])
                 await asyncio.sleep(1.0)
             finally:
                 stream.stop()
+
+    async def _relist(self) -> str:
+        """List every pod (in pages); forget those gone; see the rest oldest first, as a kubelet
+        admits them. Returns the list's resourceVersion."""
+        items: list[Pod] = []
+        page_args: dict[str, Any] = {"limit": 500}
+        while True:
+            page = await self.core.list_pod_for_all_namespaces(**page_args)
+            items.extend(Pod.model_validate(self.api.sanitize_for_serialization(p)) for p in page.items)
+            version = str(page.metadata.resource_version)
+            if not page.metadata._continue:
+                break
+            page_args["_continue"] = page.metadata._continue
+        present = {(p.metadata.namespace, p.metadata.name) for p in items}
+        for key in [k for k in self.pods if k not in present]:
+            self._seen("DELETED", self.pods[key])
+        for pod in sorted(items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name)):
+            self._seen("ADDED", pod)
+        return version
 
     def _seen(self, kind: str, pod: Pod) -> None:
         key = (pod.metadata.namespace, pod.metadata.name)
         if kind == "DELETED" or pod.spec.node_name not in self.names:
             task = self.playing.pop(key, None)
             self.pods.pop(key, None)
+            self.admitted.discard(key)
             if task is not None:
                 task.cancel()
             return
         self.pods[key] = pod
-        if key in self.playing or pod.status.phase in TERMINAL:
+        if pod.status.phase in TERMINAL:
+            self.admitted.discard(key)
             return
-        if not self.ready[pod.spec.node_name or ""]:
+        if key in self.playing:
             return
-        task = asyncio.create_task(self._play(pod), name=f"fake-kubelet {key[0]}/{key[1]}")
+        node = pod.spec.node_name or ""
+        if not self.ready[node]:
+            return
+        if key not in self.admitted:
+            if pod.status.phase == "Pending" and pod.status.start_time is None:
+                admitted = [self.pods[k] for k in self.admitted if self.pods[k].spec.node_name == node]
+                rejection = admit(pod, allocatable=self.allocatable[node], admitted=admitted)
+                if rejection is not None:
+                    self._start(key, self._reject(pod, rejection), what="fake-kubelet reject")
+                    return
+            self.admitted.add(key)  # a pod found running was admitted before
+        self._start(key, self._play(pod), what="fake-kubelet")
+
+    def _start(self, key: tuple[str, str], work: Coroutine[Any, Any, None], *, what: str) -> None:
+        task = asyncio.create_task(work, name=f"{what} {key[0]}/{key[1]}")
         self.playing[key] = task
         task.add_done_callback(functools.partial(self._done, key))
+
+    async def _reject(self, pod: Pod, rejection: Rejection) -> None:
+        """Fail a pod the node cannot fit, as the kubelet's admission does."""
+        self.rejected += 1
+        log.warning(
+            "fakenodes.pod_rejected",
+            pod=f"{pod.metadata.namespace}/{pod.metadata.name}",
+            node=pod.spec.node_name,
+            reason=rejection.reason,
+            message=rejection.message,
+        )
+        try:
+            await self._status(pod, rejected_status(rejection))
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("fakenodes.status_failed", pod=pod.metadata.name, status=exc.status)
 
     def _done(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
         if self.playing.get(key) is task:
