@@ -17,9 +17,15 @@ copy, then `store.update(copy)`. `update` checks the copy's resourceVersion and 
 A backend whose store of record is elsewhere (the Kubernetes API server) uses the store as its
 informer cache instead: `observe(obj)` mirrors an object as the server holds it (its
 resourceVersion kept; an older or equal version is ignored), `forget(kind, ns, name)` drops one
-the server no longer holds. Watchers get the same ADDED/MODIFIED/DELETED events; the watch log's
-sequence (`resource_version`, `WatchEvent.rv`) is then this cache's own, distinct from the
-objects' versions. Nothing is journaled in that mode.
+the server no longer holds. Watchers get the same ADDED/MODIFIED/DELETED events. The store's
+version then follows the server's: a mirrored object's event is numbered with the object's own
+resourceVersion when that is above every version issued so far (else with the next one: the
+informers of different resources deliver their events in their own order), so the store's
+`resource_version` is never below an object's, versions only grow, and a watch from an object's
+own resourceVersion gets every change made after it (and, where events arrived out of the
+server's order, a few it may have seen already). The numbering may skip: the log is kept in
+order of arrival and a watch from version N starts at the first event numbered above N.
+Nothing is journaled in that mode.
 """
 
 from __future__ import annotations
@@ -129,6 +135,7 @@ class WatchEvent:
     object: Resource
     rv: int
     at: float  # time.perf_counter() when written, to measure delivery delay
+    seq: int = 0  # position in the log (versions may skip where they follow a store of record)
 
 
 class JournalSink(Protocol):
@@ -185,6 +192,9 @@ class Store:
         self._rv = 0
         self._cap = history
         self._log: list[WatchEvent | None] = [None] * history
+        self._seq = 0  # events written (the log is indexed by it; versions may skip)
+        self._seq_base = 0  # the log holds no event at or before this position (a restart)
+        self._floor = 0  # the log holds every event numbered above this version
         self._new: asyncio.Future[None] | None = None
         self._closed = False
         self._now = now
@@ -218,14 +228,14 @@ class Store:
         self._journal = journal
         self._reserved = self._rv  # the next write reserves a new block
 
-    def _next_rv(self) -> int:
+    def _next_rv(self, *, at_least: int = 0) -> int:
         """The next resourceVersion, durably reserved first when a journal is attached.
 
         Every kind consumes versions, journaled or not (Events, Services), so the journal keeps
         a high-water mark: versions up to it may have been seen; after a crash numbering
         continues above it (a crash skips unused versions of the block, never reuses one).
         """
-        rv = self._rv + 1
+        rv = max(self._rv + 1, at_least)
         journal = self._journal
         if journal is not None and rv > self._reserved:
             upto = rv + VERSION_BLOCK - 1
@@ -422,8 +432,9 @@ class Store:
 
     def observe(self, obj: Resource, *, force: bool = False) -> bool:
         """Mirror an object as the store of record holds it: its resourceVersion, uid and
-        generation are kept as given. Watchers get ADDED or MODIFIED; the event's own sequence
-        number (`WatchEvent.rv`, `resource_version`) is this cache's, not the object's.
+        generation are kept as given. Watchers get ADDED or MODIFIED, numbered with the object's
+        own resourceVersion where it is numeric and above every version issued (the store's
+        `resource_version` follows the store of record's), else with the next version.
 
         Idempotent: an object no newer than the one held (numeric resourceVersions compared, as
         etcd's are) is ignored, so a watch event that repeats a write already mirrored is a
@@ -439,7 +450,8 @@ class Store:
             and not _newer(obj.metadata.resource_version, old.metadata.resource_version)
         ):
             return False
-        rv = self._next_rv()
+        given = obj.metadata.resource_version
+        rv = self._next_rv(at_least=int(given) if given.isascii() and given.isdigit() else 0)
         if old is not None:
             k.unindex(key, old.metadata.labels)
         k.objects[key] = obj
@@ -470,6 +482,7 @@ class Store:
         k.objects[key] = obj
         k.index(key, obj.metadata.labels)
         self._rv = max(self._rv, obj.resource_version)
+        self._floor = self._rv  # no event stands for it: a watch from before it is Gone
 
     def restore_version(self, rv: int) -> None:
         """After a journal load: continue numbering after the highest version ever issued
@@ -477,10 +490,17 @@ class Store:
         self._rv = max(self._rv, rv)
         self._reserved = self._rv
         self._log = [None] * self._cap
+        self._seq_base = self._seq
+        self._floor = self._rv
 
     def _commit(self, type_: EventType, obj: Resource, rv: int, k: _Kind) -> None:
         self._rv = rv
-        self._log[rv % self._cap] = WatchEvent(type_, obj, rv, time.perf_counter())
+        self._seq = seq = self._seq + 1
+        slot = seq % self._cap
+        dropped = self._log[slot]
+        if dropped is not None and dropped.rv > self._floor:
+            self._floor = dropped.rv
+        self._log[slot] = WatchEvent(type_, obj, rv, time.perf_counter(), seq)
         if k.journaled and self._journal is not None:
             if type_ == "DELETED":
                 self._journal.record_delete(obj.kind, obj.metadata.namespace, obj.metadata.name, rv)
@@ -496,20 +516,25 @@ class Store:
 
     @property
     def oldest_watchable(self) -> int:
-        """The oldest resourceVersion a watch may start from."""
-        return max(0, self._rv - self._cap + 1)
+        """The oldest resourceVersion a watch may start from, less one."""
+        return self._floor + 1
 
     def can_resume(self, since: int) -> bool:
         """Whether a watch from `since` continues exactly: it is the current version, or the
-        log still holds every version after it (not after a restart: the log starts empty)."""
-        if since > self._rv:
-            return False
-        if since == self._rv:
-            return True
-        if since < self.oldest_watchable - 1:
-            return False
-        ev = self._log[(since + 1) % self._cap]
-        return ev is not None and ev.rv == since + 1
+        log still holds every event numbered after it (not after a restart: the log starts empty)."""
+        return self._floor <= since <= self._rv
+
+    def _position_after(self, since: int) -> int:
+        """The log position just before the first held event numbered above `since`."""
+        lo, hi = max(self._seq_base, self._seq - self._cap), self._seq
+        while lo < hi:  # versions grow with positions: find the last position numbered <= since
+            mid = (lo + hi + 1) // 2
+            ev = self._log[mid % self._cap]
+            if ev is not None and ev.rv <= since:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     async def watch(
         self,
@@ -531,21 +556,21 @@ class Store:
             kinds = frozenset([kind])
         else:
             kinds = frozenset(kind)
-        cursor = self._rv if since is None else since
-        if cursor > self._rv:
+        if since is not None and since > self._rv:
             # never issued by this store: after a restart (numbering continues above every
             # version handed out before) or made up; waiting would silently skip changes
-            raise Gone(f"resourceVersion {cursor} is newer than the current {self._rv}; re-list")
-        if cursor < self.oldest_watchable - 1:
-            raise Gone(f"resourceVersion {cursor} is too old; oldest is {self.oldest_watchable}")
+            raise Gone(f"resourceVersion {since} is newer than the current {self._rv}; re-list")
+        if since is not None and since < self._floor:
+            raise Gone(f"resourceVersion {since} is too old; oldest is {self.oldest_watchable}")
+        cursor = self._seq if since is None else self._position_after(since)
         while True:
-            while cursor < self._rv:
+            while cursor < self._seq:
                 cursor += 1
-                if cursor <= self._rv - self._cap:
-                    raise Gone(f"watcher fell behind: resourceVersion {cursor} is no longer held")
+                if cursor <= self._seq - self._cap:
+                    raise Gone("watcher fell behind: the events after its version are no longer held")
                 ev = self._log[cursor % self._cap]
-                if ev is None or ev.rv != cursor:
-                    raise Gone(f"resourceVersion {cursor} is no longer held")
+                if ev is None or ev.seq != cursor:
+                    raise Gone(f"the event at log position {cursor} is no longer held")
                 if kinds is not None and ev.object.kind not in kinds:
                     continue
                 if namespace is not None and ev.object.metadata.namespace != namespace:
