@@ -55,11 +55,10 @@ from gpuyard.kubecluster.heartbeats import (
     stale_since,
     with_unknown_ready,
 )
-from gpuyard.kubecluster.writing import SCHEDULER_NAME
+from gpuyard.kubecluster.writing import SCHEDULER_NAME, KubeWriter
 from gpuyard.state.clock import Clock
 from gpuyard.state.config import NODE_LEASE_NAMESPACE
 from gpuyard.state.store import NotFound, Store
-from gpuyard.state.writing import Writer
 
 __all__ = [
     "ANNOTATION_DERIVED",
@@ -122,7 +121,7 @@ class NodeModel:
         self.lease_namespace = lease_namespace
         self.heartbeats: dict[str, Heartbeat] = {}  # node -> its Lease's last renewal seen
         self.stale: set[str] = set()  # nodes whose heartbeat is older than the monitor grace
-        self.writer: Writer | None = None
+        self.writer: KubeWriter | None = None
         self.pods_failed = 0
 
     # --- Nodes ---------------------------------------------------------------------------------
@@ -324,20 +323,26 @@ class NodeModel:
         if self.writer is None or not self.is_leader():
             return 0
         now = self.clock.now()
-        failed = 0
+        failed = forced = 0
         for name, since in list(self.lost_since.items()):
             if now - since < self.grace:
                 continue
-            pods = [p for p in self.pods_on.get(name, {}).values() if p.status.phase in ACTIVE]
-            for pod in pods:
+            for pod in [p for p in self.pods_on.get(name, {}).values() if p.status.phase in ACTIVE]:
+                ns, pod_name = pod.metadata.namespace, pod.metadata.name
                 try:
                     await self.writer.patch_status(
                         "Pod",
-                        pod.metadata.namespace,
-                        pod.metadata.name,
+                        ns,
+                        pod_name,
                         {"phase": "Failed", "reason": NODE_LOST, "message": f"node {name} was lost"},
                     )
                     failed += 1
+                    if pod.metadata.deletion_timestamp is not None:
+                        # Evicted by the taint manager (a graceful delete) from a node whose kubelet
+                        # is gone: nobody will finish the delete, and the pod holds the name its
+                        # replacement needs. Finish it, as the kubelet would (gracePeriodSeconds 0).
+                        await self.writer.delete("Pod", ns, pod_name, grace_period=0)
+                        forced += 1
                 except NotFound:
                     continue
             if name not in self.raw and not any(
@@ -347,6 +352,10 @@ class NodeModel:
         if failed:
             self.pods_failed += failed
             log.info("kube.node_lost_pods_failed", pods=failed)
+        if forced:
+            log.info(
+                "kube.node_lost_pods_deleted", pods=forced, why="evicted from a node whose kubelet is gone"
+            )
         return failed
 
     async def run(self, *, interval: float = 1.0) -> None:

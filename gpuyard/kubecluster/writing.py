@@ -281,13 +281,23 @@ class KubeWriter:
         return self._mirror(cls, raw)
 
     async def delete(
-        self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        resource_version: str | None = None,
+        grace_period: int | None = None,
     ) -> None:
+        """Delete one object. `grace_period=0` deletes a pod at once, as its kubelet's final delete
+        would: only for a pod whose kubelet is gone (`nodes.py`)."""
         self._check(f"delete {kind} {name}")
         held = self.store.get(kind, namespace, name)
         res = self._resource(kind, held.api_version if held is not None else None)
         try:
-            raw = await self._api().delete(res, namespace, name, resource_version=resource_version)
+            raw = await self._api().delete(
+                res, namespace, name, resource_version=resource_version, grace_period=grace_period
+            )
         except NotFound:
             self.store.forget(kind, namespace, name)
             raise
