@@ -81,7 +81,7 @@ async def _run(
 @click.option(
     "--bookmark-interval",
     type=click.FloatRange(min=0.01),
-    default=5.0,
+    default=60.0,
     show_default=True,
     help="Seconds between BOOKMARK events on quiet watches (allowWatchBookmarks=true).",
 )

@@ -44,7 +44,7 @@ class FakeApiServer:
         port: int = 0,
         token: str | None = None,
         audit: bool = False,
-        bookmark_interval: float = 5.0,
+        bookmark_interval: float = 60.0,
         max_watch_seconds: float = 1800.0,
         history_limit: int = 10_000,
         gc_delay: float = 0.0,
