@@ -28,6 +28,10 @@ three things are added on the way into the store:
   lost since its heartbeat went stale, and published into the store with its Ready condition
   `Unknown` (reason `NodeStatusUnknown`), so the scheduler places nothing new there. A renewed
   Lease makes it Ready again; a node without a Lease is judged by its Ready condition alone.
+* **Unhealthy GPUs.** A GPU its NodeTopology (the node agent's) or the node's
+  `gpuyard.io/unhealthy-gpus` annotation marks unhealthy fails gpuyard's active pods holding it
+  (`DeviceUnhealthy`, a status PATCH by the leader, same loop), as on the fake cluster: the
+  operator's failover places them again, elsewhere.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ ANNOTATION_FOREIGN_USAGE = "gpuyard.io/foreign-usage"
 ANNOTATION_DERIVED = "gpuyard.io/derived-from"
 ACTIVE = ("Pending", "Running", "Unknown")
 NODE_LOST = "NodeLost"
+DEVICE_UNHEALTHY = "DeviceUnhealthy"  # as the fake cluster's kubelet says it (fakecluster/health.py)
 
 
 def _is_foreign(pod: Pod, ours: str = SCHEDULER_NAME) -> bool:
@@ -358,6 +363,54 @@ class NodeModel:
             )
         return failed
 
+    # --- unhealthy GPUs --------------------------------------------------------------------------
+
+    def unhealthy_gpus(self, name: str) -> set[int]:
+        """The node's GPUs its NodeTopology (the agent's) or its `gpuyard.io/unhealthy-gpus`
+        annotation calls unhealthy (never the GPUs the published copy marks taken by foreign pods)."""
+        bad: set[int] = set()
+        topo = self.store.get_of(NodeTopology, "", name)
+        if topo is not None and not topo.metadata.annotations.get(ANNOTATION_DERIVED):
+            bad.update(g.index for g in topo.spec.gpus if g.health != "Healthy")
+        node = self.raw.get(name)
+        if node is not None:
+            bad.update(unhealthy_indices(node))
+        return bad
+
+    async def fail_unhealthy(self) -> int:
+        """Fail gpuyard's active pods that hold a GPU gone unhealthy (`DeviceUnhealthy`), as the
+        fake cluster does: the operator's failover places them again. Leader only; idempotent (a
+        failed pod is no longer active). Returns how many were failed."""
+        if self.writer is None or not self.is_leader():
+            return 0
+        failed = 0
+        for name, pods in list(self.pods_on.items()):
+            active = [
+                p
+                for p in pods.values()
+                if p.status.phase in ACTIVE and p.metadata.deletion_timestamp is None and not self._foreign(p)
+            ]
+            if not active or not (bad := self.unhealthy_gpus(name)):
+                continue
+            for pod in active:
+                hit = sorted(bad.intersection(pod_gpus(pod)))
+                if not hit:
+                    continue
+                message = f"GPU {','.join(map(str, hit))} on {name} became unhealthy"
+                try:
+                    await self.writer.patch_status(
+                        "Pod",
+                        pod.metadata.namespace,
+                        pod.metadata.name,
+                        {"phase": "Failed", "reason": DEVICE_UNHEALTHY, "message": message},
+                    )
+                    failed += 1
+                except NotFound:
+                    continue
+        if failed:
+            log.info("kube.device_unhealthy_pods_failed", pods=failed)
+        return failed
+
     async def run(self, *, interval: float = 1.0) -> None:
         """Every `interval` seconds at most (a quarter of the shorter grace when less): mark the
         nodes whose heartbeat went stale, then fail the pods of nodes lost beyond the grace."""
@@ -365,6 +418,7 @@ class NodeModel:
             await self.clock.sleep(min(interval, max(min(self.grace, self.monitor_grace) / 4, 0.05)))
             self.check_heartbeats()
             await self.fail_lost()
+            await self.fail_unhealthy()
 
 
 class PodMirror:
