@@ -96,12 +96,13 @@ class SchedulerState:
         metrics: SchedulerMetrics | None = None,
         backfill_hold_seconds: float = 3600.0,
         nomination_seconds: float = 300.0,
+        writes_quota_used: bool = True,
     ) -> None:
         self.profile = profile
         self.port_range = port_range
         self.metrics = metrics
         self.objects = ObjectCache(WATCHED)
-        self.admission = Admission(self.objects)
+        self.admission = Admission(self.objects, writes_quota_used=writes_quota_used)
         self.reclaimer = Reclaimer(delay=reclaim_delay)
         self.snapshot = Snapshot(port_range=port_range)
         self.recorder = Recorder(events=events)

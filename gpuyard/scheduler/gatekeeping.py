@@ -84,7 +84,10 @@ class TrackedJob:
 class Admission:
     """Queues, quota tree and ResourceQuotas of one scheduling loop (see the module docstring)."""
 
-    def __init__(self, objects: ObjectCache) -> None:
+    def __init__(self, objects: ObjectCache, *, writes_quota_used: bool = True) -> None:
+        # False in delegate mode with a gang scheduler that maintains ElasticQuota `status.used`
+        # itself (Koordinator, scheduler-plugins): one writer per field, so gpuyard leaves it alone
+        self.writes_quota_used = writes_quota_used
         self.objects = objects
         self.tree = QuotaTree()
         self.quotas: QuotaBook[Key] = QuotaBook(self.tree)
@@ -448,7 +451,9 @@ class Admission:
                     tuple(sorted(st.request.items())),
                 )
                 if self._changed(eq, numbers):
-                    vectors = {"runtime": st.runtime, "used": st.used, "request": st.request}
+                    vectors = {"runtime": st.runtime, "request": st.request}
+                    if self.writes_quota_used:
+                        vectors["used"] = st.used
                     self._patch(out, eq, {n: quantities_of(x) for n, x in vectors.items()})
             self._wrote_all["ElasticQuota"] = (self.tree, self.tree.version)
         counts = self.queue_counts() if "Queue" in kinds else None

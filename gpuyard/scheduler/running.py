@@ -43,6 +43,7 @@ from gpuyard.scheduler.profiles import profile_from_settings
 from gpuyard.scheduler.quota import FairQueue
 from gpuyard.scheduler.rescheduling import Rescheduler
 from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.state.config import SchedulerConfig
 from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists, Gone, NotFound, WatchEvent
 from gpuyard.state.writing import StoreWriter, Writer, retry_on_conflict
@@ -52,6 +53,16 @@ __all__ = ["SchedulerLoop"]
 log = structlog.get_logger(__name__)
 
 _UNDO_ATTEMPTS = 5
+
+
+QUOTA_USED_WRITERS = frozenset({"koordinator", "coscheduling"})
+"""Gang schedulers whose own controller maintains ElasticQuota `status.used` (Koordinator's quota
+plugin, scheduler-plugins' elastic quota controller)."""
+
+
+def quota_used_elsewhere(scheduler: SchedulerConfig) -> bool:
+    """Delegate mode to a gang scheduler that writes ElasticQuota `status.used` itself."""
+    return scheduler.mode == "delegate" and scheduler.gang_scheduler in QUOTA_USED_WRITERS
 
 
 class SchedulerLoop:
@@ -77,6 +88,7 @@ class SchedulerLoop:
             backfill_hold_seconds=float(getattr(ctx.settings.scheduler, "backfill_hold_seconds", 3600.0)),
             events=events,
             metrics=SchedulerMetrics.for_registry(ctx.registry),
+            writes_quota_used=not quota_used_elsewhere(ctx.settings.scheduler),
         )
         self.synced = asyncio.Event()
         self._wake = asyncio.Event()

@@ -81,8 +81,8 @@ class Cluster:
         self.put(copy)
 
 
-def core(cluster: Cluster) -> SchedulerState:
-    state = SchedulerState(profile=build_profile("default"), port_range=(20000, 20100))
+def core(cluster: Cluster, **options: Any) -> SchedulerState:
+    state = SchedulerState(profile=build_profile("default"), port_range=(20000, 20100), **options)
     by_kind: dict[str, list[Resource]] = {k: [] for k in ("Node", "Reservation", "PodGroup", "ResourceClass")}
     for (kind, _, _), obj in cluster.objects.items():
         by_kind.setdefault(kind, []).append(obj)
@@ -274,3 +274,25 @@ def test_a_failed_deletion_holds_the_room_again_and_is_retried() -> None:
     assert state.snapshot.reservation_count == 2  # the old Reservation holds its room again
     out = state.step(now=1.0, utcnow=T0)
     assert of(DeleteReservation, out) == [DeleteReservation("default", "a-worker-1", old.metadata.uid)]
+
+
+def test_quota_used_is_left_to_a_gang_scheduler_that_maintains_it() -> None:
+    """Delegate mode to Koordinator or scheduler-plugins: their controller writes ElasticQuota
+    `status.used`; gpuyard writes runtime and request only (one writer per field)."""
+    from gpuyard.scheduler.running import quota_used_elsewhere
+    from gpuyard.state.config import SchedulerConfig
+
+    assert quota_used_elsewhere(SchedulerConfig(mode="delegate", gang_scheduler="koordinator"))
+    assert quota_used_elsewhere(SchedulerConfig(mode="delegate", gang_scheduler="coscheduling"))
+    assert not quota_used_elsewhere(SchedulerConfig(mode="delegate", gang_scheduler="volcano"))
+    assert not quota_used_elsewhere(SchedulerConfig())
+    for writes_used in (True, False):
+        cluster = Cluster(
+            make_node("n1", gpus=8),
+            _quota("b", 8, 16),
+            podgroup("b0", role(gpus=8, cpu=None, memory=None), namespace="b"),
+        )
+        out = step(core(cluster, writes_quota_used=writes_used), cluster)
+        (status,) = [d for d in of(PatchStatus, out) if d.kind == "ElasticQuota" and d.name == "b"]
+        assert ("used" in status.changes) is writes_used
+        assert "runtime" in status.changes and "request" in status.changes
