@@ -319,6 +319,8 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
             ends_at=state.now + duration if duration is not None else None,
             priority=tracked.job.priority if tracked is not None else None,
             submitted=tracked.job.submit_time if tracked is not None else None,
+            queue=tracked.job.queue if tracked is not None else None,
+            share=state.admission.queue.share,
         )
         if held is not None:
             cycle.data["held"] = held

@@ -190,6 +190,7 @@ def plan_head(state: SchedulerState, key: Key, gang: GangRequest, *, members: se
                 shadow=shadow,
                 priority=tracked.job.priority if tracked is not None else 0,
                 submitted=tracked.job.submit_time if tracked is not None else 0.0,
+                queue=tracked.job.queue if tracked is not None else "",
             )
             state.holds.drop_cause("backfill", keep=key)
             state.holds.set(hold)

@@ -28,7 +28,7 @@ for the other.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +52,7 @@ class Hold:
     message: str = ""
     priority: int = 0  # the owner's: the hold applies only to jobs of this priority or lower
     submitted: float = 0.0  # the owner's submit time: at equal priority, only to later jobs
+    queue: str = ""  # the owner's queue: at equal priority, a job of a queue ahead by fair share passes
 
     def describe(self) -> str:
         """ "3 GPUs on n1" — what is held, for the owner's own status message."""
@@ -124,18 +125,21 @@ class Holds:
         ends_at: float | None = None,
         priority: int | None = None,
         submitted: float | None = None,
+        queue: str | None = None,
+        share: Callable[[str], float] | None = None,
     ) -> HeldArrays | None:
         """The room held for gangs other than `exclude`, per row; None when nothing is held.
 
         `ends_at`: when the job being placed is expected to end; backfill holds whose shadow
-        time it ends before do not apply to it (EASY backfill). `priority` and `submitted`: the
-        job's; holds of owners not ahead of it (lower priority, or equal priority and submitted
+        time it ends before do not apply to it (EASY backfill). `priority`, `submitted` and
+        `queue`: the job's; holds of owners not ahead of it in the queue order (lower priority; at
+        equal priority, another queue behind by fair share, `share`; in the same queue, submitted
         later) do not apply to it."""
         out: HeldArrays | None = None
         for owner, hold in self.by_owner.items():
             if owner in exclude:
                 continue
-            if priority is not None and not _ahead(hold, priority, submitted):
+            if priority is not None and not _ahead(hold, priority, submitted, queue=queue, share=share):
                 continue
             if hold.shadow is not None and ends_at is not None and ends_at <= hold.shadow:
                 continue
@@ -151,8 +155,19 @@ class Holds:
         return out
 
 
-def _ahead(hold: Hold, priority: int, submitted: float | None) -> bool:
-    """Whether the hold's owner is ahead of a job of `priority` submitted at `submitted`."""
+def _ahead(
+    hold: Hold,
+    priority: int,
+    submitted: float | None,
+    *,
+    queue: str | None = None,
+    share: Callable[[str], float] | None = None,
+) -> bool:
+    """Whether the hold's owner is ahead of a job of `priority`, submitted at `submitted` to
+    `queue`, in the order the queues are walked: priority, then the queues by fair share (as
+    `FairQueue.order`), then submit time."""
     if hold.priority != priority:
         return hold.priority > priority
+    if share is not None and queue is not None and hold.queue and hold.queue != queue:
+        return (share(hold.queue), hold.queue) <= (share(queue), queue)
     return submitted is None or hold.submitted <= submitted

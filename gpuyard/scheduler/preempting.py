@@ -238,7 +238,15 @@ def on_nodes(
     tracked = state.admission.jobs.get(key)
     mine = tracked.job.priority if tracked is not None else None
     submitted = tracked.job.submit_time if tracked is not None else None
-    held = state.holds.arrays(snap.node_rows.index, snap.n, exclude={key}, priority=mine, submitted=submitted)
+    held = state.holds.arrays(
+        snap.node_rows.index,
+        snap.n,
+        exclude={key},
+        priority=mine,
+        submitted=submitted,
+        queue=tracked.job.queue if tracked is not None else None,
+        share=state.admission.queue.share,
+    )
     gone = [cast(Key, v.job.key) for v in plan.victims]
     if isinstance(fits_without(snap, gang, state.profile, gone, held=held), Placement):
         return plan

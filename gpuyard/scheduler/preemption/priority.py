@@ -232,6 +232,7 @@ def preempt_for(state: SchedulerState, key: Key, *, quota_blocked: bool = False)
             until=state.now + state.nomination_seconds,
             priority=me.priority,
             submitted=tracked.job.submit_time,
+            queue=tracked.job.queue,
         )
     )
     state.preempting[key] = set(victims)

@@ -279,3 +279,25 @@ SchedulerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestSchedulerMachine = SchedulerMachine.TestCase
+
+
+def test_a_hold_of_a_queue_behind_by_fair_share_does_not_block_a_job_ahead() -> None:
+    """Found by the machine: team-b's 2x8 head held room before team-a submitted; team-a's job
+    is ahead of it by fair share (team-b already runs a job), so the hold must not stop it."""
+    state = SchedulerMachine()
+    try:
+        for _ in range(2):
+            state.safe_and_live()
+            state.wait(seconds=1.0)
+        state.safe_and_live()
+        state.submit(gpus=1, model=None, priority=0, replicas=1, team="team-b")
+        state.safe_and_live()
+        state.submit(gpus=8, model=None, priority=0, replicas=2, team="team-b")
+        state.safe_and_live()
+        state.submit(gpus=1, model="nvidia.v100", priority=0, replicas=1, team="team-a")
+        for _ in range(4):
+            state.safe_and_live()
+            state.wait(seconds=1.0)
+        state.safe_and_live()
+    finally:
+        state.teardown()
