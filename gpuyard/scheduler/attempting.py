@@ -21,6 +21,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import structlog
 
 from gpuyard.apis.resourceclasses import RequestError
@@ -31,6 +32,7 @@ from gpuyard.scheduler.decisions import PlaceGang
 from gpuyard.scheduler.framework import CycleState
 from gpuyard.scheduler.gang_requests import GangRequest, PodShape, build_gang
 from gpuyard.scheduler.gatekeeping import JobShape
+from gpuyard.scheduler.holds import HeldArrays
 from gpuyard.scheduler.minresources import MIN_RESOURCES, min_resources_short
 from gpuyard.scheduler.outcomes import Placement, Refusal, Unschedulable
 from gpuyard.scheduler.placing import place
@@ -301,7 +303,8 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
         return None
     mine = {m.key[1:] for m in members}
     holder = any(state.holds.get(k) is not None for k in mine)
-    signature = None if holder else _signature(gang)  # its own hold makes its answer its own
+    # its own hold makes its answer its own; so do others' holds (which apply by its queue order)
+    signature = None if holder or state.holds else _signature(gang)
     token = (snap.epoch, state.holds.version)
     cached = state.no_fit.get(signature) if signature is not None else None
     if cached is not None and cached[0] == token:
@@ -309,22 +312,35 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
         _not_placed(state, members, result)
         return result
     cycle = CycleState(snap, gang, state.profile)
+    # Held room: a job first goes around every hold of an owner not behind it by priority and
+    # submit time; a job of a queue ahead of an owner by fair share takes that owner's room only
+    # when nothing else fits (the queue order decides, as the walk and the liveness rule do).
+    around = ahead = None
     if state.holds:
         tracked = state.admission.jobs.get(key)
         duration = tracked.job.expected_duration if tracked is not None else None
-        held = state.holds.arrays(
+        common: dict[str, Any] = {
+            "exclude": mine,
+            "ends_at": state.now + duration if duration is not None else None,
+            "priority": tracked.job.priority if tracked is not None else None,
+            "submitted": tracked.job.submit_time if tracked is not None else None,
+        }
+        around = state.holds.arrays(snap.node_rows.index, snap.n, **common)
+        ahead = state.holds.arrays(
             snap.node_rows.index,
             snap.n,
-            exclude=mine,
-            ends_at=state.now + duration if duration is not None else None,
-            priority=tracked.job.priority if tracked is not None else None,
-            submitted=tracked.job.submit_time if tracked is not None else None,
+            **common,
             queue=tracked.job.queue if tracked is not None else None,
             share=state.admission.queue.share,
         )
-        if held is not None:
-            cycle.data["held"] = held
+        if around is not None:
+            cycle.data["held"] = around
     outcome: Placement | Unschedulable = place(snap, gang, state.profile, state=cycle)
+    if isinstance(outcome, Unschedulable) and around is not None and not _same_room(around, ahead):
+        cycle = CycleState(snap, gang, state.profile)
+        if ahead is not None:
+            cycle.data["held"] = ahead
+        outcome = place(snap, gang, state.profile, state=cycle)
     if isinstance(outcome, Placement) and not outcome.pods:  # nothing required, nothing fits
         n = len(outcome.deferred)
         outcome = Unschedulable(
@@ -468,3 +484,9 @@ def _signature(gang: GangRequest) -> GangSignature | None:
             return None
         parts.append((p.role, p.shape, p.required, len(p.pods)))
     return tuple(parts)
+
+
+def _same_room(a: HeldArrays | None, b: HeldArrays | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))

@@ -2,7 +2,9 @@
 
 The issue's measured cases: two 8-GPU nodes with 3 + 5 GPUs free. A waiting 2 x 4-GPU gang (or
 a 1 x 6-GPU job) is the head; a 1-GPU (or 3-GPU) job of another namespace fits elsewhere and must
-start at once, while the room the head's planned placement needs stays held for it.
+start at once, while the room the head's planned placement needs stays held for it. Held room is
+taken only by a job ahead of the head in the queue order (priority, then fair share across
+queues, then submit time), and only when it fits nowhere else.
 """
 
 from __future__ import annotations
@@ -58,7 +60,11 @@ def test_a_1x6_head_does_not_block_a_3_gpu_job() -> None:
 
 
 def test_a_job_that_would_take_the_heads_room_waits_and_says_why() -> None:
+    """A job behind the head in the queue order (here: of a namespace that already uses more
+    than the head's, so behind it by fair share) may not take its held room."""
     cluster = busy_cluster()
+    cluster.put(make_node("n3", gpus=16))
+    cluster.put(podgroup("o1", role(gpus=16, node_selector=on("n3")), namespace="other"))
     state = core(cluster)
     step(state, cluster)
     cluster.put(podgroup("head", role(replicas=2, gpus=4)))
@@ -77,6 +83,20 @@ def test_a_job_that_would_take_the_heads_room_waits_and_says_why() -> None:
     out = step(state, cluster, now=3.0)
     assert ("default", "head") in placed(out)
     assert state.holds.get(("default", "head")) is None
+
+
+def test_a_job_of_a_queue_ahead_by_fair_share_takes_held_room_only_when_nothing_else_fits() -> None:
+    cluster = busy_cluster()
+    state = core(cluster)
+    step(state, cluster)
+    cluster.put(podgroup("head", role(replicas=2, gpus=4)))
+    step(state, cluster, now=1.0)
+    hold = state.holds.get(("default", "head"))
+    assert hold is not None
+    (node,) = hold.nodes
+    # "other" uses nothing: it is ahead of the head's namespace, and this job fits only there
+    cluster.put(podgroup("pinned", role(gpus=1, node_selector=on(node)), namespace="other"))
+    assert placed(step(state, cluster, now=2.0)) == [("other", "pinned")]
 
 
 def test_a_gang_no_empty_cluster_could_hold_says_it_can_never_fit() -> None:
