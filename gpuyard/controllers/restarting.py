@@ -16,7 +16,9 @@ ExitCode    is restarted when the failure is *retryable*: exit code 130 (SIGINT)
 
 Every restart, under every policy, counts against the job's `backoffLimit`. A failure whose
 reason is NodeLost or DeviceUnhealthy also means the pod's placement is unusable: the restarted
-pod is placed again (see `needs_new_placement`).
+pod is placed again (see `needs_new_placement`). A pod the kubelet refused at admission
+(`OutOf<resource>`: another scheduler filled the node between gpuyard's decision and its binding)
+never ran: it is restarted under every policy, Never included, and placed again.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ PERMANENT_EXIT_CODES = frozenset(
     {1, 2, 126, 127, 128, 139}
 )  # documented examples; any other code is permanent too
 INFRASTRUCTURE_REASONS = frozenset({"NodeLost", "DeviceUnhealthy"})
+# The kubelet refused the pod at admission (it never started): `OutOf<resource>` when another
+# scheduler filled the node first, and its other admission failures.
+ADMISSION_REASONS = frozenset({"UnexpectedAdmissionError", "NodeAffinity", "NodeName", "InvalidNodeInfo"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +81,20 @@ def is_retryable(exit_code: int | None, reason: str | None) -> bool:
     return (reason in RETRYABLE_REASONS) or (exit_code in RETRYABLE_EXIT_CODES)
 
 
+def rejected_at_admission(ending: Ending) -> bool:
+    """The kubelet refused the pod before it ran (`OutOfcpu`, `OutOfnvidia.com/gpu`, ...)."""
+    reason = ending.reason or ""
+    return ending.phase == "Failed" and (reason.startswith("OutOf") or reason in ADMISSION_REASONS)
+
+
 def should_restart(policy: str, ending: Ending) -> bool:
     """Restart this replica? (Backoff limits are the caller's business.)"""
     if ending.phase == "Succeeded":
         return policy == "Always"
     if ending.phase != "Failed":
         return False
+    if rejected_at_admission(ending):
+        return True  # it never ran, whatever its policy: place it again
     if policy in ("OnFailure", "Always"):
         return True
     if policy == "ExitCode":
@@ -90,5 +103,6 @@ def should_restart(policy: str, ending: Ending) -> bool:
 
 
 def needs_new_placement(ending: Ending) -> bool:
-    """The failure says the node or device is gone: the replacement must be placed again."""
-    return ending.reason in INFRASTRUCTURE_REASONS
+    """The failure says the node or device is gone, or the node had no room for it: the
+    replacement must be placed again."""
+    return ending.reason in INFRASTRUCTURE_REASONS or rejected_at_admission(ending)

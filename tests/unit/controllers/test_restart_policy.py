@@ -81,3 +81,20 @@ def test_ending_reads_the_default_container() -> None:
     terminate(pod, exit_code=137, reason="OOMKilled", message=None, now=datetime.now(UTC))
     ending = ending_of(pod, container="tensorflow")
     assert ending == Ending(FAILED, 137, "OOMKilled")
+
+
+@pytest.mark.parametrize(
+    "reason", ["OutOfcpu", "OutOfmemory", "OutOfnvidia.com/gpu", "UnexpectedAdmissionError"]
+)
+@pytest.mark.parametrize("policy", ["Never", "OnFailure", "ExitCode", "Always"])
+def test_a_pod_the_kubelet_refused_at_admission_is_placed_again_under_every_policy(
+    policy: str, reason: str
+) -> None:
+    ending = Ending(phase="Failed", reason=reason)
+    assert should_restart(policy, ending)
+    assert needs_new_placement(ending)
+
+
+def test_a_workload_failure_is_no_admission_rejection() -> None:
+    assert not should_restart("Never", Ending(phase="Failed", exit_code=1, reason="Error"))
+    assert not needs_new_placement(Ending(phase="Failed", exit_code=1, reason="Error"))
