@@ -3,7 +3,8 @@ and kubernetes-asyncio clients configured from the kubeconfig it writes."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from gpuyard.testing.apiserver.fixture import RunningApiServer, fake_apiserver
 
 kubernetes_asyncio = pytest.importorskip("kubernetes_asyncio")
 
-__all__ = ["crd_manifest", "fake_apiserver", "kube", "real_plane"]
+__all__ = ["clean_plane", "crd_manifest", "fake_apiserver", "kube", "plane_stack", "real_plane"]
 
 
 @pytest_asyncio.fixture
@@ -85,3 +86,30 @@ def real_plane(kube_control_plane: Any) -> Any:
         install_crds(http, gpuyard_crds())
         ensure_namespace(http, GPUYARD_NAMESPACE)
     return kube_control_plane
+
+
+@pytest.fixture
+def clean_plane(real_plane: Any) -> Iterator[Any]:
+    """The session's real control plane, wiped back to a fresh state first."""
+    from tests.kubernetes.realplane import ControlPlaneView, admin_http
+
+    with admin_http(real_plane) as http:
+        ControlPlaneView(real_plane, http).wipe()
+        yield real_plane
+
+
+@pytest.fixture
+def plane_stack(tmp_path: Path, clean_plane: Any) -> Iterator[Any]:
+    """Processes (`gpuyard fake-nodes`, `gpuyard serve`, kubectl) against `clean_plane`, as its
+    admin; stopped after the test (their logs printed when it fails)."""
+    from tests.kubernetes.test_walkthrough import Stack
+
+    s = Stack(tmp_path)
+    s.kubeconfig = clean_plane.admin_kubeconfig
+    try:
+        yield s
+    except BaseException:
+        print(s.logs())
+        raise
+    finally:
+        s.stop()

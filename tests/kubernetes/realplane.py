@@ -249,9 +249,17 @@ def _kept(res: ApiResource, name: str) -> bool:
     return res.plural == "priorityclasses" and name.startswith("system-")
 
 
+# workloads a test may apply (`gpuyard install --print` has a Deployment) whose controllers would
+# make the pods again: they go first
+_WORKLOADS = (
+    ApiResource("Deployment", "apps", "v1", "deployments"),
+    ApiResource("ReplicaSet", "apps", "v1", "replicasets"),
+)
+
+
 def _wipeable() -> list[ApiResource]:
     """Each REST collection once (a job kind is served in two groups: both are wiped)."""
-    return list({res.path(): res for res in API_RESOURCES}.values())
+    return [*_WORKLOADS, *{res.path(): res for res in API_RESOURCES}.values()]
 
 
 def gpuyard_crds() -> list[Json]:

@@ -21,9 +21,7 @@ kubelet then rejects the later pod (`OutOfcpu`), as on any cluster with two sche
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,7 +29,7 @@ import pytest
 
 from gpuyard.apis.core import Pod
 from gpuyard.devices.scenarios import load_scenario
-from tests.kubernetes.realplane import ControlPlaneView, admin_http
+from tests.kubernetes.realplane import admin_http
 from tests.kubernetes.test_walkthrough import FAST_LEASE, ROOT, Stack, free_port, wait_for
 
 SCENARIO = "configs/clusters/small.yaml"
@@ -40,26 +38,6 @@ PLAIN_PODS = 8
 JOBS = 4
 TERMINAL = ("Succeeded", "Failed")
 GPU_NAMES = ("nvidia.com/gpu", "gpuyard.io/gpu")
-
-
-@pytest.fixture
-def plane(real_plane: Any) -> Iterator[Any]:
-    with admin_http(real_plane) as http:
-        ControlPlaneView(real_plane, http).wipe()
-        yield real_plane
-
-
-@pytest.fixture
-def stack(tmp_path: Path, plane: Any) -> Iterator[Stack]:
-    s = Stack(tmp_path)
-    s.kubeconfig = plane.admin_kubeconfig
-    try:
-        yield s
-    except BaseException:
-        print(s.logs())
-        raise
-    finally:
-        s.stop()
 
 
 def plain_pod(i: int) -> dict[str, Any]:
@@ -137,8 +115,9 @@ def over_commits(pods: list[dict[str, Any]], claims: dict[tuple[str, str], int])
 
 @pytest.mark.parametrize("gpu_resource", ["nvidia.com/gpu"])
 def test_pods_of_kube_scheduler_and_of_gpuyard_share_nodes_without_over_commit(
-    plane: Any, stack: Stack, gpu_resource: str
+    clean_plane: Any, plane_stack: Stack, gpu_resource: str
 ) -> None:
+    plane, stack = clean_plane, plane_stack
     started = time.monotonic()
     with admin_http(plane) as http:
         stack.start(

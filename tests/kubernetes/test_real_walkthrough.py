@@ -18,8 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,29 +32,10 @@ pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs t
 SERVICE_ACCOUNT = "system:serviceaccount:gpuyard-system:gpuyard"
 
 
-@pytest.fixture
-def plane(real_plane: Any) -> Iterator[Any]:
-    with admin_http(real_plane) as http:
-        ControlPlaneView(real_plane, http).wipe()
-        yield real_plane
-
-
-@pytest.fixture
-def stack(tmp_path: Path, plane: Any) -> Iterator[Stack]:
-    s = Stack(tmp_path)
-    s.kubeconfig = plane.admin_kubeconfig
-    try:
-        yield s
-    except BaseException:
-        print(s.logs())
-        raise
-    finally:
-        s.stop()
-
-
 def test_two_replicas_as_gpuyards_service_account_run_kubedls_tfjob_through_a_leader_kill(
-    plane: Any, stack: Stack
+    clean_plane: Any, plane_stack: Stack
 ) -> None:
+    plane, stack = clean_plane, plane_stack
     with admin_http(plane) as http:
         peers = [c for c in TRAINING_OPERATOR.crd_docs() if c["spec"]["names"]["kind"] != "MPIJob"]
         install_crds(http, peers + MPI_OPERATOR.crd_docs())
