@@ -128,6 +128,9 @@ class ControlPlane:
     timings: Timings = field(default_factory=Timings)
     start_timeout: float = 120.0
     extra_apiserver_args: tuple[str, ...] = ()
+    scheduler_config: dict[str, Any] | None = None
+    """Extra fields of kube-scheduler's KubeSchedulerConfiguration (e.g. `clientConnection.qps`);
+    the client connection's kubeconfig and leader election are set here."""
     audit: bool = False
     """Write an audit log (`audit_log`, JSON lines, one per finished request of a client that is not
     a control-plane component): what tests read to see which calls gpuyard made."""
@@ -331,16 +334,16 @@ class ControlPlane:
             ],
         )
         sched = self._kubeconfig("scheduler", pki.scheduler)
+        config = self._scheduler_config(sched)
         self._spawn(
             "kube-scheduler",
             [
                 str(self.binaries.kube_scheduler),
-                f"--kubeconfig={sched}",
+                f"--config={config}",
                 f"--authentication-kubeconfig={sched}",
                 f"--authorization-kubeconfig={sched}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={_free_port()}",
-                "--leader-elect=false",
             ],
         )
         # The service-account controller's first act: a namespace's `default` ServiceAccount. Pods
@@ -356,6 +359,21 @@ class ControlPlane:
                 return False
 
         self._wait(controllers, accounts, "default ServiceAccount (controllers running)")
+
+    def _scheduler_config(self, kubeconfig: Path) -> Path:
+        assert self.data_dir
+        extra = dict(self.scheduler_config or {})
+        connection = {**extra.pop("clientConnection", {}), "kubeconfig": str(kubeconfig)}
+        doc = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": connection,
+            "leaderElection": {"leaderElect": False},
+            **extra,
+        }
+        path = self.data_dir / "kube-scheduler.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
 
     # ------------------------------------------------------------------ clients
 
