@@ -164,10 +164,17 @@ def _ahead(
     share: Callable[[str], float] | None = None,
 ) -> bool:
     """Whether the hold's owner is ahead of a job of `priority`, submitted at `submitted` to
-    `queue`, in the order the queues are walked: priority, then the queues by fair share (as
-    `FairQueue.order`), then submit time."""
+    `queue`. A backfill hold follows the order the queues are walked (`FairQueue.order`: the
+    queues by fair share, then priority, then submit time); a nomination after preemption
+    follows priority first (its victims were evicted for it: a lower-priority job of a queue
+    ahead by fair share must not take their room)."""
+    other_queue = share is not None and queue is not None and bool(hold.queue) and hold.queue != queue
+    if hold.cause == "backfill" and other_queue:
+        assert share is not None and queue is not None
+        return (share(hold.queue), hold.queue) <= (share(queue), queue)
     if hold.priority != priority:
         return hold.priority > priority
-    if share is not None and queue is not None and hold.queue and hold.queue != queue:
+    if other_queue:
+        assert share is not None and queue is not None
         return (share(hold.queue), hold.queue) <= (share(queue), queue)
     return submitted is None or hold.submitted <= submitted

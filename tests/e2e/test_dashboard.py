@@ -271,7 +271,7 @@ def demo_page(server: Server) -> Iterator[tuple[Any, list[str]]]:
 
 def test_dashboard_quota_tree_shows_units_and_what_a_quota_asks_for(server: Server) -> None:
     """Each resource a quota sets, uses or asks for is a row, memory in binary units (280Gi, not
-    bytes), CPU in cores, GPUs as integers; team-b's waiting A100 gang shows as its a100 request."""
+    bytes), CPU in cores, GPUs as integers; team-b's A100 gang, which can never fit, asks nothing of the quota."""
     with demo_page(server) as (page, _):
         team_a = page.locator('[data-quota="team-a"]')
         expect(team_a.locator('[data-resource="memory"] [data-col="used"]')).to_have_text(
@@ -282,9 +282,9 @@ def test_dashboard_quota_tree_shows_units_and_what_a_quota_asks_for(server: Serv
         expect(team_a.locator('[data-resource="nvidia.com/gpu"] .q-max')).to_have_text("52")
         expect(team_a.locator('[data-resource="memory"] .q-max')).to_have_text("inf")
         team_b = page.locator('[data-quota="team-b"]')
-        a100 = team_b.locator('[data-resource="nvidia.a100"]')
-        expect(a100.locator('[data-col="request"]')).to_have_text("request 32")
-        expect(a100.locator('[data-col="used"]')).to_have_text("used 0")
+        # team-b's waiting A100 gang (4 x 8 GPUs) can never fit on the demo's one 8-GPU A100 node:
+        # it asks nothing of the quota, so no A100 row squeezes what others may borrow
+        expect(team_b.locator('[data-resource="nvidia.a100"]')).to_have_count(0)
         expect(team_b.locator('[data-resource="memory"] [data-col="used"]')).to_have_text("used 1Ti")
         assert "300647710720" not in page.locator("#quotas").inner_text()
         assert team_b.locator('[data-resource="nvidia.k80"]').count() == 0  # untouched: no row

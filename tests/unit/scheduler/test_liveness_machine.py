@@ -301,3 +301,25 @@ def test_a_hold_of_a_queue_behind_by_fair_share_does_not_block_a_job_ahead() -> 
         state.safe_and_live()
     finally:
         state.teardown()
+
+
+def test_a_backfill_hold_follows_the_walk_order_across_queues() -> None:
+    """Found by the machine: team-b's higher-priority 2x8 head held room; team-a's job comes first
+    in the walk (fair share across queues, then priority), so the hold must not stop it."""
+    state = SchedulerMachine()
+    try:
+        for _ in range(2):
+            state.safe_and_live()
+            state.wait(seconds=1.0)
+        state.safe_and_live()
+        state.submit(gpus=1, model=None, priority=10, replicas=1, team="team-b")
+        state.safe_and_live()
+        state.submit(gpus=8, model=None, priority=10, replicas=2, team="team-b")
+        state.safe_and_live()
+        state.submit(gpus=1, model="nvidia.v100", priority=0, replicas=1, team="team-a")
+        for _ in range(4):
+            state.safe_and_live()
+            state.wait(seconds=1.0)
+        state.safe_and_live()
+    finally:
+        state.teardown()
