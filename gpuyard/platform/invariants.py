@@ -52,6 +52,7 @@ from gpuyard.apis.quotakinds import ElasticQuota
 from gpuyard.apis.scheduling import PodGroup, Reservation, pod_devices, pod_gpus
 from gpuyard.scheduler.core import WATCHED
 from gpuyard.scheduler.framework import Profile
+from gpuyard.scheduler.holds import Hold
 from gpuyard.scheduler.liveness import LivenessTracker, fitting_now
 from gpuyard.state.store import Store
 
@@ -137,13 +138,16 @@ class InvariantChecker:
         cycle: int,
         now: float,
         utcnow: datetime,
+        claims: Iterable[Hold] = (),
     ) -> list[Violation]:
         """The jobs that have fitted now (a fresh scheduler over the store's objects places them,
         with the scheduler's `profile` and `port_range`) for more than 3 cycles and 5 s, as of
         scheduling cycle `cycle` at `now` seconds; each call extends what this checker saw."""
         known = set(store.kinds())
         objects = {kind: store.list(kind) for kind in WATCHED if kind in known}
-        fitting = fitting_now(objects, profile=profile, port_range=port_range, now=now, utcnow=utcnow)
+        fitting = fitting_now(
+            objects, profile=profile, port_range=port_range, now=now, utcnow=utcnow, claims=claims
+        )
         return [
             Violation("liveness", str(stuck), (f"PodGroup/{stuck.key[0]}/{stuck.key[1]}",))
             for stuck in self.liveness.observe(fitting, cycle=cycle, now=now)

@@ -10,8 +10,9 @@ never be placed, a job not retried after what blocked it went away. The rule che
 
 **Fits now** is answered by a *fresh* scheduler (:func:`fitting_now`): a
 :class:`~gpuyard.scheduler.core.SchedulerState` built from the objects alone (nodes,
-Reservations, PodGroups, quotas, queues, classes, PodDisruptionBudgets), with nothing of the
-running scheduler's memory (its held room, parked jobs, caches, backoffs), walks the queues once;
+Reservations, PodGroups, quotas, queues, classes, PodDisruptionBudgets) plus the room the running
+scheduler holds for jobs ahead (its claims: nominations, the backfill head's room), with nothing
+else of its memory (parked jobs, caches, backoffs), walks the queues once;
 the jobs it places are those that fit now. Its walk applies every rule a job must pass: quota and
 queue admission, `place()` with all the job's constraints (topology, affinity, GPU class), and
 the room claimed by jobs ahead of it (placed before it in the walk by priority and queue order,
@@ -29,7 +30,7 @@ state-machine test (tests/unit/scheduler/test_liveness_machine.py) after every s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuyard.apis.meta import Resource
@@ -37,6 +38,7 @@ from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.scheduler.core import WATCHED, SchedulerState
 from gpuyard.scheduler.decisions import PlaceGang
 from gpuyard.scheduler.framework import Profile
+from gpuyard.scheduler.holds import Hold
 
 __all__ = ["CYCLES", "SECONDS", "LivenessTracker", "Stuck", "fitting_now"]
 
@@ -53,9 +55,12 @@ def fitting_now(
     port_range: tuple[int, int],
     now: float,
     utcnow: datetime,
+    claims: Iterable[Hold] = (),
 ) -> set[Key]:
     """The unplaced PodGroups a fresh scheduler places in its first walk (see the module
-    docstring): the jobs that fit now. `objects`: per kind, what the store holds."""
+    docstring): the jobs that fit now. `objects`: per kind, what the store holds; `claims`: the
+    room the running scheduler holds (nominations after preemption, the backfill head's room),
+    which the rule counts as claimed by the jobs ahead that hold it."""
     listed = {kind: list(objects.get(kind, ())) for kind in WATCHED if kind in objects}
     waiting: set[Key] = set()
     held = {
@@ -77,6 +82,9 @@ def fitting_now(
         return set()
     state = SchedulerState(profile=profile, port_range=port_range, events=False)
     state.load(listed, now=now, utcnow=utcnow)
+    for hold in claims:
+        if hold.owner in waiting or hold.owner in held:
+            state.holds.set(replace(hold, nodes=dict(hold.nodes)))
     placed: set[Key] = set()
     for _ in range(1_000):
         for decision in state.step(now=now, utcnow=utcnow, limit=10_000):

@@ -124,6 +124,7 @@ class InvariantWatch:
                 cycle=self.cycles,
                 now=self._live_at,
                 utcnow=clock.utcnow(),
+                claims=list(state.holds.by_owner.values()),
             )
         except Exception:  # a test that breaks the scheduler on purpose breaks its fresh copy too
             return []

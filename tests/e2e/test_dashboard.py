@@ -299,6 +299,8 @@ def test_dashboard_job_colours_are_distinct_and_an_unhealthy_gpu_is_labelled(ser
         colours = {}
         for key in jobs:
             swatch = page.locator(f'tr[data-job="{key}"] .swatch')
+            # wait on state: the row and its colour are drawn (an opaque rgb(), not yet transparent)
+            expect(swatch).to_have_css("background-color", re.compile(r"^rgb\(\d+, \d+, \d+\)$"))
             colours[key] = swatch.evaluate("el => getComputedStyle(el).backgroundColor")
         rgb = {k: tuple(int(x) for x in re.findall(r"\d+", c)[:3]) for k, c in colours.items()}
         closest = min(math.dist(rgb[a], rgb[b]) for a, b in itertools.combinations(jobs, 2))
