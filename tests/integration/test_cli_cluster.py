@@ -152,7 +152,9 @@ async def test_watch_jobs(live: Live) -> None:
 
 
 async def test_watch_jobs_lines_up_shows_the_last_condition_and_skips_unchanged_rows(live: Live) -> None:
-    task = asyncio.create_task(live.cli("watch", "jobs", "-n", "team-c", "-o", "wide", "--watch-only", "--max-events", "4"))
+    task = asyncio.create_task(
+        live.cli("watch", "jobs", "-n", "team-c", "-o", "wide", "--watch-only", "--max-events", "4")
+    )
     await asyncio.sleep(0.5)  # the watch connects
     job = load_job("pytorch-simple", namespace="team-c")
     job.metadata.name = "resnet50-imagenet-ddp-run2"

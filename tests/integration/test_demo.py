@@ -132,7 +132,12 @@ def test_demo_url_line_comes_after_the_sample_jobs_have_started():
             for line in before
             if line.startswith("{") and '"job.transition"' in line and '"phase": "Running"' in line
         }
-        assert running == {"kubedl/mnist-demo", "team-a/resnet50-ddp", "team-a/xgb-churn", "team-b/llm-pretrain"}
+        assert running == {
+            "kubedl/mnist-demo",
+            "team-a/resnet50-ddp",
+            "team-a/xgb-churn",
+            "team-b/llm-pretrain",
+        }
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=5)
     finally:
