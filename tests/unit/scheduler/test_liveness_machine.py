@@ -24,6 +24,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -282,40 +283,26 @@ SchedulerMachine.TestCase.settings = settings(
 TestSchedulerMachine = SchedulerMachine.TestCase
 
 
-def test_a_hold_of_a_queue_behind_by_fair_share_does_not_block_a_job_ahead() -> None:
-    """Found by the machine: team-b's 2x8 head held room before team-a submitted; team-a's job
-    is ahead of it by fair share (team-b already runs a job), so the hold must not stop it."""
+@pytest.mark.parametrize(
+    "head_priority",
+    [
+        pytest.param(0, id="equal-priority-queue-ahead-by-fair-share"),
+        pytest.param(10, id="higher-priority-head-of-a-queue-behind-in-the-walk"),
+    ],
+)
+def test_a_backfill_hold_follows_the_walk_order_across_queues(head_priority: int) -> None:
+    """Histories the machine found: team-b's 2x8 head held room after team-b's first job started;
+    team-a's 1-GPU job comes first in the walk (queues by fair share, then priority), so the hold
+    must not stop it while GPUs idle."""
     state = SchedulerMachine()
     try:
         for _ in range(2):
             state.safe_and_live()
             state.wait(seconds=1.0)
         state.safe_and_live()
-        state.submit(gpus=1, model=None, priority=0, replicas=1, team="team-b")
+        state.submit(gpus=1, model=None, priority=head_priority, replicas=1, team="team-b")
         state.safe_and_live()
-        state.submit(gpus=8, model=None, priority=0, replicas=2, team="team-b")
-        state.safe_and_live()
-        state.submit(gpus=1, model="nvidia.v100", priority=0, replicas=1, team="team-a")
-        for _ in range(4):
-            state.safe_and_live()
-            state.wait(seconds=1.0)
-        state.safe_and_live()
-    finally:
-        state.teardown()
-
-
-def test_a_backfill_hold_follows_the_walk_order_across_queues() -> None:
-    """Found by the machine: team-b's higher-priority 2x8 head held room; team-a's job comes first
-    in the walk (fair share across queues, then priority), so the hold must not stop it."""
-    state = SchedulerMachine()
-    try:
-        for _ in range(2):
-            state.safe_and_live()
-            state.wait(seconds=1.0)
-        state.safe_and_live()
-        state.submit(gpus=1, model=None, priority=10, replicas=1, team="team-b")
-        state.safe_and_live()
-        state.submit(gpus=8, model=None, priority=10, replicas=2, team="team-b")
+        state.submit(gpus=8, model=None, priority=head_priority, replicas=2, team="team-b")
         state.safe_and_live()
         state.submit(gpus=1, model="nvidia.v100", priority=0, replicas=1, team="team-a")
         for _ in range(4):
