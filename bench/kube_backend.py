@@ -43,15 +43,16 @@ from gpuyard.state.config import Settings
 from gpuyard.testing.apiserver.server import FakeApiServer
 
 
-def _node(name: str) -> dict[str, Any]:
+def _node(name: str, *, gpus: int = 8, cpu: str = "64", memory: str = "512Gi") -> dict[str, Any]:
     cap = {
-        "cpu": parse_quantity("64"),
-        "memory": parse_quantity("512Gi"),
+        "cpu": parse_quantity(cpu),
+        "memory": parse_quantity(memory),
         "pods": parse_quantity(110),
-        GPU_RESOURCE: parse_quantity(8),
+        GPU_RESOURCE: parse_quantity(gpus),
     }
+    labels = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "kubernetes.io/hostname": name}
     node = Node(
-        metadata=ObjectMeta(name=name, labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}),
+        metadata=ObjectMeta(name=name, labels=labels),
         status=NodeStatus(
             capacity=cap, allocatable=dict(cap), conditions=[NodeCondition(type="Ready", status="True")]
         ),
@@ -136,25 +137,6 @@ async def main(nodes: int, pods: int, workers: int) -> dict[str, Any]:
         "sync_seconds": round(sync_seconds, 3),
         "gang_bound_seconds": round(gang_seconds, 3),
     }
-
-
-def _big_node(name: str) -> dict[str, Any]:
-    cap = {
-        "cpu": parse_quantity("128"),
-        "memory": parse_quantity("1Ti"),
-        "pods": parse_quantity(110),
-        GPU_RESOURCE: parse_quantity(16),
-    }
-    node = Node(
-        metadata=ObjectMeta(
-            name=name,
-            labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "kubernetes.io/hostname": name},
-        ),
-        status=NodeStatus(
-            capacity=cap, allocatable=dict(cap), conditions=[NodeCondition(type="Ready", status="True")]
-        ),
-    )
-    return to_json(node)
 
 
 def _plain_pod(i: int) -> dict[str, Any]:
@@ -253,7 +235,9 @@ async def real_main(*, nodes: int, pods: int, gang: int, qps: int, burst: int) -
             async with sem:
                 await client.create(res, body)
 
-        await asyncio.gather(*(create(node_res, _big_node(f"n{i:04d}")) for i in range(nodes)))
+        await asyncio.gather(
+            *(create(node_res, _node(f"n{i:04d}", gpus=16, cpu="128", memory="1Ti")) for i in range(nodes))
+        )
         await asyncio.sleep(2.0)  # the node lifecycle controller takes the not-ready taint off
 
         binding = _Binding(client)
