@@ -9,6 +9,7 @@ queues, then submit time), and only when it fits nowhere else.
 
 from __future__ import annotations
 
+from gpuyard.scheduler.core import SchedulerState
 from gpuyard.scheduler.decisions import PlaceGang
 from tests.unit.scheduler.helpers import make_node, podgroup, role
 from tests.unit.scheduler.test_core import Cluster, core, of, step
@@ -26,6 +27,19 @@ def busy_cluster() -> Cluster:
         podgroup("f1", role(gpus=5, node_selector=on("n1"))),
         podgroup("f2", role(gpus=3, node_selector=on("n2"))),
     )
+
+
+def held_for_a_2x4_head(cluster: Cluster) -> tuple[SchedulerState, str]:
+    """The cluster's jobs placed, then a 2 x 4-GPU head that waits: the state and the one node
+    where room is held for it."""
+    state = core(cluster)
+    step(state, cluster)
+    cluster.put(podgroup("head", role(replicas=2, gpus=4)))
+    step(state, cluster, now=1.0)
+    hold = state.holds.get(("default", "head"))
+    assert hold is not None
+    (node,) = hold.nodes
+    return state, node
 
 
 def placed(decisions: list) -> list[tuple[str, str]]:
@@ -65,13 +79,7 @@ def test_a_job_that_would_take_the_heads_room_waits_and_says_why() -> None:
     cluster = busy_cluster()
     cluster.put(make_node("n3", gpus=16))
     cluster.put(podgroup("o1", role(gpus=16, node_selector=on("n3")), namespace="other"))
-    state = core(cluster)
-    step(state, cluster)
-    cluster.put(podgroup("head", role(replicas=2, gpus=4)))
-    step(state, cluster, now=1.0)
-    hold = state.holds.get(("default", "head"))
-    assert hold is not None
-    (node,) = hold.nodes
+    state, node = held_for_a_2x4_head(cluster)
     cluster.put(podgroup("thief", role(gpus=1, node_selector=on(node)), namespace="other"))
     assert placed(step(state, cluster, now=2.0)) == []
     message = cluster.get("PodGroup", "other", "thief").status.message
@@ -87,13 +95,7 @@ def test_a_job_that_would_take_the_heads_room_waits_and_says_why() -> None:
 
 def test_a_job_of_a_queue_ahead_by_fair_share_takes_held_room_only_when_nothing_else_fits() -> None:
     cluster = busy_cluster()
-    state = core(cluster)
-    step(state, cluster)
-    cluster.put(podgroup("head", role(replicas=2, gpus=4)))
-    step(state, cluster, now=1.0)
-    hold = state.holds.get(("default", "head"))
-    assert hold is not None
-    (node,) = hold.nodes
+    state, node = held_for_a_2x4_head(cluster)
     # "other" uses nothing: it is ahead of the head's namespace, and this job fits only there
     cluster.put(podgroup("pinned", role(gpus=1, node_selector=on(node)), namespace="other"))
     assert placed(step(state, cluster, now=2.0)) == [("other", "pinned")]
