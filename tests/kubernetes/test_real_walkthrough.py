@@ -20,13 +20,12 @@ import subprocess
 import sys
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
 from tests.kubernetes.peers import MPI_OPERATOR, TRAINING_OPERATOR
 from tests.kubernetes.realplane import ControlPlaneView, admin_http, install_crds
-from tests.kubernetes.test_walkthrough import FAST_LEASE, JOB_FILE, ROOT, Stack, free_port, wait_for
+from tests.kubernetes.test_walkthrough import JOB_FILE, ROOT, Stack, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs the kubectl binary")
 SERVICE_ACCOUNT = "system:serviceaccount:gpuyard-system:gpuyard"
@@ -63,44 +62,19 @@ def test_two_replicas_as_gpuyards_service_account_run_kubedls_tfjob_through_a_le
             "--heartbeat",
             "2",
         )
-        ports = {}
-        for name in ("gpuyard-a", "gpuyard-b"):
-            ports[name] = free_port()
-            stack.start(
-                name,
-                "serve",
-                "--backend",
-                "kubernetes",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--port",
-                str(ports[name]),
-                "--data-dir",
-                str(stack.tmp / name),
-                env={**FAST_LEASE, "POD_NAME": name},
-            )
-        for name, port in ports.items():
-            wait_for(
-                f"{name} ready",
-                lambda port=port: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200,
-            )
+        ports = stack.serve_replicas(kubeconfig)
 
         stack.kubectl("create", "namespace", "kubedl")
         stack.kubectl("apply", "-f", str(JOB_FILE))
 
-        def pod() -> dict[str, Any]:
-            return json.loads(stack.kubectl("get", "pod", "-n", "kubedl", "mnist-worker-0", "-o", "json"))
-
+        pod = stack.worker_pod
         running = wait_for(
             "the worker running", lambda: pod().get("status", {}).get("phase") == "Running" and pod()
         )
         assert running["spec"]["schedulerName"] == "gpuyard"
         node = running["spec"]["nodeName"]
 
-        def holder() -> str:
-            lease = json.loads(stack.kubectl("get", "lease", "-n", "gpuyard-system", "gpuyard", "-o", "json"))
-            return str(lease["spec"]["holderIdentity"])
-
+        holder = stack.lease_holder
         leader = wait_for("a leader", holder)
         standby = next(n for n in ports if n != leader)
         stack.procs[leader].send_signal(signal.SIGKILL)

@@ -115,6 +115,42 @@ class Stack:
         for f in self.files:
             f.close()
 
+    def serve_replicas(
+        self, kubeconfig: Path, names: tuple[str, ...] = ("gpuyard-a", "gpuyard-b")
+    ) -> dict[str, int]:
+        """`gpuyard serve --backend kubernetes` replicas with a fast Lease, each waited for
+        ready; their HTTP ports by name."""
+        ports = {}
+        for name in names:
+            ports[name] = free_port()
+            self.start(
+                name,
+                "serve",
+                "--backend",
+                "kubernetes",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--port",
+                str(ports[name]),
+                "--data-dir",
+                str(self.tmp / name),
+                env={**FAST_LEASE, "POD_NAME": name},
+            )
+        for name, port in ports.items():
+            wait_for(
+                f"{name} ready",
+                lambda port=port: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200,
+            )
+        return ports
+
+    def worker_pod(self) -> dict[str, Any]:
+        """The KubeDL example's one pod."""
+        return json.loads(self.kubectl("get", "pod", "-n", "kubedl", "mnist-worker-0", "-o", "json"))
+
+    def lease_holder(self) -> str:
+        lease = json.loads(self.kubectl("get", "lease", "-n", "gpuyard-system", "gpuyard", "-o", "json"))
+        return str(lease["spec"]["holderIdentity"])
+
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.tmp.glob("*.log")))
 
@@ -160,33 +196,11 @@ def test_a_kubedl_tfjob_succeeds_through_a_410_and_a_leader_kill(stack: Stack) -
         "--pod-duration",
         "6s",
     )
-    ports = {}
-    kubeconfig = stack.kubeconfig_as(SERVICE_ACCOUNT_TOKEN)
-    for name in ("gpuyard-a", "gpuyard-b"):
-        ports[name] = free_port()
-        stack.start(
-            name,
-            "serve",
-            "--backend",
-            "kubernetes",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--port",
-            str(ports[name]),
-            "--data-dir",
-            str(stack.tmp / name),
-            env={**FAST_LEASE, "POD_NAME": name},
-        )
-    for name, port in ports.items():
-        wait_for(
-            f"{name} ready", lambda port=port: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
-        )
+    ports = stack.serve_replicas(stack.kubeconfig_as(SERVICE_ACCOUNT_TOKEN))
 
     stack.kubectl("apply", "-f", str(JOB_FILE))
 
-    def pod() -> dict[str, Any]:
-        return json.loads(stack.kubectl("get", "pod", "-n", "kubedl", "mnist-worker-0", "-o", "json"))
-
+    pod = stack.worker_pod
     running = wait_for(
         "the worker running", lambda: pod().get("status", {}).get("phase") == "Running" and pod()
     )
@@ -199,10 +213,7 @@ def test_a_kubedl_tfjob_succeeds_through_a_410_and_a_leader_kill(stack: Stack) -
     httpx.post(f"{stack.api}/_gpuyard/faults", json={"action": "drop-watches"}).raise_for_status()
 
     # The leader dies mid-run; the standby takes the Lease over.
-    def holder() -> str:
-        lease = json.loads(stack.kubectl("get", "lease", "-n", "gpuyard-system", "gpuyard", "-o", "json"))
-        return str(lease["spec"]["holderIdentity"])
-
+    holder = stack.lease_holder
     leader = wait_for("a leader", holder)
     standby = next(n for n in ports if n != leader)
     stack.procs[leader].send_signal(signal.SIGKILL)
