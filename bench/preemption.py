@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuyard.apis.resourceclasses import default_class
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.scheduler.outcomes import Placement
+from gpuyard.scheduler.cache.snapshot import Snapshot
+from gpuyard.scheduler.gangs.outcomes import Placement
+from gpuyard.scheduler.placement.profiles import build_profile
 from gpuyard.scheduler.preemption.victims import Candidate, select_victims
-from gpuyard.scheduler.profiles import build_profile
-from gpuyard.scheduler.snapshot import Snapshot
 from tests.unit.scheduler.helpers import assume_into, gang_of, make_node, place_one, podgroup, role
 
 

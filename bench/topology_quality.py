@@ -42,12 +42,12 @@ from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.resourceclasses import default_class
 from gpuyard.apis.scheduling import PodGroup, Reservation, ReservationSpec
 from gpuyard.devices.presets import get_preset
-from gpuyard.scheduler.gang_requests import build_gang
-from gpuyard.scheduler.outcomes import Placement
-from gpuyard.scheduler.placing import place
-from gpuyard.scheduler.profiles import build_profile
-from gpuyard.scheduler.snapshot import Snapshot
-from gpuyard.scheduler.topology import free_masks
+from gpuyard.scheduler.cache.snapshot import Snapshot
+from gpuyard.scheduler.gangs.outcomes import Placement
+from gpuyard.scheduler.gangs.requests import build_gang
+from gpuyard.scheduler.placement.placing import place
+from gpuyard.scheduler.placement.profiles import build_profile
+from gpuyard.scheduler.placement.topology import free_masks
 from tests.builders import make_node
 
 SIZES = (1, 2, 4, 8)

@@ -6,7 +6,7 @@ This is the user-facing edge of quota and queueing (`submit -> validate -> store
 :mod:`gpuyard.apis.quotakinds`; durations such as a job's `gpuyard.io/expected-duration` are
 read by :mod:`gpuyard.apis.durations`.
 
-The scheduler turns these into plain data once (`gpuyard.scheduler.quota`); the functions here
+The scheduler turns these into plain data once (`gpuyard.scheduler.admission.quota`); the functions here
 validate whole *sets* of quotas (`current + candidate`) so that a rejected object never changes
 the tree in force. Every problem is `(object name, field path, reason)`.
 """

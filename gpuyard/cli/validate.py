@@ -111,7 +111,7 @@ class _Offline:
         from gpuyard.controllers.podgroups import build_pod_group
         from gpuyard.controllers.workloads.registry import plugin_for
         from gpuyard.scheduler import Unschedulable, build_gang, build_profile, place
-        from gpuyard.scheduler.snapshot import Snapshot
+        from gpuyard.scheduler.cache.snapshot import Snapshot
 
         if self._snapshot is None:
             self._snapshot = Snapshot.build(

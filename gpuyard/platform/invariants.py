@@ -50,10 +50,10 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.quantity import format_quantity, to_milli
 from gpuyard.apis.quotakinds import ElasticQuota
 from gpuyard.apis.scheduling import PodGroup, Reservation, pod_devices, pod_gpus
+from gpuyard.scheduler.cache.holds import Hold
 from gpuyard.scheduler.core import WATCHED
-from gpuyard.scheduler.framework import Profile
-from gpuyard.scheduler.holds import Hold
 from gpuyard.scheduler.liveness import LivenessTracker, fitting_now
+from gpuyard.scheduler.placement.framework import Profile
 from gpuyard.state.store import Store
 
 __all__ = [

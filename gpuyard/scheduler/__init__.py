@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.core import SchedulerState
 from gpuyard.scheduler.defaultclasses import DefaultClassReconciler
-from gpuyard.scheduler.framework import (
+from gpuyard.scheduler.gangs.outcomes import Placement, PodPlacement, Unschedulable
+from gpuyard.scheduler.gangs.requests import GangRequest, PodShape, PodSlot, RolePart, build_gang
+from gpuyard.scheduler.placement.framework import (
     CycleState,
     GPUChoice,
     Profile,
@@ -29,12 +32,9 @@ from gpuyard.scheduler.framework import (
     register_profile,
     register_score,
 )
-from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot, RolePart, build_gang
-from gpuyard.scheduler.outcomes import Placement, PodPlacement, Unschedulable
-from gpuyard.scheduler.placing import place
-from gpuyard.scheduler.profiles import build_profile, profile_from_settings
+from gpuyard.scheduler.placement.placing import place
+from gpuyard.scheduler.placement.profiles import build_profile, profile_from_settings
 from gpuyard.scheduler.running import SchedulerLoop
-from gpuyard.scheduler.snapshot import Snapshot
 from gpuyard.state.context import Context
 
 __all__ = [

@@ -1,8 +1,8 @@
 """The scheduler's synchronous core: changes in, decisions out, no store and no event loop.
 
 :class:`SchedulerState` holds everything the scheduler knows — its own view of the watched
-objects (:class:`~gpuyard.scheduler.objects.ObjectCache`), the NumPy :class:`Snapshot` of free
-capacity, the queues and quota (:class:`~gpuyard.scheduler.gatekeeping.Admission`), per-job
+objects (:class:`~gpuyard.scheduler.cache.objects.ObjectCache`), the NumPy :class:`Snapshot` of free
+capacity, the queues and quota (:class:`~gpuyard.scheduler.admission.gatekeeping.Admission`), per-job
 records — and has three entry points:
 
 * `load(objects)` (a full LIST) and `apply(changes)` (watch events: object added, modified,
@@ -41,7 +41,15 @@ from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resourceclasses import ResourceClass
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.scheduler.attempting import GangSignature, Walk, backoff, offer, retry_partial
+from gpuyard.scheduler.admission.gatekeeping import Admission
+from gpuyard.scheduler.admission.quota import FairQueue
+from gpuyard.scheduler.admission.recording import Key, QuotaParking, Recorder, is_complete
+from gpuyard.scheduler.cache.grouping import GangGroups
+from gpuyard.scheduler.cache.holds import Holds
+from gpuyard.scheduler.cache.objects import ObjectCache
+from gpuyard.scheduler.cache.snapshot import Snapshot
+from gpuyard.scheduler.cycle.attempting import GangSignature, Walk, backoff, offer, retry_partial
+from gpuyard.scheduler.cycle.timeouts import Deadlines, time_out, track_deadline
 from gpuyard.scheduler.decisions import (
     ChangeLike,
     Decision,
@@ -49,20 +57,12 @@ from gpuyard.scheduler.decisions import (
     PatchStatus,
     PlaceGang,
 )
-from gpuyard.scheduler.framework import Profile
-from gpuyard.scheduler.gang_requests import ShapeCache
-from gpuyard.scheduler.gatekeeping import Admission
-from gpuyard.scheduler.grouping import GangGroups
-from gpuyard.scheduler.holds import Holds
+from gpuyard.scheduler.gangs.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.gangs.requests import ShapeCache
 from gpuyard.scheduler.metrics import SchedulerMetrics
-from gpuyard.scheduler.objects import ObjectCache
-from gpuyard.scheduler.outcomes import Placement, Unschedulable
-from gpuyard.scheduler.preempting import Reclaimer
-from gpuyard.scheduler.quota import FairQueue
-from gpuyard.scheduler.recording import Key, QuotaParking, Recorder, is_complete
-from gpuyard.scheduler.rescheduling import Rescheduler
-from gpuyard.scheduler.snapshot import Snapshot
-from gpuyard.scheduler.timeouts import Deadlines, time_out, track_deadline
+from gpuyard.scheduler.placement.framework import Profile
+from gpuyard.scheduler.preemption.reclaim import Reclaimer
+from gpuyard.scheduler.rescheduling.rescheduler import Rescheduler
 
 __all__ = ["WATCHED", "SchedulerState"]
 

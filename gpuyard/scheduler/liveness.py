@@ -35,10 +35,10 @@ from datetime import datetime
 
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import PodGroup, Reservation
+from gpuyard.scheduler.cache.holds import Hold
 from gpuyard.scheduler.core import WATCHED, SchedulerState
 from gpuyard.scheduler.decisions import PlaceGang
-from gpuyard.scheduler.framework import Profile
-from gpuyard.scheduler.holds import Hold
+from gpuyard.scheduler.placement.framework import Profile
 
 __all__ = ["CYCLES", "SECONDS", "LivenessTracker", "Stuck", "fitting_now"]
 

@@ -27,7 +27,10 @@ import structlog
 from gpuyard.apis.core import Event
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
-from gpuyard.scheduler.assuming import COMPONENT
+from gpuyard.scheduler.admission.gatekeeping import Admission
+from gpuyard.scheduler.admission.quota import FairQueue
+from gpuyard.scheduler.cache.assuming import COMPONENT
+from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.core import WATCHED, SchedulerState
 from gpuyard.scheduler.decisions import (
     Decision,
@@ -36,13 +39,10 @@ from gpuyard.scheduler.decisions import (
     PlaceGang,
     RecordEvent,
 )
-from gpuyard.scheduler.framework import Profile
-from gpuyard.scheduler.gatekeeping import Admission
 from gpuyard.scheduler.metrics import SchedulerMetrics
-from gpuyard.scheduler.profiles import profile_from_settings
-from gpuyard.scheduler.quota import FairQueue
-from gpuyard.scheduler.rescheduling import Rescheduler
-from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.scheduler.placement.framework import Profile
+from gpuyard.scheduler.placement.profiles import profile_from_settings
+from gpuyard.scheduler.rescheduling.rescheduler import Rescheduler
 from gpuyard.state.config import SchedulerConfig
 from gpuyard.state.context import Context
 from gpuyard.state.store import AlreadyExists, Gone, NotFound, WatchEvent

@@ -4,7 +4,7 @@
 uses. It does what `gpuyard serve` does for each pod, minus the store and the event loop:
 
 1. the trace's nodes become `Node` objects as the fake cluster makes them (capacity, allocatable,
-   Ready, the GPU model label) and one :class:`~gpuyard.scheduler.snapshot.Snapshot` is built
+   Ready, the GPU model label) and one :class:`~gpuyard.scheduler.cache.snapshot.Snapshot` is built
    from them, rows in node-name order (so the framework's "lowest row wins a tie" is the paper's
    "the name that sorts first wins");
 2. each pod becomes a `PodSpec` (requests ``cpu``/``memory``/``nvidia.com/gpu``, a share as
@@ -29,14 +29,14 @@ from gpuyard.apis.core import GPU_RESOURCE, Node, NodeCondition, NodeStatus, Pod
 from gpuyard.apis.devicematching import LABEL_GPU_MODEL
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.resourceclasses import RequestError
-from gpuyard.scheduler.assuming import reservation_for, share_memory_of
-from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot, RolePart, shape_of
-from gpuyard.scheduler.outcomes import Placement
-from gpuyard.scheduler.packing import ClusterState, PodRequest
-from gpuyard.scheduler.packing_plugins import PackingScore
-from gpuyard.scheduler.placing import place
-from gpuyard.scheduler.profiles import build_profile
-from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.scheduler.cache.assuming import reservation_for, share_memory_of
+from gpuyard.scheduler.cache.snapshot import Snapshot
+from gpuyard.scheduler.gangs.outcomes import Placement
+from gpuyard.scheduler.gangs.requests import GangRequest, PodShape, PodSlot, RolePart, shape_of
+from gpuyard.scheduler.placement.packing import ClusterState, PodRequest
+from gpuyard.scheduler.placement.packing.plugins import PackingScore
+from gpuyard.scheduler.placement.placing import place
+from gpuyard.scheduler.placement.profiles import build_profile
 
 __all__ = ["FrameworkPlacer", "framework_placer", "node_objects", "pod_spec"]
 

@@ -17,7 +17,7 @@ Method (what the FGD paper's simulator does, see docs/simulation.md):
 The placement step sits behind `Placer` (``place(pod) -> (node, gpus) | None``, which also
 commits the placement in the placer's own view of the cluster), plugged in with
 ``run_openb(..., placer_factory=...)``: `PackingPlacer` (the default of this function) calls
-`gpuyard.scheduler.packing` on flat arrays; `gpuyard.sim.framework_placer.FrameworkPlacer` (what
+`gpuyard.scheduler.placement.packing` on flat arrays; `gpuyard.sim.framework_placer.FrameworkPlacer` (what
 `gpuyard simulate openb` uses unless told ``--engine packing``) sends every pod through the live
 scheduler — Snapshot, filters, `place()`, the packing plugins — and places each one the same way. Whatever the placer,
 the run mirrors every placement into its own ledger `ClusterState`, which raises if a placer ever
@@ -36,7 +36,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from gpuyard.scheduler.packing import (
+from gpuyard.scheduler.placement.packing import (
     ClusterState,
     FragmentationModel,
     PackingPolicy,
@@ -116,7 +116,7 @@ class PlacerFactory(Protocol):
 
 
 class PackingPlacer:
-    """The default placer: ``policy.place`` (`gpuyard.scheduler.packing`) on its own `ClusterState`."""
+    """The default placer: ``policy.place`` (`gpuyard.scheduler.placement.packing`) on its own `ClusterState`."""
 
     def __init__(self, state: ClusterState, policy: PackingPolicy) -> None:
         self.state = state

@@ -23,8 +23,8 @@ from typing import Literal
 
 import click
 
-from gpuyard.scheduler.framework import PROFILES
-from gpuyard.scheduler.packing import POLICIES
+from gpuyard.scheduler.placement.framework import PROFILES
+from gpuyard.scheduler.placement.packing import POLICIES
 from gpuyard.sim.framework_placer import framework_placer
 from gpuyard.sim.openb import (
     SUMMARY_POINTS,

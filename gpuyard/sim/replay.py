@@ -49,7 +49,7 @@ from gpuyard.apis.resourceclasses import SHARE_MILLI, validate_gang_request
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.devices.scenarios import Scenario
 from gpuyard.platform.runtime import Platform
-from gpuyard.scheduler.packing import GPU_MILLI
+from gpuyard.scheduler.placement.packing import GPU_MILLI
 from gpuyard.sim.replay_trace import Trace, TraceJob
 from gpuyard.state.clock import VirtualClock, settle
 from gpuyard.state.config import Settings

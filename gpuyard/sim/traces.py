@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuyard.scheduler.packing import GPU_MILLI, ClusterState, PodRequest
+from gpuyard.scheduler.placement.packing import GPU_MILLI, ClusterState, PodRequest
 
 __all__ = [
     "NODE_COLUMNS",

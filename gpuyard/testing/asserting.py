@@ -15,7 +15,7 @@ from decimal import Decimal
 from gpuyard.apis.quantity import format_quantity
 from gpuyard.apis.quotakinds import ElasticQuota, ResourceQuota
 from gpuyard.apis.scheduling import Reservation
-from gpuyard.scheduler.quota import usage_of_requests, vector_of
+from gpuyard.scheduler.admission.quota import usage_of_requests, vector_of
 from gpuyard.state.store import Store
 from gpuyard.testing.observing import JobPlacement, JobRef, explanation_of, job_key, phase_of, placement_of
 

@@ -313,7 +313,7 @@ async def test_demo_cluster_v100_class_and_a_gang_that_does_not_fit():
 
 
 async def test_an_error_in_one_cycle_does_not_stop_the_scheduler(sched, monkeypatch):
-    from gpuyard.scheduler import attempting as running
+    from gpuyard.scheduler.cycle import attempting as running
 
     real_place = running.place
     failures = {"boom": 1}

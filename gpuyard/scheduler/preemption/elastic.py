@@ -21,13 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpuyard.apis.scheduling import PodGroup, pod_name
-from gpuyard.scheduler.framework import CycleState, Profile
-from gpuyard.scheduler.gang_requests import GangRequest
-from gpuyard.scheduler.holds import HeldArrays
-from gpuyard.scheduler.outcomes import Placement
-from gpuyard.scheduler.placing import place
+from gpuyard.scheduler.cache.holds import HeldArrays
+from gpuyard.scheduler.cache.snapshot import Alloc, Snapshot
+from gpuyard.scheduler.gangs.outcomes import Placement
+from gpuyard.scheduler.gangs.requests import GangRequest
+from gpuyard.scheduler.placement.framework import CycleState, Profile
+from gpuyard.scheduler.placement.placing import place
 from gpuyard.scheduler.preemption.victims import Candidate
-from gpuyard.scheduler.snapshot import Alloc, Snapshot
 
 __all__ = ["ANNOTATION_ELASTIC", "Shrink", "shrink_plan", "surplus_pods"]
 

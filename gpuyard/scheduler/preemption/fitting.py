@@ -4,8 +4,8 @@ preemption, reclaim, backfill and migration decision asks.
 :func:`fits_without` runs the real placement (`placing.place`: filters, topology, shapes, CPU and
 memory included) on the snapshot with the Reservations of some PodGroups taken out, and puts them
 back before it returns (the snapshot is scratch space, as `place` itself treats it). The answer is
-a :class:`~gpuyard.scheduler.outcomes.Placement` (where the gang would go) or an
-:class:`~gpuyard.scheduler.outcomes.Unschedulable` (why not).
+a :class:`~gpuyard.scheduler.gangs.outcomes.Placement` (where the gang would go) or an
+:class:`~gpuyard.scheduler.gangs.outcomes.Unschedulable` (why not).
 
 :func:`room_needed` turns a planned placement into the room to hold per node (what the plan
 takes there minus what the removed jobs free there): what a nomination or a backfill head keeps.
@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from gpuyard.scheduler.framework import CycleState, Profile
-from gpuyard.scheduler.gang_requests import GangRequest
-from gpuyard.scheduler.holds import HeldArrays
-from gpuyard.scheduler.outcomes import Placement, Unschedulable
-from gpuyard.scheduler.placing import place
-from gpuyard.scheduler.snapshot import Alloc, Snapshot
+from gpuyard.scheduler.cache.holds import HeldArrays
+from gpuyard.scheduler.cache.snapshot import Alloc, Snapshot
+from gpuyard.scheduler.gangs.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.gangs.requests import GangRequest
+from gpuyard.scheduler.placement.framework import CycleState, Profile
+from gpuyard.scheduler.placement.placing import place
 
 __all__ = ["fits_without", "room_needed", "without"]
 

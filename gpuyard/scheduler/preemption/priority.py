@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.scheduler.gang_requests import build_gang
-from gpuyard.scheduler.holds import Hold
+from gpuyard.scheduler.cache.holds import Hold
+from gpuyard.scheduler.gangs.requests import build_gang
 from gpuyard.scheduler.preemption.budgets import violation_counter
 from gpuyard.scheduler.preemption.elastic import shrink_plan, surplus_pods
 from gpuyard.scheduler.preemption.evicting import checkpoint_interval, evict, gpu_hours_lost

@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuyard.scheduler.framework import Profile
-from gpuyard.scheduler.gang_requests import GangRequest
-from gpuyard.scheduler.holds import HeldArrays
-from gpuyard.scheduler.outcomes import Placement
+from gpuyard.scheduler.cache.holds import HeldArrays
+from gpuyard.scheduler.cache.snapshot import Snapshot
+from gpuyard.scheduler.gangs.outcomes import Placement
+from gpuyard.scheduler.gangs.requests import GangRequest
+from gpuyard.scheduler.placement.framework import Profile
 from gpuyard.scheduler.preemption.fitting import fits_without
-from gpuyard.scheduler.snapshot import Snapshot
 
 __all__ = ["Candidate", "Plan", "plan_cost", "select_victims"]
 

@@ -9,7 +9,7 @@ from gpuyard.apis.quotakinds import DEFAULT_QUOTA, LABEL_QUOTA_NAME, ElasticQuot
 from gpuyard.platform.api.app import make_app
 from gpuyard.platform.api.auth import hash_token
 from gpuyard.platform.api.tenancy import default_quota
-from gpuyard.scheduler.quota import QuotaTree, specs_from_quotas
+from gpuyard.scheduler.admission.quota import QuotaTree, specs_from_quotas
 from gpuyard.state.config import Settings
 from gpuyard.state.context import Context
 

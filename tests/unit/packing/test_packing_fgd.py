@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuyard.scheduler.packing import (
+from gpuyard.scheduler.placement.packing import (
     ClusterState,
     FgdPolicy,
     FragmentationModel,
@@ -172,7 +172,7 @@ def test_vectorised_fragmentation_matches_the_naive_formula(nodes, pod):
         assert got[i] == pytest.approx(naive_frag(cpu, gpus, int(s.gpu_model[i]), typical))
     num, milli, cpu = pod
     req = PodRequest(name="p", cpu_milli=cpu, memory_mib=1, num_gpu=num, gpu_milli=milli)
-    from gpuyard.scheduler.packing import fits
+    from gpuyard.scheduler.placement.packing import fits
 
     cand = np.flatnonzero(fits(s, req))
     score, gpu, dec = fgd_scores(fm, s, pod=req, nodes=cand)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuyard.scheduler.packing import (
+from gpuyard.scheduler.placement.packing import (
     POLICIES,
     BestFitPolicy,
     ClusterState,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuyard.scheduler.packing import (
+from gpuyard.scheduler.placement.packing import (
     GPU_MILLI,
     POLICIES,
     ClusterState,

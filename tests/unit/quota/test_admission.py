@@ -7,7 +7,7 @@ from decimal import Decimal
 from gpuyard.apis.devicematching import ANNOTATION_UNHEALTHY_GPUS
 from gpuyard.apis.quotakinds import LABEL_PREEMPTIBLE, LABEL_QUOTA_NAME, ResourceQuota
 from gpuyard.apis.resourceclasses import default_class
-from gpuyard.scheduler.quota.admission import (
+from gpuyard.scheduler.admission.quota.admission import (
     QuotaBook,
     ResourceQuotaBook,
     admit,
@@ -15,8 +15,8 @@ from gpuyard.scheduler.quota.admission import (
     quota_of,
     resource_quota_usage,
 )
-from gpuyard.scheduler.quota.resources import capacity_of, quantities_of, usage_of_requests
-from gpuyard.scheduler.quota.tree import DEFAULT_QUOTA, ROOT_QUOTA, QuotaSpec, QuotaTree
+from gpuyard.scheduler.admission.quota.resources import capacity_of, quantities_of, usage_of_requests
+from gpuyard.scheduler.admission.quota.tree import DEFAULT_QUOTA, ROOT_QUOTA, QuotaSpec, QuotaTree
 from tests.builders import make_node
 
 G = "nvidia.com/gpu"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from gpuyard.scheduler.quota.ordering import FairQueue, QueueConfig, QueuedJob
+from gpuyard.scheduler.admission.quota.ordering import FairQueue, QueueConfig, QueuedJob
 
 G = "nvidia.com/gpu"
 

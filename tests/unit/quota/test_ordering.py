@@ -8,7 +8,7 @@ import pytest
 
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION, Queue
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.scheduler.quota.ordering import (
+from gpuyard.scheduler.admission.quota.ordering import (
     Aging,
     FairQueue,
     QueueConfig,
@@ -16,7 +16,7 @@ from gpuyard.scheduler.quota.ordering import (
     queue_configs,
     queued_job,
 )
-from gpuyard.scheduler.quota.resources import fits
+from gpuyard.scheduler.admission.quota.resources import fits
 
 G = "nvidia.com/gpu"
 NOW = 10_000.0

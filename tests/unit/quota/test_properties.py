@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, rule
 
-from gpuyard.scheduler.quota.admission import QuotaBook
-from gpuyard.scheduler.quota.ordering import Aging, FairQueue, QueueConfig, QueuedJob
-from gpuyard.scheduler.quota.resources import fits
-from gpuyard.scheduler.quota.tree import DEFAULT_QUOTA, ROOT_QUOTA, QuotaSpec, QuotaTree
-from gpuyard.scheduler.quota.victims import RunningJob, plan_reclaim
+from gpuyard.scheduler.admission.quota.admission import QuotaBook
+from gpuyard.scheduler.admission.quota.ordering import Aging, FairQueue, QueueConfig, QueuedJob
+from gpuyard.scheduler.admission.quota.resources import fits
+from gpuyard.scheduler.admission.quota.tree import DEFAULT_QUOTA, ROOT_QUOTA, QuotaSpec, QuotaTree
+from gpuyard.scheduler.admission.quota.victims import RunningJob, plan_reclaim
 
 G = "nvidia.com/gpu"
 C = "cpu"

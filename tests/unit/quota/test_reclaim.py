@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpuyard.scheduler.quota.admission import QuotaBook
-from gpuyard.scheduler.quota.tree import QuotaSpec, QuotaTree
-from gpuyard.scheduler.quota.victims import RunningJob, plan_reclaim
+from gpuyard.scheduler.admission.quota.admission import QuotaBook
+from gpuyard.scheduler.admission.quota.tree import QuotaSpec, QuotaTree
+from gpuyard.scheduler.admission.quota.victims import RunningJob, plan_reclaim
 
 G = "nvidia.com/gpu"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.scheduler.quota.tree import (
+from gpuyard.scheduler.admission.quota.tree import (
     DEFAULT_QUOTA,
     ROOT_QUOTA,
     QuotaSpec,

@@ -30,7 +30,7 @@ from gpuyard.apis.quotakinds import (
     Queue,
     ResourceQuota,
 )
-from gpuyard.scheduler.quota import QuotaTree, specs_from_quotas
+from gpuyard.scheduler.admission.quota import QuotaTree, specs_from_quotas
 from gpuyard.state.context import Context
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "quotas"

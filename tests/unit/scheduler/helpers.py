@@ -8,11 +8,11 @@ from typing import Any
 from gpuyard.apis.core import Node
 from gpuyard.apis.resourceclasses import ResourceClass, default_class
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.scheduler.gang_requests import GangRequest, build_gang
-from gpuyard.scheduler.outcomes import Placement, Unschedulable
-from gpuyard.scheduler.placing import place
-from gpuyard.scheduler.profiles import build_profile
-from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.scheduler.cache.snapshot import Snapshot
+from gpuyard.scheduler.gangs.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.gangs.requests import GangRequest, build_gang
+from gpuyard.scheduler.placement.placing import place
+from gpuyard.scheduler.placement.profiles import build_profile
 from tests.builders import make_node
 
 __all__ = ["assume_into", "gang_of", "make_node", "place_one", "podgroup", "reservations_of", "role", "snap"]
@@ -91,7 +91,7 @@ def place_one(s: Snapshot, *pgs: PodGroup, profile: str = "default", **kw: Any) 
 
 def reservations_of(placement: Placement) -> list[Reservation]:
     """The Reservations the loop would create (with fake resourceVersions)."""
-    from gpuyard.scheduler.assuming import reservation_for
+    from gpuyard.scheduler.cache.assuming import reservation_for
 
     peers = placement.local_peers()
     out = []

@@ -16,7 +16,7 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.quotakinds import ElasticQuota
 from gpuyard.scheduler.core import SchedulerState
 from gpuyard.scheduler.decisions import Change, DeleteReservation, PatchStatus, PlaceGang, RecordEvent
-from gpuyard.scheduler.profiles import build_profile
+from gpuyard.scheduler.placement.profiles import build_profile
 from tests.unit.scheduler.helpers import make_node, podgroup, role
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

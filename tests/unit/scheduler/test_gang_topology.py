@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.scheduler.outcomes import Placement
+from gpuyard.scheduler.gangs.outcomes import Placement
 from tests.unit.scheduler.helpers import place_one, podgroup, role
 from tests.unit.scheduler.test_topology import QUADS, cluster, occupy
 

@@ -38,7 +38,7 @@ from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.platform.invariants import check_store
 from gpuyard.scheduler.core import WATCHED, SchedulerState
 from gpuyard.scheduler.liveness import LivenessTracker, fitting_now
-from gpuyard.scheduler.profiles import build_profile
+from gpuyard.scheduler.placement.profiles import build_profile
 from gpuyard.state.store import Store
 from tests.unit.scheduler.helpers import make_node, podgroup, role
 from tests.unit.scheduler.test_core import T0, Cluster

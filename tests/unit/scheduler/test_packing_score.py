@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuyard.scheduler.framework import CycleState
-from gpuyard.scheduler.gang_requests import PodShape
-from gpuyard.scheduler.outcomes import Placement
-from gpuyard.scheduler.packing import PodRequest
-from gpuyard.scheduler.packing_plugins import PackingChooser, PackingScore
-from gpuyard.scheduler.profiles import build_profile
-from gpuyard.scheduler.snapshot import Alloc
+from gpuyard.scheduler.cache.snapshot import Alloc
+from gpuyard.scheduler.gangs.outcomes import Placement
+from gpuyard.scheduler.gangs.requests import PodShape
+from gpuyard.scheduler.placement.framework import CycleState
+from gpuyard.scheduler.placement.packing import PodRequest
+from gpuyard.scheduler.placement.packing.plugins import PackingChooser, PackingScore
+from gpuyard.scheduler.placement.profiles import build_profile
 from tests.unit.scheduler.helpers import assume_into, make_node, place_one, podgroup, role, snap
 
 
@@ -63,7 +63,7 @@ def test_fgd_keeps_whole_gpus_free_for_the_workload() -> None:
         [PodRequest(name="w", cpu_milli=1000, memory_mib=0, num_gpu=1, gpu_milli=1000)] * 3
         + [PodRequest(name="s", cpu_milli=1000, memory_mib=0, num_gpu=1, gpu_milli=500)]
     )
-    from gpuyard.scheduler.placing import place
+    from gpuyard.scheduler.placement.placing import place
     from tests.unit.scheduler.helpers import gang_of
 
     placed = place(s, gang_of(s, share("a", 500)), profile)

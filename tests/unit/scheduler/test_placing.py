@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from gpuyard.apis.core import Taint
-from gpuyard.scheduler.framework import ProfileSpec, register_profile
-from gpuyard.scheduler.gang_requests import GangRequest, PodShape, PodSlot, RolePart
-from gpuyard.scheduler.outcomes import Placement, Unschedulable
-from gpuyard.scheduler.placing import place
-from gpuyard.scheduler.profiles import build_profile
+from gpuyard.scheduler.gangs.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.gangs.requests import GangRequest, PodShape, PodSlot, RolePart
+from gpuyard.scheduler.placement.framework import ProfileSpec, register_profile
+from gpuyard.scheduler.placement.placing import place
+from gpuyard.scheduler.placement.profiles import build_profile
 from tests.unit.scheduler.helpers import assume_into, gang_of, make_node, place_one, podgroup, role, snap
 
 ARRAYS = (
@@ -376,8 +376,8 @@ def test_explanation_says_what_is_missing():
 
 
 def test_a_gpu_chooser_that_refuses_a_node_sends_the_pods_elsewhere():
-    from gpuyard.scheduler.choosing import LowestIndexChooser
-    from gpuyard.scheduler.framework import register_chooser
+    from gpuyard.scheduler.placement.choosing import LowestIndexChooser
+    from gpuyard.scheduler.placement.framework import register_chooser
 
     class NotOnA(LowestIndexChooser):
         name = "not-on-a"
@@ -400,7 +400,7 @@ def test_a_gpu_chooser_that_refuses_a_node_sends_the_pods_elsewhere():
 
 
 def test_a_score_plugin_may_normalise_its_own_scores():
-    from gpuyard.scheduler.framework import register_score
+    from gpuyard.scheduler.placement.framework import register_score
 
     class Inverted:
         name = "test-inverted"

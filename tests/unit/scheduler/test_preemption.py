@@ -12,9 +12,9 @@ import pytest
 from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.quotakinds import Queue
 from gpuyard.scheduler.decisions import PlaceGang, RecordEvent
-from gpuyard.scheduler.outcomes import Placement
+from gpuyard.scheduler.gangs.outcomes import Placement
+from gpuyard.scheduler.placement.profiles import build_profile
 from gpuyard.scheduler.preemption.victims import Candidate, plan_cost, select_victims
-from gpuyard.scheduler.profiles import build_profile
 from tests.unit.scheduler.helpers import assume_into, gang_of, make_node, place_one, podgroup, role, snap
 from tests.unit.scheduler.test_core import T0, Cluster, core, of, step
 

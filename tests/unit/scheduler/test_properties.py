@@ -12,9 +12,9 @@ from gpuyard.apis.core import Taint
 from gpuyard.apis.devicematching import gpu_devices
 from gpuyard.apis.quantity import to_int, to_milli
 from gpuyard.apis.resourceclasses import ResourceClass, default_class
-from gpuyard.scheduler.outcomes import Placement, Unschedulable
-from gpuyard.scheduler.placing import place
-from gpuyard.scheduler.profiles import build_profile
+from gpuyard.scheduler.gangs.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.placement.placing import place
+from gpuyard.scheduler.placement.profiles import build_profile
 from tests.unit.scheduler.helpers import assume_into, gang_of, make_node, podgroup, role, snap
 from tests.unit.scheduler.test_placing import same_state, state_of
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.scheduler.rescheduling_plans import (
+from gpuyard.scheduler.rescheduling.plans import (
     Mover,
     MoverPod,
     NodeRoom,

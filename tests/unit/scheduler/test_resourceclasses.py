@@ -16,7 +16,7 @@ from gpuyard.apis.resourceclasses import (
     validate_gang_request,
     validate_resource_class,
 )
-from gpuyard.scheduler.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.gangs.outcomes import Placement, Unschedulable
 from tests.unit.scheduler.helpers import make_node, place_one, podgroup, role, snap
 
 

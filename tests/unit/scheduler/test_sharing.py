@@ -13,9 +13,9 @@ from gpuyard.apis.core import Pod
 from gpuyard.apis.resourceclasses import RequestError
 from gpuyard.apis.scheduling import Reservation, ReservationSpec
 from gpuyard.controllers.materializing import _device_env
-from gpuyard.scheduler.assuming import reservation_for, share_memory_of
-from gpuyard.scheduler.gang_requests import PodShape, parse_share
-from gpuyard.scheduler.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.cache.assuming import reservation_for, share_memory_of
+from gpuyard.scheduler.gangs.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.gangs.requests import PodShape, parse_share
 from tests.unit.scheduler.helpers import gang_of, make_node, place_one, podgroup, role, snap
 
 V100_MIB = 32768  # the v100 preset's memory

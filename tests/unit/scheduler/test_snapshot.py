@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from gpuyard.apis.core import Taint
 from gpuyard.apis.resourceclasses import ResourceClass, default_class
 from gpuyard.apis.scheduling import Reservation
-from gpuyard.scheduler.gang_requests import Constraints
-from gpuyard.scheduler.packing_plugins import PackingScore
-from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.scheduler.cache.snapshot import Snapshot
+from gpuyard.scheduler.gangs.requests import Constraints
+from gpuyard.scheduler.placement.packing.plugins import PackingScore
 from tests.unit.scheduler.helpers import make_node
 
 FIELDS = (

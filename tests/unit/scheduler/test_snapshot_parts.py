@@ -6,10 +6,10 @@ import pytest
 
 from gpuyard.apis.resourceclasses import default_class
 from gpuyard.apis.scheduling import Reservation
-from gpuyard.scheduler import masks
-from gpuyard.scheduler.gang_requests import Constraints
-from gpuyard.scheduler.nodearrays import NodeArrays
-from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.scheduler.cache import masks
+from gpuyard.scheduler.cache.nodearrays import NodeArrays
+from gpuyard.scheduler.cache.snapshot import Snapshot
+from gpuyard.scheduler.gangs.requests import Constraints
 from tests.unit.scheduler.helpers import make_node
 
 

@@ -11,8 +11,8 @@ from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.scheduling import PodGroup, Reservation, ReservationSpec
 from gpuyard.devices.presets import DGX1_NVLINKS, get_preset
 from gpuyard.devices.subsets import mask_of
-from gpuyard.scheduler.outcomes import Placement, Unschedulable
-from gpuyard.scheduler.snapshot import Snapshot
+from gpuyard.scheduler.cache.snapshot import Snapshot
+from gpuyard.scheduler.gangs.outcomes import Placement, Unschedulable
 from tests.unit.scheduler.helpers import assume_into, make_node, place_one, podgroup, role, snap
 
 MODEL = {"dgx1-v100": "v100", "dgx-a100": "a100", "hgx-h100": "h100"}

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuyard.scheduler.packing import PodRequest
+from gpuyard.scheduler.placement.packing import PodRequest
 from gpuyard.sim.framework_placer import FrameworkPlacer, framework_placer, node_objects, pod_spec
 from gpuyard.sim.openb import packing_placer, run_openb, simulator_node_names
 from gpuyard.sim.traces import NodeTrace, PodTrace, load_openb_nodes, load_openb_pods, tune_workload

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuyard.scheduler.packing import OvercommitError, PodRequest
+from gpuyard.scheduler.placement.packing import OvercommitError, PodRequest
 from gpuyard.sim.openb import (
     CURVE_POINTS,
     PUBLISHED_MEANS,
