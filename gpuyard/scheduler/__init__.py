@@ -22,27 +22,30 @@ from gpuyard.scheduler.core import SchedulerState
 from gpuyard.scheduler.defaultclasses import DefaultClassReconciler
 from gpuyard.scheduler.gangs.outcomes import Placement, PodPlacement, Unschedulable
 from gpuyard.scheduler.gangs.requests import GangRequest, PodShape, PodSlot, RolePart, build_gang
-from gpuyard.scheduler.placement.framework import (
-    CycleState,
-    GPUChoice,
-    Profile,
-    ProfileSpec,
+from gpuyard.scheduler.placement.framework import CycleState, GPUChoice, Profile, ProfileSpec
+from gpuyard.scheduler.placement.placing import place
+from gpuyard.scheduler.placement.profiles import (
+    build_profile,
+    builtin_registry,
+    default_registry,
+    profile_from_settings,
     register_chooser,
     register_filter,
     register_profile,
     register_score,
 )
-from gpuyard.scheduler.placement.placing import place
-from gpuyard.scheduler.placement.profiles import build_profile, profile_from_settings
+from gpuyard.scheduler.placement.registry import DuplicatePluginError, PluginRegistry
 from gpuyard.scheduler.running import SchedulerLoop
 from gpuyard.state.context import Context
 
 __all__ = [
     "CycleState",
     "DefaultClassReconciler",
+    "DuplicatePluginError",
     "GPUChoice",
     "GangRequest",
     "Placement",
+    "PluginRegistry",
     "PodPlacement",
     "PodShape",
     "PodSlot",
@@ -55,7 +58,9 @@ __all__ = [
     "Unschedulable",
     "build_gang",
     "build_profile",
+    "builtin_registry",
     "components",
+    "default_registry",
     "place",
     "profile_from_settings",
     "register_chooser",

@@ -23,8 +23,8 @@ from typing import Literal
 
 import click
 
-from gpuyard.scheduler.placement.framework import PROFILES
 from gpuyard.scheduler.placement.packing import POLICIES
+from gpuyard.scheduler.placement.profiles import default_registry
 from gpuyard.sim.framework_placer import framework_placer
 from gpuyard.sim.openb import (
     SUMMARY_POINTS,
@@ -177,9 +177,10 @@ def openb(
 
     placer_factory = ENGINES[engine]
     if engine == "scheduler":
-        if profile not in PROFILES:
+        profiles = default_registry().profiles
+        if profile not in profiles:
             _fail(
-                ctx, f"--profile: unknown scheduler profile {profile!r}; known: {', '.join(sorted(PROFILES))}"
+                ctx, f"--profile: unknown scheduler profile {profile!r}; known: {', '.join(sorted(profiles))}"
             )
             return
         placer_factory = partial(framework_placer, profile=profile)

@@ -13,14 +13,11 @@ fits (e.g. an allowed-partition rule); the engine then takes fewer pods there an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import numpy as np
 
 from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.gangs.requests import GPU_MILLI, PodShape
-from gpuyard.scheduler.placement.framework import GPUChoice, register_chooser
+from gpuyard.scheduler.placement.framework import GPUChoice
 
 __all__ = ["NO_GPUS", "LowestIndexChooser", "free_mask", "share_choice", "usable_row"]
 
@@ -86,11 +83,3 @@ class LowestIndexChooser:
         ][: shape.gpus]
         return GPUChoice(tuple(picked)) if len(picked) == shape.gpus else None
 
-
-def _lowest(args: Mapping[str, Any]) -> LowestIndexChooser:
-    if args:
-        raise ValueError(f"GPU chooser 'lowest-index' takes no arguments, got {sorted(args)}")
-    return LowestIndexChooser()
-
-
-register_chooser(LowestIndexChooser.name, _lowest, replace=True)

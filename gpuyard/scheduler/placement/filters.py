@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from gpuyard.scheduler.gangs.requests import PodShape
-from gpuyard.scheduler.placement.framework import CycleState, N, no_args, register_filter
+from gpuyard.scheduler.placement.framework import CycleState
 
 __all__ = [
     "DEFAULT_FILTERS",
@@ -36,6 +36,7 @@ __all__ = [
     "NodeResources",
     "NodeUnschedulable",
     "TaintToleration",
+    "gpu_node_reserve",
 ]
 
 DEFAULT_FILTERS = (
@@ -377,19 +378,6 @@ class HeldRoom:
         )
 
 
-def _no_args(cls: type[N]) -> Callable[[Mapping[str, Any]], N]:
-    return no_args(cls, "filter plugin")
-
-
-for _cls in (
-    NodeReady,
-    NodeUnschedulable,
-    NodeAffinity,
-    TaintToleration,
-    GPUClass,
-    NodeResources,
-    HostPorts,
-    HeldRoom,
-):
-    register_filter(_cls.name, _no_args(_cls), replace=True)
-register_filter(GPUNodeReserve.name, lambda args: GPUNodeReserve(**args), replace=True)
+def gpu_node_reserve(args: Mapping[str, Any]) -> GPUNodeReserve:
+    """The `gpu-node-reserve` filter's factory: its arguments are `GPUNodeReserve`'s."""
+    return GPUNodeReserve(**args)

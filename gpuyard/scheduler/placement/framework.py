@@ -7,9 +7,10 @@ chooser (which GPUs of the chosen node: a best-subset table lookup). Gang-level 
 not plugins: quota and queue admission come before placement (`gatekeeping`), preemption and
 reclaim after it (`preempting`).
 
-A :class:`Profile` is one configured set of plugins. Plugins and profiles are registered by
-name (`register_*`), so other packages (topology, quota, packing) add theirs without touching
-this one; `profiles.build_profile` assembles a profile from its name and the configured weights.
+A :class:`Profile` is one configured set of plugins. Plugins and profiles are looked up by name
+in a :class:`~gpuyard.scheduler.placement.registry.PluginRegistry` (the built-ins are listed in
+`profiles.builtin_registry`; nothing registers itself on import), and `profiles.build_profile`
+assembles a profile from its name, the configured weights and a registry.
 """
 
 from __future__ import annotations
@@ -25,10 +26,6 @@ from gpuyard.scheduler.gangs.requests import GangRequest, PodShape, PodSlot
 
 __all__ = [
     "ALL",
-    "CHOOSERS",
-    "FILTERS",
-    "PROFILES",
-    "SCORES",
     "CycleState",
     "Fill",
     "FilterPlugin",
@@ -40,10 +37,6 @@ __all__ = [
     "ProfileSpec",
     "ScorePlugin",
     "no_args",
-    "register_chooser",
-    "register_filter",
-    "register_profile",
-    "register_score",
 ]
 
 Fill = Literal["pack", "spread"]
@@ -170,9 +163,6 @@ class Profile:
         return self.fill
 
 
-PluginFactory = Callable[[Mapping[str, Any]], Any]
-
-
 class Named(Protocol):
     """A plugin class with its registered name as a class attribute."""
 
@@ -192,34 +182,3 @@ def no_args(cls: type[N], what: str = "plugin") -> Callable[[Mapping[str, Any]],
 
     return make
 
-
-FILTERS: dict[str, PluginFactory] = {}
-"""Filter plugin name -> factory(args)."""
-SCORES: dict[str, PluginFactory] = {}
-"""Score plugin name -> factory(args)."""
-CHOOSERS: dict[str, PluginFactory] = {}
-"""GPU chooser name -> factory(args)."""
-PROFILES: dict[str, ProfileSpec] = {}
-"""Profile name -> spec."""
-
-
-def _register(table: dict[str, Any], kind: str, name: str, value: Any, replace: bool) -> None:
-    if name in table and not replace:
-        raise ValueError(f"{kind} {name!r} is already registered")
-    table[name] = value
-
-
-def register_filter(name: str, factory: PluginFactory, *, replace: bool = False) -> None:
-    _register(FILTERS, "filter plugin", name, factory, replace)
-
-
-def register_score(name: str, factory: PluginFactory, *, replace: bool = False) -> None:
-    _register(SCORES, "score plugin", name, factory, replace)
-
-
-def register_chooser(name: str, factory: PluginFactory, *, replace: bool = False) -> None:
-    _register(CHOOSERS, "GPU chooser", name, factory, replace)
-
-
-def register_profile(name: str, spec: ProfileSpec, *, replace: bool = False) -> None:
-    _register(PROFILES, "profile", name, spec, replace)

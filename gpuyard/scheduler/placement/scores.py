@@ -16,13 +16,10 @@ normalises each plugin's raw scores to 0..100 over the candidates and adds them 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
-
 import numpy as np
 
 from gpuyard.scheduler.gangs.requests import GPU_MILLI, PodShape
-from gpuyard.scheduler.placement.framework import CycleState, N, no_args, register_score
+from gpuyard.scheduler.placement.framework import CycleState
 
 __all__ = [
     "CPUSpread",
@@ -204,20 +201,3 @@ class RandomScore:
     ) -> np.ndarray:
         return state.rng.random(len(take))
 
-
-def _factory(cls: type[N]) -> Callable[[Mapping[str, Any]], N]:
-    return no_args(cls, "score plugin")
-
-
-for _cls in (
-    GPUBinpack,
-    ExactFit,
-    CPUSpread,
-    GPUTypePreference,
-    Failover,
-    MostAllocated,
-    LeastAllocated,
-    FirstFit,
-    RandomScore,
-):
-    register_score(_cls.name, _factory(_cls), replace=True)

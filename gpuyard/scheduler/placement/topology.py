@@ -25,7 +25,6 @@ Scores work per *distinct table* over NumPy arrays of free masks, never per node
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -35,14 +34,7 @@ from gpuyard.devices.subsets import greedy_pick, indices_of, pick, pick_gpus, pi
 from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.gangs.requests import GPU_MILLI, PodShape
 from gpuyard.scheduler.placement.choosing import LowestIndexChooser
-from gpuyard.scheduler.placement.framework import (
-    CycleState,
-    GPUChoice,
-    N,
-    no_args,
-    register_chooser,
-    register_score,
-)
+from gpuyard.scheduler.placement.framework import CycleState, GPUChoice
 
 __all__ = [
     "FragmentationScore",
@@ -351,11 +343,3 @@ def colocated_set(snapshot: Snapshot, row: int, shape: PodShape, count: int) -> 
         out |= 1 << g
     return out
 
-
-def _no_args(cls: type[N]) -> Callable[[Mapping[str, Any]], N]:
-    return no_args(cls, "plugin")
-
-
-register_chooser(TopologyChooser.name, _no_args(TopologyChooser), replace=True)
-register_score(TopologyScore.name, _no_args(TopologyScore), replace=True)
-register_score(FragmentationScore.name, _no_args(FragmentationScore), replace=True)

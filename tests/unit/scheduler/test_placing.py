@@ -8,9 +8,9 @@ import pytest
 from gpuyard.apis.core import Taint
 from gpuyard.scheduler.gangs.outcomes import Placement, Unschedulable
 from gpuyard.scheduler.gangs.requests import GangRequest, PodShape, PodSlot, RolePart
-from gpuyard.scheduler.placement.framework import ProfileSpec, register_profile
+from gpuyard.scheduler.placement.framework import ProfileSpec
 from gpuyard.scheduler.placement.placing import place
-from gpuyard.scheduler.placement.profiles import build_profile
+from gpuyard.scheduler.placement.profiles import build_profile, builtin_registry
 from tests.unit.scheduler.helpers import assume_into, gang_of, make_node, place_one, podgroup, role, snap
 
 ARRAYS = (
@@ -377,7 +377,6 @@ def test_explanation_says_what_is_missing():
 
 def test_a_gpu_chooser_that_refuses_a_node_sends_the_pods_elsewhere():
     from gpuyard.scheduler.placement.choosing import LowestIndexChooser
-    from gpuyard.scheduler.placement.framework import register_chooser
 
     class NotOnA(LowestIndexChooser):
         name = "not-on-a"
@@ -385,23 +384,20 @@ def test_a_gpu_chooser_that_refuses_a_node_sends_the_pods_elsewhere():
         def choose(self, snapshot, row, shape, *, within=None):
             return None if snapshot.names[row] == "a" else super().choose(snapshot, row, shape, within=within)
 
-    register_chooser("not-on-a", lambda args: NotOnA(), replace=True)
-    register_profile(
-        "test-not-on-a", ProfileSpec(scores={"gpu-binpack": 1}, chooser="not-on-a"), replace=True
-    )
+    reg = builtin_registry()
+    reg.register_chooser("not-on-a", lambda args: NotOnA())
+    reg.register_profile("test-not-on-a", ProfileSpec(scores={"gpu-binpack": 1}, chooser="not-on-a"))
     s = snap([make_node("a", gpus=8), make_node("b", gpus=8)])
     used(s, "x", "a", 4)  # binpack would choose a
-    one = place_one(s, podgroup("j", role(gpus=1)), profile="test-not-on-a")
+    one = place_one(s, podgroup("j", role(gpus=1)), profile="test-not-on-a", registry=reg)
     assert nodes_of(one) == {"j-worker-0": "b"}
-    gang = place_one(s, podgroup("j", role(replicas=3, gpus=2)), profile="test-not-on-a")
+    gang = place_one(s, podgroup("j", role(replicas=3, gpus=2)), profile="test-not-on-a", registry=reg)
     assert set(nodes_of(gang).values()) == {"b"}
-    too_many = place_one(s, podgroup("j", role(replicas=5, gpus=2)), profile="test-not-on-a")
+    too_many = place_one(s, podgroup("j", role(replicas=5, gpus=2)), profile="test-not-on-a", registry=reg)
     assert isinstance(too_many, Unschedulable)
 
 
 def test_a_score_plugin_may_normalise_its_own_scores():
-    from gpuyard.scheduler.placement.framework import register_score
-
     class Inverted:
         name = "test-inverted"
 
@@ -411,10 +407,12 @@ def test_a_score_plugin_may_normalise_its_own_scores():
         def normalize(self, raw, *, valid=None):
             return -raw  # prefers the first node although the raw score says the last
 
-    register_score("test-inverted", lambda args: Inverted(), replace=True)
-    register_profile("test-inverted", ProfileSpec(scores={"test-inverted": 1}), replace=True)
+    reg = builtin_registry()
+    reg.register_score("test-inverted", lambda args: Inverted())
+    reg.register_profile("test-inverted", ProfileSpec(scores={"test-inverted": 1}))
     s = snap([make_node(n, gpus=8) for n in "abc"])
-    assert nodes_of(place_one(s, podgroup("j", role(gpus=1)), profile="test-inverted")) == {"j-worker-0": "a"}
+    placed = place_one(s, podgroup("j", role(gpus=1)), profile="test-inverted", registry=reg)
+    assert nodes_of(placed) == {"j-worker-0": "a"}
 
 
 def test_explanation_blames_the_gangs_own_pods_not_none_free():

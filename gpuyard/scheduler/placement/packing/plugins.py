@@ -33,7 +33,7 @@ name, as the paper's simulator breaks ties.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -43,14 +43,7 @@ from gpuyard.scheduler.gangs.requests import GPU_MILLI, Constraints, PodShape
 from gpuyard.scheduler.placement.choosing import share_choice
 from gpuyard.scheduler.placement.filtering import static_mask
 from gpuyard.scheduler.placement.filters import DEFAULT_FILTERS
-from gpuyard.scheduler.placement.framework import (
-    CycleState,
-    GPUChoice,
-    ProfileSpec,
-    register_chooser,
-    register_profile,
-    register_score,
-)
+from gpuyard.scheduler.placement.framework import CycleState, GPUChoice, ProfileSpec
 from gpuyard.scheduler.placement.packing import (
     POLICIES,
     ClusterState,
@@ -61,7 +54,14 @@ from gpuyard.scheduler.placement.packing import (
 )
 from gpuyard.scheduler.placement.topology import TopologyChooser
 
-__all__ = ["CPUStranding", "PackingChooser", "PackingScore", "mirror_of"]
+__all__ = [
+    "PACKING_PROFILE",
+    "CPUStranding",
+    "PackingChooser",
+    "PackingScore",
+    "mirror_of",
+    "packing_score_factory",
+]
 
 _SCORE_CACHE_SIZE = 64  # pod shapes whose per-node scores are kept
 
@@ -343,13 +343,10 @@ class CPUStranding:
         return out
 
 
-def _cpu_stranding(args: Mapping[str, Any]) -> CPUStranding:
-    if args:
-        raise ValueError(f"score plugin 'cpu-stranding' takes no arguments, got {sorted(args)}")
-    return CPUStranding()
+def packing_score_factory(name: str, *, gpu_only: bool) -> Callable[[Mapping[str, Any]], PackingScore]:
+    """The factory of score plugin `name` (`packing`, or `packing-gpu` with `gpu_only`): arguments
+    `policy`, `coverage`, `seed`."""
 
-
-def _score_factory(name: str, *, gpu_only: bool) -> Any:
     def make(args: Mapping[str, Any]) -> PackingScore:
         unknown = sorted(set(args) - {"policy", "coverage", "seed"})
         if unknown:
@@ -364,24 +361,11 @@ def _score_factory(name: str, *, gpu_only: bool) -> Any:
     return make
 
 
-def _chooser(args: Mapping[str, Any]) -> PackingChooser:
-    if args:
-        raise ValueError(f"GPU chooser 'packing-gpus' takes no arguments, got {sorted(args)}")
-    return PackingChooser()
-
-
-register_score(PackingScore.name, _score_factory(PackingScore.name, gpu_only=False), replace=True)
-register_score("packing-gpu", _score_factory("packing-gpu", gpu_only=True), replace=True)
-register_score(CPUStranding.name, _cpu_stranding, replace=True)
-register_chooser(PackingChooser.name, _chooser, replace=True)
-register_profile(
-    "packing",
-    ProfileSpec(
-        scores={"packing": 1},
-        filters=tuple(f for f in DEFAULT_FILTERS if f != "gpu-node-reserve"),  # the policy weighs CPU
-        fill="pack",
-        chooser="packing-gpus",
-        description="a GPU packing policy (plugin_args packing.policy: fgd, best-fit, ..., gpuyard)",
-    ),
-    replace=True,
+PACKING_PROFILE = ProfileSpec(
+    scores={"packing": 1},
+    filters=tuple(f for f in DEFAULT_FILTERS if f != "gpu-node-reserve"),  # the policy weighs CPU
+    fill="pack",
+    chooser="packing-gpus",
+    description="a GPU packing policy (plugin_args packing.policy: fgd, best-fit, ..., gpuyard)",
 )
+"""The `packing` profile (registered by `profiles.builtin_registry`)."""
