@@ -136,7 +136,8 @@ def get() -> None:
 
 
 def _ordered(quotas: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
-    """The quotas depth-first (children under their parent, by name), with their depth."""
+    """The quotas depth-first (children under their parent, by name; an implicit one after the
+    stored ones), with their depth."""
     by_name = {q["metadata"]["name"]: q for q in quotas}
     children: dict[str, list[str]] = {}
     for name, q in by_name.items():
@@ -148,7 +149,7 @@ def _ordered(quotas: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
     seen: set[str] = set()
 
     def walk(name: str, depth: int) -> None:
-        for child in sorted(children.get(name, [])):
+        for child in sorted(children.get(name, []), key=lambda n: (_implicit(by_name[n]), n)):
             if child in seen:  # a cycle: the server refuses them, but do not loop on one
                 continue
             seen.add(child)
@@ -183,13 +184,15 @@ def quota_rows(quotas: list[dict[str, Any]], *, wide: bool = False) -> list[list
 
     The resources shown are those the quota sets (`min` or `max`), uses (non-zero `used`) or is
     asked for by its pending jobs (non-zero `request`, as the dashboard's quota tree);
-    `wide` shows every resource of the spec and status.
+    `wide` shows every resource of the spec and status. An implicit quota (the default quota
+    nobody stored) shows `-` for the runtime only the scheduler knows.
     """
     rows: list[list[Any]] = []
     for depth, q in _ordered(quotas):
         spec, status = q.get("spec", {}), q.get("status", {})
         mins, maxs = spec.get("min") or {}, spec.get("max") or {}
         runtime, used, request = (status.get(k) or {} for k in ("runtime", "used", "request"))
+        no_runtime = "-" if _implicit(q) else "0"
         if wide:
             resources = sorted({*mins, *maxs, *runtime, *used, *request}) or [""]
         else:  # what the quota sets, uses or is asked for: the status lists every resource, mostly 0
@@ -202,7 +205,7 @@ def quota_rows(quotas: list[dict[str, Any]], *, wide: bool = False) -> list[list
                 res or None,
                 mins.get(res, "0") if res else None,
                 maxs.get(res, "inf") if res else None,
-                runtime.get(res, "0") if res else None,
+                runtime.get(res, no_runtime) if res else None,
                 used.get(res, "0") if res else None,
             ]
             if wide:

@@ -21,8 +21,9 @@ from gpuyard.cli.cluster import register as register_cluster
 from gpuyard.cli.quotas import register
 from gpuyard.state.context import Context
 from tests.integration.serving import clean_cli_env, serving
-from tests.unit.api.test_dashboard import make_ctx
+from tests.unit.api.test_dashboard import make_ctx, reservation
 from tests.unit.api.test_quotas_api import build_app, quota
+from tests.unit.scheduler.helpers import podgroup, role
 
 REPO = Path(__file__).parents[2]
 GPU = "nvidia.com/gpu"
@@ -112,12 +113,13 @@ async def test_get_quotas_shows_only_what_a_quota_sets_or_uses(live: Live) -> No
         [GPU, "24", "52", "4", "4"],
         ["nvidia.v100", "0", "inf", "4", "4"],
         ["team-b", GPU, "24", "52", "0", "0"],
+        ["koordinator-default-quota", "-", "-", "-", "-", "-"],  # implicit, nothing charged to it
     ]
     r = await live.cli("get", "quotas", "-o", "wide")  # wide: every resource of spec and status
     rows = [line.split() for line in r.output.splitlines()[1:]]
     team_a = rows[: next(i for i, row in enumerate(rows) if row[0] == "team-b")]
     assert sorted(row[1] if row[0] == "team-a" else row[0] for row in team_a) == sorted(full)
-    assert len(rows) - len(team_a) == len(zeros) + 1
+    assert len(rows) - len(team_a) == len(zeros) + 1 + 1  # team-b's rows, the implicit default's
     r = await live.cli("get", "quotas", "-o", "yaml")
     status = {q["metadata"]["name"]: q["status"] for q in yaml.safe_load(r.output)}
     assert set(status["team-a"]["runtime"]) == set(full)
@@ -150,7 +152,7 @@ async def test_get_quotas_shows_the_tree_indented(live: Live, tmp_path: Path) ->
         "COVERS",
     ]
     first = [line.split()[0] for line in lines[1:] if not line.startswith(" " * 6)]
-    assert first == ["ops", "research", "team-a", "team-b"]
+    assert first == ["ops", "research", "team-a", "team-b", "koordinator-default-quota"]
     # research has two resources: cpu on its first row, the GPU row is a continuation
     research = next(i for i, line in enumerate(lines) if line.startswith("research"))
     assert lines[research].split()[1] == "cpu"
@@ -162,6 +164,7 @@ async def test_get_quotas_shows_the_tree_indented(live: Live, tmp_path: Path) ->
         "research",
         "team-a",
         "team-b",
+        "koordinator-default-quota",  # implicit
     }
 
 
@@ -232,3 +235,30 @@ async def test_queues_jobs_name_are_shown_as_implicit(live: Live) -> None:
     assert "team-a/pytorch-simple" in r.output
     r = await live.cli("describe", "queue", "team-z")
     assert r.exit_code == 2 and "queue team-z not found" in r.output
+
+
+async def test_the_default_quota_is_listed_once_quotas_are_in_use(live: Live) -> None:
+    """The demo teams' quotas cover team-a and team-b; a job of namespace `research` is charged to
+    `koordinator-default-quota`, which nobody stored: `get quotas` lists it, implicit, with that
+    job's demand and what its Reservation uses, and `-` for the runtime only the scheduler knows."""
+    r = await live.cli("get", "quotas")
+    assert r.exit_code == 0 and "koordinator-default-quota" not in r.output, "no quota in use yet"
+    r = await live.cli("apply", "-f", str(REPO / "configs" / "quotas" / "demo-teams.yaml"))
+    assert r.exit_code == 0, r.output
+    pg = podgroup("probe", role("Worker", 2, gpus=4), namespace="research")
+    pg.status.phase = "Placed"
+    live.ctx.store.create(pg)
+    live.ctx.store.create(reservation("research", "probe", 0, "a100-0", [0, 1, 2, 3]))
+    r = await live.cli("get", "quotas", "-o", "json")
+    assert r.exit_code == 0, r.output
+    items = {q["metadata"]["name"]: q for q in json.loads(r.output)}
+    default = items["koordinator-default-quota"]
+    assert default["metadata"]["annotations"] == {"gpuyard.io/implicit": "true"}
+    assert not default["status"].get("runtime")
+    assert Decimal(default["status"]["request"][GPU]) == 8
+    assert Decimal(default["status"]["used"][GPU]) == 4
+    r = await live.cli("get", "quotas")
+    rows = [line.split() for line in r.output.splitlines()]
+    at = next(i for i, row in enumerate(rows) if row[0] == "koordinator-default-quota")
+    assert rows[at][1:4] == ["cpu", "0", "inf"] and rows[at][4] == "-"
+    assert [GPU, "0", "inf", "-", "4"] in rows[at + 1 : at + 4]  # cpu, memory, nvidia.com/gpu

@@ -4,6 +4,11 @@
   names are cluster-wide (the tree is keyed by name) while the store keeps each quota in a
   namespace (`metadata.namespace`, default `default`): `{name}` finds it in whichever namespace it
   lives, and a PUT without a namespace keeps the one it has.
+  Once quotas are in use, the quota that charges jobs no quota covers, `koordinator-default-quota`
+  (min 0, no max, as in Koordinator), is listed like any other even when nobody stored it:
+  *implicit*, with the annotation `gpuyard.io/implicit: "true"`, its `used` (the Reservations of
+  its jobs) and `request` (its unfinished jobs' whole demand) counted from the store, and no
+  `runtime` (only the scheduler knows it; a job's quota reason names it). A PUT stores it.
 * `GET /api/v1/queues`, `GET|PUT|DELETE /api/v1/queues/{name}` — tenant queues (cluster-scoped).
   A queue that jobs name (`schedulingPolicy.queue`, else their namespace) but no Queue object
   defines is *implicit*: list and get show it with the default settings, the annotation
@@ -30,8 +35,16 @@ from aiohttp import web
 from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document, validate_quota_deletion
-from gpuyard.apis.quotakinds import ElasticQuota, Queue, QueueStatus, ResourceQuota
-from gpuyard.apis.scheduling import PodGroup
+from gpuyard.apis.quotakinds import (
+    DEFAULT_QUOTA,
+    LABEL_QUOTA_NAME,
+    ElasticQuota,
+    ElasticQuotaStatus,
+    Queue,
+    QueueStatus,
+    ResourceQuota,
+)
+from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.platform.api.app import CTX, delete_object, stored
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
@@ -49,7 +62,15 @@ from gpuyard.platform.api.manifests import (
 )
 from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.api.paging import list_body, paginate
+from gpuyard.platform.api.tenancy import default_quota
 from gpuyard.platform.cluster_metrics import PENDING_PHASES
+from gpuyard.scheduler.admission.quota.resources import (
+    Vector,
+    add,
+    podgroup_usage,
+    quantities_of,
+    usage_of_requests,
+)
 from gpuyard.state.store import Store
 
 __all__ = ["setup"]
@@ -67,7 +88,9 @@ __all__ = ["setup"]
 )
 async def list_quotas(request: web.Request) -> web.Response:
     authorize(request, "read")
-    return list_response(request, stored_quotas(request.app[CTX].store))
+    store = request.app[CTX].store
+    implicit = implicit_default_quota(store)
+    return list_response(request, [*stored_quotas(store), *([implicit] if implicit else [])])
 
 
 @operation(
@@ -79,7 +102,10 @@ async def list_quotas(request: web.Request) -> web.Response:
 async def get_quota(request: web.Request) -> web.Response:
     authorize(request, "read")
     name = request.match_info["name"]
-    obj = find_quota(request.app[CTX].store, name)
+    store = request.app[CTX].store
+    obj = find_quota(store, name)
+    if obj is None and name == DEFAULT_QUOTA:
+        obj = implicit_default_quota(store)
     if obj is None:
         raise ApiError(404, f"elastic quota {name} not found")
     return web.json_response(obj.to_dict())
@@ -136,6 +162,35 @@ async def delete_quota(request: web.Request) -> web.Response:
     )
     return web.json_response(
         {"deleted": {"kind": "ElasticQuota", "namespace": obj.metadata.namespace, "name": name}}
+    )
+
+
+def implicit_default_quota(store: Store) -> ElasticQuota | None:
+    """`koordinator-default-quota` as the scheduler's quota tree has it when nobody stored it
+    (min 0, no max), once any quota is stored; None otherwise. Its `used` and `request` are
+    counted from the store: the Reservations and the unfinished PodGroups of the jobs it charges
+    (their quota label, else the quota covering their namespace, else this one)."""
+    quotas = stored_quotas(store)
+    if not quotas or any(q.metadata.name == DEFAULT_QUOTA for q in quotas):
+        return None
+    kinds = set(store.kinds())
+    charged: set[tuple[str, str]] = set()
+    request: Vector = {}
+    if "PodGroup" in kinds:
+        for pg in store.list_of(PodGroup):
+            meta = pg.metadata
+            quota = meta.labels.get(LABEL_QUOTA_NAME, "").strip() or default_quota(quotas, meta.namespace)
+            if quota == DEFAULT_QUOTA and pg.status.phase in ("Pending", "Placed"):
+                charged.add((meta.namespace, meta.name))
+                add(request, podgroup_usage(pg))
+    used: Vector = {}
+    if charged and "Reservation" in kinds:
+        for res in store.list_of(Reservation):
+            if (res.metadata.namespace, res.spec.pod_group) in charged:
+                add(used, usage_of_requests(res.spec.requests))
+    return ElasticQuota(
+        metadata=ObjectMeta(name=DEFAULT_QUOTA, annotations={IMPLICIT: "true"}),
+        status=ElasticQuotaStatus(used=quantities_of(used), request=quantities_of(request)),
     )
 
 

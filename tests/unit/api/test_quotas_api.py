@@ -97,7 +97,8 @@ async def test_quota_crud_keeps_status_and_namespace(client, ctx) -> None:
     r = await client.get("/api/v1/quotas/team-a", headers=ROOT)
     assert (await r.json())["spec"]["min"][GPU] == "30"
     r = await client.get("/api/v1/quotas", headers=ROOT)
-    assert [i["metadata"]["name"] for i in (await r.json())["items"]] == ["org", "team-a"]
+    names = [i["metadata"]["name"] for i in (await r.json())["items"]]
+    assert names == ["org", "team-a", "koordinator-default-quota"]  # the default: implicit
     assert (await client.get("/api/v1/quotas/nope", headers=ROOT)).status == 404
 
 
@@ -353,3 +354,31 @@ async def test_every_quota_route_is_documented(client) -> None:
     doc = await (await client.get("/api/v1/openapi.json", headers=ROOT)).json()
     assert set(doc["paths"]["/api/v1/quotas/{name}"]) == {"get", "put", "delete"}
     assert "ElasticQuota" in doc["components"]["schemas"]
+
+
+async def test_the_implicit_default_quota_is_got_and_listed_until_stored(client, ctx) -> None:
+    """No quota stored: no default quota shown. Once one is, `koordinator-default-quota` is
+    listed and got by name (implicit); once stored, only the stored one is shown."""
+    r = await client.get("/api/v1/quotas/koordinator-default-quota", headers=ROOT)
+    assert r.status == 404
+    assert (
+        await client.put("/api/v1/quotas/team-a", data=json.dumps(quota("team-a", gmin=4, gmax=8)), headers=ROOT)
+    ).status == 201
+    r = await client.get("/api/v1/quotas/koordinator-default-quota", headers=ROOT)
+    assert r.status == 200
+    body = await r.json()
+    assert body["metadata"]["annotations"] == {"gpuyard.io/implicit": "true"}
+    names = [
+        i["metadata"]["name"]
+        for i in (await (await client.get("/api/v1/quotas", headers=ROOT)).json())["items"]
+    ]
+    assert names == ["team-a", "koordinator-default-quota"]
+    stored = quota("koordinator-default-quota", gmin=0, gmax=16)
+    assert (
+        await client.put("/api/v1/quotas/koordinator-default-quota", data=json.dumps(stored), headers=ROOT)
+    ).status == 201
+    items = (await (await client.get("/api/v1/quotas", headers=ROOT)).json())["items"]
+    default = [i for i in items if i["metadata"]["name"] == "koordinator-default-quota"]
+    assert len(default) == 1 and "gpuyard.io/implicit" not in (
+        default[0]["metadata"].get("annotations") or {}
+    )

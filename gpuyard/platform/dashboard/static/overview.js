@@ -188,6 +188,7 @@ function quotaTree(quotas) {
       "li",
       { "data-quota": q.metadata.name },
       h("b", {}, q.metadata.name),
+      (q.metadata.annotations || {})["gpuyard.io/implicit"] === "true" ? h("span", { class: "muted", title: "nobody stored it: min 0, no max; its runtime is the scheduler's" }, " (implicit)") : null,
       rows.length ? h("div", { class: "quota-res quota-head" }, ["resource", "min", "max", "runtime", "used", "request"].map((t) => h("span", {}, t))) : null,
       rows,
       children.has(q.metadata.name) ? h("ul", { class: "tree" }, children.get(q.metadata.name).map(node)) : null,
