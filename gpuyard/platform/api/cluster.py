@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from gpuyard.apis.jobkinds import KIND_INFO
+from gpuyard.apis.labels import Selector, SelectorError, parse_selector
 from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
@@ -39,11 +40,7 @@ __all__ = ["setup"]
 )
 async def list_nodes(request: web.Request) -> web.Response:
     store = request.app[CTX].store
-    selector = request.query.get("labelSelector")
-    try:
-        nodes = store.list("Node", selector=selector)
-    except ValueError as exc:
-        raise ApiError(400, str(exc), details=[{"field": "labelSelector", "reason": str(exc)}]) from None
+    nodes = store.list("Node", selector=_selector(request))
     page, token = paginate(request, nodes)
     return web.json_response(
         list_body([n.to_dict() for n in page], next_token=token, resource_version=store.resource_version)
@@ -156,13 +153,10 @@ def cluster_usage_jobs(store: Store, visible: frozenset[str]) -> tuple[dict[str,
 async def node_usage(request: web.Request) -> web.Response:
     authorize(request, "read")
     store = request.app[CTX].store
-    selector = request.query.get("labelSelector")
+    selector = _selector(request)
     names: set[str] | None = None
-    if selector:
-        try:
-            names = {n.metadata.name for n in store.list("Node", selector=selector)}
-        except ValueError as exc:
-            raise ApiError(400, str(exc), details=[{"field": "labelSelector", "reason": str(exc)}]) from None
+    if selector is not None:
+        names = {n.metadata.name for n in store.list("Node", selector=selector)}
     visible = allowed_namespaces(request)
     rows = sorted(
         (n for n in cluster_usage(store).nodes if names is None or n.name in names), key=lambda n: n.name
@@ -187,3 +181,15 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/api/v1/nodes/{name}", get_node)
     app.router.add_get("/api/v1/summary", summary)
     app.router.add_get("/api/v1/usage/nodes", node_usage)
+
+
+def _selector(request: web.Request) -> Selector | None:
+    """`?labelSelector=`, parsed: a 400 naming the field when it is not a selector (only a
+    selector error is the caller's; anything else raised later is a bug, a 500)."""
+    text = request.query.get("labelSelector")
+    if not text:
+        return None
+    try:
+        return parse_selector(text)
+    except SelectorError as exc:
+        raise ApiError(400, str(exc), details=[{"field": "labelSelector", "reason": str(exc)}]) from None

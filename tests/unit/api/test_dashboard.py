@@ -203,6 +203,20 @@ async def test_node_usage_hides_other_tenants(client) -> None:
     assert [n["name"] for n in (await r.json())["items"]] == ["a100-0"]
     r = await client.get("/api/v1/usage/nodes?labelSelector=a%20in", headers=bearer("root"))
     assert r.status == 400
+    r = await client.get("/api/v1/nodes?labelSelector=a%20in", headers=bearer("root"))
+    assert r.status == 400 and (await r.json())["error"]["details"][0]["field"] == "labelSelector"
+
+
+async def test_a_bug_behind_a_valid_selector_is_not_reported_as_bad_input(client, monkeypatch) -> None:
+    """Only a selector that does not parse is the caller's fault (400); a ValueError from deeper
+    down is a server error (500), never "bad input"."""
+
+    def broken(*args: object, **kwargs: object) -> list[object]:
+        raise ValueError("a bug in the store")
+
+    monkeypatch.setattr(client.app[app_module.CTX].store, "list", broken)
+    r = await client.get("/api/v1/nodes?labelSelector=gpuyard.io/gpu-model=a100", headers=bearer("root"))
+    assert r.status == 500
 
 
 def test_fragmentation_counts_unhealthy_and_not_ready() -> None:
