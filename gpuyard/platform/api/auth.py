@@ -44,9 +44,9 @@ __all__ = [
 
 Action = Literal["read", "write", "admin"]
 
-# Paths anyone may call: probes and the dashboard's static files (`/metrics`: see above).
+# Paths anyone may call: probes, the dashboard's page, icon and static files (`/metrics`: see above).
 PUBLIC_PREFIXES = ("/healthz", "/readyz", "/static/")
-PUBLIC_EXACT = ("/", "/api/v1/openapi.json")
+PUBLIC_EXACT = ("/", "/favicon.ico", "/api/v1/openapi.json")
 METRICS_PATH = "/metrics"
 METRICS_ROLES = frozenset({"admin", "metrics"})  # see every series
 

@@ -3,6 +3,8 @@
 * `GET /` — the dashboard (`gpuyard/platform/dashboard/static/index.html`); `GET /static/...` —
   its ES modules and stylesheet, shipped in the package (no CDN, no build step). Both are public:
   the page asks for a token and sends it on every API call.
+* `GET /favicon.ico` — the dashboard's icon (`static/favicon.svg`, `image/svg+xml`), public, for
+  the browsers that ask for it at that path whatever the page links.
 * `GET /api/v1/reservations?namespace=&node=&jobName=` — the allocation ledger: one Reservation
   per placed pod (node, GPU indices, NICs, host ports, requests). Paginated (`limit`,
   `continue`); a non-admin caller sees its namespaces only.
@@ -51,6 +53,13 @@ RESERVATION_LIST_SCHEMA: dict[str, Any] = {
 
 async def index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def favicon(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(
+        STATIC_DIR / "favicon.svg",
+        headers={"Content-Type": "image/svg+xml", "Cache-Control": "public, max-age=86400"},
+    )
 
 
 @operation(
@@ -103,6 +112,7 @@ async def get_node_topology(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     app.router.add_get("/", index)
+    app.router.add_get("/favicon.ico", favicon)
     app.router.add_static("/static/", STATIC_DIR, append_version=False)
     app.router.add_get("/api/v1/reservations", list_reservations)
     app.router.add_get("/api/v1/nodetopologies/{name}", get_node_topology)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -93,9 +94,23 @@ async def test_index_and_static_files_are_public(client) -> None:
     assert (await client.get("/static/%2E%2E/__init__.py")).status != 200  # no way out of static/
 
 
+async def test_favicon_is_an_icon_and_the_page_links_it(client) -> None:
+    html = await (await client.get("/")).text()
+    links = re.findall(r'<link rel="icon" href="([^"]+)" type="([^"]+)">', html)
+    assert links == [("/static/favicon.svg", "image/svg+xml")]
+    for path in ("/favicon.ico", links[0][0]):  # what browsers ask for unprompted, and the link
+        r = await client.get(path)  # no token: public, like the page itself
+        assert r.status == 200, path
+        assert r.headers["Content-Type"] == "image/svg+xml", path
+        body = await r.text()
+        assert body.lstrip().startswith("<svg") and body.rstrip().endswith("</svg>"), path
+    assert (await client.head("/favicon.ico")).status == 200
+
+
 async def test_no_cdn_in_static_files() -> None:
     for path in dashboard.STATIC_DIR.iterdir():
-        text = path.read_text()
+        # an SVG's namespace name is an identifier, never fetched
+        text = path.read_text().replace('xmlns="http://www.w3.org/2000/svg"', "")
         assert "http://" not in text and "https://" not in text, path.name
 
 
