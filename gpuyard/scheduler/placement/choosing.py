@@ -82,4 +82,3 @@ class LowestIndexChooser:
             if u and f == GPU_MILLI and (within is None or within >> i & 1)
         ][: shape.gpus]
         return GPUChoice(tuple(picked)) if len(picked) == shape.gpus else None
-

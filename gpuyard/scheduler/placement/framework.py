@@ -181,4 +181,3 @@ def no_args(cls: type[N], what: str = "plugin") -> Callable[[Mapping[str, Any]],
         return cls()
 
     return make
-

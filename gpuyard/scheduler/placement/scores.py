@@ -200,4 +200,3 @@ class RandomScore:
         self, state: CycleState, shape: PodShape, nodes: np.ndarray | slice, take: np.ndarray
     ) -> np.ndarray:
         return state.rng.random(len(take))
-

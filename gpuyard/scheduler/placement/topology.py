@@ -342,4 +342,3 @@ def colocated_set(snapshot: Snapshot, row: int, shape: PodShape, count: int) -> 
     for g in gpus:
         out |= 1 << g
     return out
-
