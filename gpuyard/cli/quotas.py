@@ -7,7 +7,8 @@
 * `gpuyard get quotas` prints the ElasticQuota tree, children indented under their parent, one
   row per resource the quota sets (min or max), uses or is asked for, with min / max / runtime (what the quota
   may use now) / used; `-o wide` shows every resource of the spec and status and adds the
-  request (pending + running demand), namespace and covered namespaces.
+  request (pending + running demand), namespace and covered namespaces. A limit the quota does not
+  set is `-`, as kubectl shows an unset field: no `min` is no guarantee, no `max` no ceiling.
 * `gpuyard get queues` prints NAME, WEIGHT, STRATEGY, PENDING, RUNNING, SHARE, SOURCE (`defined`
   by a Queue object, or `implicit`: named by jobs, default settings, no share).
 
@@ -184,8 +185,10 @@ def quota_rows(quotas: list[dict[str, Any]], *, wide: bool = False) -> list[list
 
     The resources shown are those the quota sets (`min` or `max`), uses (non-zero `used`) or is
     asked for by its pending jobs (non-zero `request`, as the dashboard's quota tree);
-    `wide` shows every resource of the spec and status. An implicit quota (the default quota
-    nobody stored) shows `-` for the runtime only the scheduler knows.
+    `wide` shows every resource of the spec and status. MIN and MAX show only what the quota
+    sets: `None` (printed `-`) where its `min` does not name the resource (no guarantee) or its
+    `max` does not (no ceiling: unlimited). An implicit quota (the default quota nobody stored)
+    shows `-` for the runtime only the scheduler knows.
     """
     rows: list[list[Any]] = []
     for depth, q in _ordered(quotas):
@@ -203,8 +206,8 @@ def quota_rows(quotas: list[dict[str, Any]], *, wide: bool = False) -> list[list
             row = [
                 "  " * depth + q["metadata"]["name"] if first else "",
                 res or None,
-                mins.get(res, "0") if res else None,
-                maxs.get(res, "inf") if res else None,
+                mins.get(res) if res else None,  # not set: no guarantee
+                maxs.get(res) if res else None,  # not set: no ceiling
                 runtime.get(res, no_runtime) if res else None,
                 used.get(res, "0") if res else None,
             ]
@@ -221,7 +224,10 @@ def quota_rows(quotas: list[dict[str, Any]], *, wide: bool = False) -> list[list
 @get.command("quotas")
 @client_options
 def get_quotas(output: str, server: str | None, token: str | None) -> None:
-    """Show the elastic quota tree: min / max / runtime / used of each resource."""
+    """Show the elastic quota tree: min / max / runtime / used of each resource.
+
+    MIN or MAX is `-` where the quota does not set it: no min is no guarantee (0), no max no
+    ceiling (unlimited, within what its parent and the cluster have)."""
     quotas = _list_all(ApiClient(server, token=token), "/api/v1/quotas")
 
     def table(wide: bool) -> None:

@@ -280,7 +280,12 @@ def test_dashboard_quota_tree_shows_units_and_what_a_quota_asks_for(server: Serv
         expect(team_a.locator('[data-resource="cpu"] [data-col="used"]')).to_have_text("used 44")
         expect(team_a.locator('[data-resource="nvidia.com/gpu"] .q-min')).to_have_text("24")
         expect(team_a.locator('[data-resource="nvidia.com/gpu"] .q-max')).to_have_text("52")
-        expect(team_a.locator('[data-resource="memory"] .q-max')).to_have_text("inf")
+        # memory: team-a uses it but its quota sets neither min nor max: "-", as in `get quotas`
+        expect(team_a.locator('[data-resource="memory"] .q-min')).to_have_text("-")
+        expect(team_a.locator('[data-resource="memory"] .q-max')).to_have_text("-")
+        expect(team_a.locator('[data-resource="memory"] .q-max')).to_have_attribute(
+            "title", "max not set: no ceiling (unlimited)"
+        )
         team_b = page.locator('[data-quota="team-b"]')
         # team-b's waiting A100 gang (4 x 8 GPUs) can never fit on the demo's one 8-GPU A100 node:
         # it asks nothing of the quota, so no A100 row squeezes what others may borrow

@@ -109,9 +109,9 @@ async def test_get_quotas_shows_only_what_a_quota_sets_or_uses(live: Live) -> No
     r = await live.cli("get", "quotas")
     assert r.exit_code == 0, r.output
     assert [line.split() for line in r.output.splitlines()[1:]] == [
-        ["team-a", "cpu", "0", "inf", "44", "44"],
+        ["team-a", "cpu", "-", "-", "44", "44"],  # min and max not set: no guarantee, no ceiling
         [GPU, "24", "52", "4", "4"],
-        ["nvidia.v100", "0", "inf", "4", "4"],
+        ["nvidia.v100", "-", "-", "4", "4"],
         ["team-b", GPU, "24", "52", "0", "0"],
         ["koordinator-default-quota", "-", "-", "-", "-", "-"],  # implicit, nothing charged to it
     ]
@@ -260,5 +260,5 @@ async def test_the_default_quota_is_listed_once_quotas_are_in_use(live: Live) ->
     r = await live.cli("get", "quotas")
     rows = [line.split() for line in r.output.splitlines()]
     at = next(i for i, row in enumerate(rows) if row[0] == "koordinator-default-quota")
-    assert rows[at][1:4] == ["cpu", "0", "inf"] and rows[at][4] == "-"
-    assert [GPU, "0", "inf", "-", "4"] in rows[at + 1 : at + 4]  # cpu, memory, nvidia.com/gpu
+    assert rows[at][1:5] == ["cpu", "-", "-", "-"]  # no min, no max, no runtime
+    assert [GPU, "-", "-", "-", "4"] in rows[at + 1 : at + 4]  # cpu, memory, nvidia.com/gpu

@@ -167,18 +167,19 @@ function quotaTree(quotas) {
     const spec = q.spec || {};
     const status = q.status || {};
     const rows = quotaResources(q).map((r) => {
-      const min = num(spec.min?.[r]);
+      // a limit the quota does not set shows "-" (kubectl-like): no min = no guarantee, no max = no ceiling
+      const min = spec.min?.[r] === undefined ? null : num(spec.min[r]);
       const max = spec.max?.[r] === undefined ? null : num(spec.max[r]);
       const runtime = num(status.runtime?.[r]);
       const used = num(status.used?.[r]);
       const request = num(status.request?.[r]);
-      const scale = max ?? Math.max(min, runtime, used, request, 1);
+      const scale = max ?? Math.max(min ?? 0, runtime, used, request, 1);
       return h(
         "div",
         { class: "quota-res", "data-resource": r },
         h("span", { class: "model" }, r),
-        h("span", { class: "q-min" }, qty(r, min)),
-        h("span", { class: "q-max" }, max === null ? "inf" : qty(r, max)),
+        min === null ? h("span", { class: "q-min", title: "min not set: no guarantee" }, "-") : h("span", { class: "q-min" }, qty(r, min)),
+        max === null ? h("span", { class: "q-max", title: "max not set: no ceiling (unlimited)" }, "-") : h("span", { class: "q-max" }, qty(r, max)),
         qbar(r, "runtime", runtime, scale),
         qbar(r, "used", used, scale),
         qbar(r, "request", request, scale),
