@@ -36,6 +36,7 @@ import numpy as np
 from gpuyard.scheduler.cache.snapshot import Alloc, Snapshot
 from gpuyard.scheduler.gangs.outcomes import Placement, PodPlacement, Unschedulable
 from gpuyard.scheduler.gangs.requests import GPU_MILLI, GangRequest, PodShape, PodSlot, RolePart
+from gpuyard.scheduler.placement.capacity import gpu_totals_short
 from gpuyard.scheduler.placement.filtering import capacity, explain
 from gpuyard.scheduler.placement.framework import ALL, CycleState, Profile
 from gpuyard.scheduler.placement.scores import normalize
@@ -64,37 +65,14 @@ def place(
     finally:
         _rollback(snapshot, undo, 0)
     if isinstance(result, Unschedulable):
-        never = _never_fits(state)
-        if never:
-            result.message = f"{never}; {result.message}"
+        short = gpu_totals_short(state.snapshot, state.gang)  # cheap; the cycle asks `ever_fits` in full
+        if short:
+            result.message = f"can never fit: {short[0].describe()}; {result.message}"
             result.never = True
         failed = state.data.get("failed_part")
         if failed is not None:
             result.notes.extend(_topology_notes(state, failed))
     return result
-
-
-def _never_fits(state: CycleState) -> str:
-    """ "can never fit: asks 32 nvidia.a100, the cluster has 8" when the gang's required whole GPUs
-    of a class exceed every GPU of that class on the cluster's nodes, free or not; else "".
-    (A class no node has at all is said by the filters: "1 node has no GPUs of class ...".)"""
-    asked: dict[str | None, int] = {}
-    for part in state.gang.parts:
-        shape = part.shape
-        if part.required and shape.gpus and not shape.shared:
-            asked[shape.gpu_class] = asked.get(shape.gpu_class, 0) + part.required * shape.gpus
-    snap = state.snapshot
-    for gpu_class, n in sorted(asked.items(), key=lambda kv: kv[0] or ""):
-        if gpu_class is None:
-            have = int(snap.gpu_count[snap.alive].sum())
-            what = "GPUs"
-        else:
-            cm = snap.class_mask(gpu_class)
-            have = int(cm.count[snap.alive].sum()) if cm is not None else 0
-            what = gpu_class
-        if 0 < have < n:  # none at all: the filters already say "no GPUs of class ..."
-            return f"can never fit: asks {n} {what}, the cluster has {have}"
-    return ""
 
 
 def _place(state: CycleState, undo: _Undo) -> Placement | Unschedulable:
