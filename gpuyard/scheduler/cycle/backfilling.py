@@ -7,8 +7,10 @@ total, but no 2 x 4-GPU gang fits), so the head's reservation is made on the rea
 
 1. :func:`never_fits`: even empty, the nodes that may run a required part of the gang (static
    filters: selectors, taints, GPU class, node state) cannot hold its pods (allocatable GPUs of
-   the class, CPU, memory; vectorised, cached per gang shape until a node changes): it *can never
-   fit on this cluster*; its message says so and why, and it holds nothing;
+   the class, CPU, memory), its whole GPUs of a class exceed the cluster's, or no single block or
+   spine it requires could hold it (`placement.capacity.ever_fits`; cached per gang shape until a
+   node changes): it *can never fit on this cluster*; its message says so and why, and it holds
+   nothing;
 2. :func:`plan_head`: otherwise the running jobs are taken away in the order they are expected
    to end (`gpuyard.io/expected-duration`; jobs without one after them, longest-running first;
    at most `MAX_FINISHERS`) until the head fits (a doubling then bisecting search: a few
@@ -26,16 +28,12 @@ is held for it (3 GPUs on n1) until 1 running job there ends; other jobs may use
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from gpuyard.scheduler.cache.holds import Hold
 from gpuyard.scheduler.gangs.outcomes import Placement
 from gpuyard.scheduler.gangs.requests import GangRequest
-from gpuyard.scheduler.placement.filtering import static_mask
-from gpuyard.scheduler.placement.framework import CycleState
+from gpuyard.scheduler.placement.capacity import ever_fits
 from gpuyard.scheduler.preemption.fitting import fits_without, room_needed
 
 if TYPE_CHECKING:
@@ -52,10 +50,11 @@ REPLAN_SECONDS = 10.0
 
 
 def never_fits(state: SchedulerState, gang: GangRequest, signature: object | None) -> str | None:
-    """ "can never fit on this cluster: ..." when a required part of the gang needs more pods of
-    its shape than the nodes that may run it could hold were they empty (their allocatable GPUs
-    of the class, CPU and memory, after the static filters: selectors, taints, GPU class, node
-    state). Vectorised over the nodes; cached per gang shape until a node changes."""
+    """ "can never fit on this cluster: ..." when the gang could not fit were the nodes empty
+    (`placement.capacity.ever_fits`: a required part needs more pods of its shape than the nodes
+    that may run it could hold, its whole GPUs of a class exceed the cluster's, or no required
+    block or spine could hold it); the message gives the first reason. Cached per gang shape
+    until a node changes."""
     snap = state.snapshot
     token = (snap.static_version, snap.node_count)
     if signature is not None:
@@ -71,56 +70,8 @@ def never_fits(state: SchedulerState, gang: GangRequest, signature: object | Non
 
 
 def _never(state: SchedulerState, gang: GangRequest) -> str | None:
-    snap = state.snapshot
-    cycle = CycleState(snap, gang, state.profile)
-    big = np.iinfo(np.int64).max // 4
-    for part in gang.parts:
-        if not part.required:
-            continue
-        shape = part.shape
-        # the nodes that may run it whatever their GPU count (the GPU-class filter also asks for
-        # the count, which is what is measured here)
-        mask = static_mask(cycle, replace(shape, gpus=1) if shape.gpus and not shape.shared else shape)
-        cap = np.where(mask, big, 0).astype(np.int64)
-        limits: list[tuple[str, np.ndarray]] = []
-        if shape.gpus and not shape.shared:
-            if shape.gpu_class is None:
-                have = snap.gpu_healthy_count.astype(np.int64)
-            else:
-                cm = snap.class_mask(shape.gpu_class)
-                have = cm.count.astype(np.int64) if cm is not None else np.zeros(snap.n, np.int64)
-            limits.append(("GPUs" if shape.gpu_class is None else f"GPUs of class {shape.gpu_class}", have))
-            np.minimum(cap, have // shape.gpus, out=cap)
-        if shape.cpu_milli:
-            limits.append(("CPU", snap.cpu_alloc.astype(np.int64)))
-            np.minimum(cap, snap.cpu_alloc // shape.cpu_milli, out=cap)
-        if shape.mem_mib:
-            limits.append(("memory", snap.mem_alloc.astype(np.int64)))
-            np.minimum(cap, snap.mem_alloc // shape.mem_mib, out=cap)
-        total = int(np.minimum(cap, part.required).sum())
-        if total >= part.required:
-            continue
-        pods = f"{part.required} pod{'s' if part.required != 1 else ''}"
-        nodes = int(mask.sum())
-        if nodes == 0:
-            why = "no node may run it (node selector, affinity, taints, GPU class or node state)"
-        else:
-            most = []
-            for what, arr in limits:
-                top = int(arr[mask].max())
-                if what == "CPU":
-                    most.append(f"{top / 1000:g} CPU")
-                elif what == "memory":
-                    most.append(f"{top}Mi memory")
-                else:
-                    most.append(f"{top} {what}")
-            why = (
-                f"the {nodes} node{'s' if nodes != 1 else ''} that may run it could hold {total} even empty"
-                + (f" (the largest: {', '.join(most)})" if most else "")
-            )
-        together = " placed together" if part.required > 1 else ""
-        return f"{NEVER}: {part.role} needs {pods} of {shape.describe()}{together}; {why}"
-    return None
+    verdict = ever_fits(state.snapshot, gang, state.profile)
+    return f"{NEVER}: {verdict.reasons[0].describe()}" if verdict.never else None
 
 
 def _finishers(state: SchedulerState, exclude: set[Key]) -> tuple[list[Key], dict[Key, float | None]]:
