@@ -6,7 +6,9 @@
   stored. Then all are created together through the writer (:func:`create_all`: one after
   another with nothing in between, one journal commit; if one is refused, none stays).
   Unknown fields follow `?fieldValidation=` (`fields`); a tenant's job naming a quota or queue
-  its namespace is not bound to is a 403 naming the field (`tenancy`).
+  its namespace is not bound to is a 403 naming the field (`tenancy`). A job that could never
+  fit on the cluster's nodes, even empty, is created all the same (nodes may join) with a
+  `Warning: 299 - "can never fit on this cluster: ..."` header saying why (`neverfit`).
 * `GET /api/v1/jobs?namespace=&phase=&queue=&kind=&limit=&continue=` — jobs of every kind, paged.
 * `GET|DELETE /api/v1/namespaces/{ns}/jobs/{name}` — one job; deleting it makes the operator
   delete its PodGroup, reservations, pods and services.
@@ -55,6 +57,7 @@ from gpuyard.platform.api.fields import (
     unknown_fields,
 )
 from gpuyard.platform.api.jobschema import job_document_schema
+from gpuyard.platform.api.neverfit import never_fit_warnings
 from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.api.paging import PAGING, event_order, list_body, paginate
 from gpuyard.platform.api.priorityclasses import all_classes
@@ -250,7 +253,7 @@ async def submit(request: web.Request) -> web.Response:
     except AlreadyExists as exc:  # created by someone else since the check above
         raise ApiError(409, f"{exc}: nothing was stored") from None
     response = web.json_response({"items": [summarize(j) for j in created]}, status=201)
-    for warning in warnings:
+    for warning in warnings + never_fit_warnings(ctx.store, created):  # stored: they may fit later
         response.headers.add("Warning", warning)
     return response
 
