@@ -18,7 +18,6 @@ that the cycle says only `track`, `admit`, `release`, `forget`.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -62,17 +61,11 @@ def quota_of(
     return tree.quota_for_namespace(namespace) or default
 
 
-_NOTES: weakref.WeakKeyDictionary[QuotaTree, tuple[int, dict[tuple[str, str], str]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def _explain(tree: QuotaTree, name: str, res: str) -> str:
-    """`min 8, borrowing 8`: how a runtime came about (cached per tree version)."""
-    cached = _NOTES.get(tree)
+    """`min 8, borrowing 8`: how a runtime came about (cached on the tree per version)."""
+    cached = tree.notes
     if cached is None or cached[0] != tree.version:
-        cached = (tree.version, {})
-        _NOTES[tree] = cached
+        cached = tree.notes = (tree.version, {})
     note = cached[1].get((name, res))
     if note is None:
         note = cached[1][(name, res)] = _note(tree, name, res)

@@ -253,6 +253,8 @@ class QuotaTree:
         self._dirty = True
         self.version = 0
         """Bumped whenever runtimes are recomputed."""
+        self.notes: tuple[int, dict[tuple[str, str], str]] | None = None
+        """How each runtime came about, per (quota, resource), as of a version (`admit`'s messages)."""
         self.set_quotas(quotas)
 
     # --- structure ---------------------------------------------------------------------------
