@@ -10,12 +10,12 @@ pods, reservations and PodGroups).
 from __future__ import annotations
 
 from gpuyard.controllers.reconciling import JobReconciler
+from gpuyard.state.components import Reconciler, Runnable
 from gpuyard.state.context import Context
-from gpuyard.state.workqueues import Reconciler
 
 __all__ = ["JobReconciler", "components"]
 
 
-def components(ctx: Context) -> list[Reconciler]:
+def components(ctx: Context) -> list[Runnable | Reconciler]:
     """The job operator's reconcilers, for `gpuyard.platform.runtime`."""
     return [JobReconciler(ctx)]

@@ -41,6 +41,7 @@ class JobReconciler:
     """Reconciles every training job kind through its workload plugin."""
 
     name = "job-operator"
+    needs_leader = True  # creates and deletes pods, services and PodGroups
 
     def __init__(self, ctx: Context, *, concurrency: int | None = None) -> None:
         if ctx.writer is None:  # pragma: no cover - Context always sets one

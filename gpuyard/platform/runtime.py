@@ -9,13 +9,17 @@ the start after a healthy minute); a fatal component's crash stops the platform;
 that returns is logged and left stopped. `stop()` (SIGINT/SIGTERM in `serve`) cancels
 everything, flushes the journal and returns within a few seconds with no task left running.
 
+Components come from each package's `components(ctx)`: runnables and reconcilers
+(`gpuyard.state.components`), each saying whether it `needs_leader` (today all of them do: the
+operator's and the scheduler's components all write).
+
 Kubernetes mode (`backend.kind: kubernetes`): there is no journal (the API server is the store
 of record; the store is the backend's informer cache). Where the backend has a `leadership`
 (several replicas, one Lease), the backend, metrics and HTTP API run on every replica, and the
-leader-only components (operator and scheduler reconcilers) start once this replica leads; a
-replica that loses the lead stops (as kube-scheduler exits) and is restarted as a standby, so a
-reconciler never writes from a stale view. On every backend the leader-only components start
-only once the backend has synced (every informer listed; the fake cluster loaded), so no
+components that need the lead start once this replica leads; a replica that loses the lead
+stops (as kube-scheduler exits) and is restarted as a standby, so a reconciler never writes
+from a stale view. On every backend the components that need the lead start only once the
+backend has synced (every informer listed; the fake cluster loaded), so no
 reconciler places or creates from a partial cache. While this replica does not lead, the HTTP API's
 mutating routes answer 503 naming the leader; reads and the dashboard work. `/readyz` is ready
 once the backend has synced and while it is healthy (every watch open).
@@ -45,12 +49,13 @@ from gpuyard.platform.backends import build_backend, plan_backend
 from gpuyard.platform.cluster_metrics import register_cluster_metrics
 from gpuyard.platform.metrics import CoreMetrics
 from gpuyard.state.clock import Clock, RealClock, VirtualClock
+from gpuyard.state.components import ComponentFactory, Reconciler, Runnable
 from gpuyard.state.config import Settings
 from gpuyard.state.context import Context
 from gpuyard.state.journal import Journal
 from gpuyard.state.kinds import register_kinds
 from gpuyard.state.store import Store, tune_gc
-from gpuyard.state.workqueues import ControllerRunner, Reconciler
+from gpuyard.state.workqueues import ControllerRunner
 from gpuyard.state.writing import Writer
 
 __all__ = ["Component", "Platform", "supervise"]
@@ -60,12 +65,12 @@ log = structlog.get_logger(__name__)
 
 @dataclass(slots=True)
 class Component:
-    """A named long-running coroutine factory."""
+    """A named long-running coroutine factory, as the runtime supervises it."""
 
     name: str
     run: Callable[[], Awaitable[Any]]
     restart: bool = True
-    leader_only: bool = False  # runs only while this replica leads (reconcilers)
+    needs_leader: bool = False  # runs only while this replica leads (components that write)
 
 
 class _Backoff:
@@ -123,8 +128,9 @@ async def supervise(
     log.info("component.exited", component=component.name)
 
 
-def _component_factories() -> list[Callable[[Context], list[Any]]]:
-    """Packages that contribute components: each exposes `components(ctx) -> list`."""
+def _component_factories() -> list[ComponentFactory]:
+    """Packages that contribute components: each exposes `components(ctx)`, a list of
+    runnables and reconcilers (`gpuyard.state.components`)."""
     from gpuyard.controllers import components as operator_components
     from gpuyard.scheduler import components as scheduler_components
 
@@ -214,21 +220,20 @@ class Platform:
             components.append(Component("virtual-clock", self.clock.run))
         components.append(Component("metrics", self.metrics.run))
         for factory in _component_factories():
-            for item in factory(self.ctx):
-                components.append(self._as_component(item, leader_only=True))
+            components.extend(self._as_component(item) for item in factory(self.ctx))
         return components
 
-    def _as_component(self, item: Any, *, leader_only: bool = False) -> Component:
-        if isinstance(item, Component):
-            return item
-        if hasattr(item, "reconcile") and hasattr(item, "watches"):
+    def _as_component(self, item: Runnable | Reconciler) -> Component:
+        """A reconciler runs through a `ControllerRunner`, a runnable as it is; either runs only
+        while this replica leads when it `needs_leader`."""
+        if isinstance(item, Reconciler):
             runner = ControllerRunner(item, store=self.ctx.store, clock=self.clock, metrics=self.metrics)
-            return Component(item.name, runner.run, leader_only=leader_only)
-        return Component(item.name, item.run, leader_only=leader_only)
+            return Component(item.name, runner.run, needs_leader=item.needs_leader)
+        return Component(item.name, item.run, needs_leader=item.needs_leader)
 
-    def add_reconciler(self, reconciler: Reconciler) -> None:
-        """Add a reconciler before `run()` (tests and embedders)."""
-        self.components.append(self._as_component(reconciler, leader_only=True))
+    def add_component(self, item: Runnable | Reconciler) -> None:
+        """Add a runnable or a reconciler before `run()` (tests and embedders)."""
+        self.components.append(self._as_component(item))
 
     def ready(self) -> bool:
         return self.backend.synced.is_set() and self.backend.healthy()
@@ -294,8 +299,8 @@ class Platform:
 
     async def run(self) -> None:
         """Run every component until `stop()`; then cancel them all and flush the journal."""
-        comps = [c for c in self.components if not c.leader_only]
-        led = [c for c in self.components if c.leader_only]
+        comps = [c for c in self.components if not c.needs_leader]
+        led = [c for c in self.components if c.needs_leader]
         if self.serve_http:
             comps.append(Component("http", self._serve_http, restart=False))
         if led:

@@ -15,8 +15,6 @@ and `async run()`) and the default-ResourceClass reconciler (run through Control
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.core import SchedulerState
 from gpuyard.scheduler.defaultclasses import DefaultClassReconciler
@@ -36,6 +34,7 @@ from gpuyard.scheduler.placement.profiles import (
 )
 from gpuyard.scheduler.placement.registry import DuplicatePluginError, PluginRegistry
 from gpuyard.scheduler.running import SchedulerLoop
+from gpuyard.state.components import Reconciler, Runnable
 from gpuyard.state.context import Context
 
 __all__ = [
@@ -70,6 +69,6 @@ __all__ = [
 ]
 
 
-def components(ctx: Context) -> list[Any]:
+def components(ctx: Context) -> list[Runnable | Reconciler]:
     """The scheduler's components: the scheduling loop and the default-ResourceClass reconciler."""
     return [SchedulerLoop(ctx), DefaultClassReconciler(ctx)]

@@ -28,6 +28,7 @@ log = structlog.get_logger(__name__)
 
 class DefaultClassReconciler:
     name = "default-resource-classes"
+    needs_leader = True  # creates ResourceClasses
     concurrency = 8  # the classes of a new cluster share one journal commit
 
     def __init__(self, ctx: Context) -> None:

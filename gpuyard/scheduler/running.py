@@ -69,6 +69,7 @@ class SchedulerLoop:
     """The scheduler component (`name`, `async run()`); see the module docstring."""
 
     name = "scheduler"
+    needs_leader = True  # writes Reservations, PodGroup status and events
 
     def __init__(self, ctx: Context, *, profile: Profile | None = None, events: bool = True) -> None:
         self.ctx = ctx

@@ -187,9 +187,17 @@ class Requeue:
 
 
 class Reconciler(Protocol):
-    name: str
-    watches: Sequence[Watch]
-    concurrency: int
+    """What :class:`ControllerRunner` drives: the kinds it watches (and how their objects map to
+    keys), how many workers it gets, and `reconcile(key)`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def watches(self) -> Sequence[Watch]: ...
+
+    @property
+    def concurrency(self) -> int: ...
 
     async def reconcile(self, key: ObjectKey) -> Requeue | None: ...
 

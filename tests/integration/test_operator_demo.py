@@ -77,14 +77,15 @@ async def demo(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Demo]:
     platform = Platform(settings, clock=VirtualClock(), serve_http=True, drive_clock=False)
     names = {c.name for c in platform.components}
     if "job-operator" not in names:
-        platform.add_reconciler(JobReconciler(platform.ctx))
+        platform.add_component(JobReconciler(platform.ctx))
     if "scheduler" not in names:
         try:
             from gpuyard.scheduler import components as scheduler_components
         except ImportError:  # pragma: no cover - before the scheduler landed
-            platform.add_reconciler(TinyScheduler(platform.store))
+            platform.add_component(TinyScheduler(platform.store))
         else:
-            platform.components.extend(platform._as_component(c) for c in scheduler_components(platform.ctx))
+            for c in scheduler_components(platform.ctx):
+                platform.add_component(c)
     task = asyncio.create_task(platform.run())
     await asyncio.wait_for(platform.backend.synced.wait(), 5)
     await asyncio.wait_for(platform.serving.wait(), 5)

@@ -92,11 +92,12 @@ async def platform(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Platform]:
     p = Platform(settings, clock=VirtualClock(), serve_http=True, drive_clock=False)
     names = {c.name for c in p.components}
     if "job-operator" not in names:
-        p.add_reconciler(JobReconciler(p.ctx))
+        p.add_component(JobReconciler(p.ctx))
     if "scheduler" not in names:
         from gpuyard.scheduler import components as scheduler_components
 
-        p.components.extend(p._as_component(c) for c in scheduler_components(p.ctx))
+        for c in scheduler_components(p.ctx):
+            p.add_component(c)
     task = asyncio.create_task(p.run())
     await asyncio.wait_for(p.backend.synced.wait(), 5)
     await asyncio.wait_for(p.serving.wait(), 5)

@@ -25,11 +25,12 @@ async def virtual_platform(
     platform = Platform(settings, clock=VirtualClock(), serve_http=False, drive_clock=False)
     names = {c.name for c in platform.components}
     if "job-operator" not in names:
-        platform.add_reconciler(JobReconciler(platform.ctx))
+        platform.add_component(JobReconciler(platform.ctx))
     if "scheduler" not in names:
         from gpuyard.scheduler import components as scheduler_components
 
-        platform.components.extend(platform._as_component(c) for c in scheduler_components(platform.ctx))
+        for c in scheduler_components(platform.ctx):
+            platform.add_component(c)
     if prepare is not None:
         prepare(platform)
     task = asyncio.create_task(platform.run())
