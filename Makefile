@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench bench-small format clean compose-check deploy crds k8s-bin
+.PHONY: run test lint bench bench-small format clean compose-check deploy crds k8s-bin plot
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 run: $(STAMP)  ## the demo on the embedded fake cluster at http://127.0.0.1:8080 (GPUYARD__SERVER__PORT=N for another port)
 	$(BIN)/gpuyard demo
+
+plot: $(STAMP)  ## matplotlib (the `plot` extra) in .venv, for the PNG plots of `gpuyard simulate openb|replay`
+	$(BIN)/python -m pip install --quiet -e '.[dev,plot]'
 
 test: $(STAMP)  ## the whole test suite
 	$(BIN)/python -m pytest

@@ -7,8 +7,9 @@ Mounted by ``gpuyard.cli`` under the ``simulate`` group. It loads the trace, run
   seed, total_gpus, 0..130``), one row per run;
 * ``summary.json``: per policy the mean over seeds at 80/90/100/130 % arrived load (with the
   published figures alongside when the trace is the paper's default one), and every run's figures;
-* ``openb_alloc.png``: mean curve per policy, when matplotlib is installed (``pip install
-  gpuyard[plot]``); otherwise it says so and skips the picture.
+* ``openb_alloc.png``: mean curve per policy, only where matplotlib is installed (the ``plot``
+  extra: ``pip install 'gpuyard[plot]'``, ``make plot`` in a checkout); otherwise it says so and
+  how to get it, and writes no picture.
 
 Bad input (missing column, non-numeric field, unknown GPU model, unknown policy, bad seed list)
 prints one line naming the file, line and column (or the option) and exits with code 2.
@@ -17,15 +18,17 @@ prints one line naming the file, line and column (or the option) and exits with 
 from __future__ import annotations
 
 import re
+import textwrap
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import click
 
 from gpuyard.scheduler.placement.packing import POLICIES
 from gpuyard.scheduler.placement.profiles import default_registry
 from gpuyard.sim.framework_placer import framework_placer
+from gpuyard.sim.openb import _DEFAULT_TRACE as PAPER_TRACE
 from gpuyard.sim.openb import (
     SUMMARY_POINTS,
     PlacerFactory,
@@ -38,9 +41,10 @@ from gpuyard.sim.openb import (
     write_plot,
     write_summary_json,
 )
+from gpuyard.sim.plotting import no_plot_line, out_help
 from gpuyard.sim.traces import NodeTrace, PodTrace, TraceError, load_openb_nodes, load_openb_pods
 
-__all__ = ["ENGINES", "openb", "parse_policies", "parse_seeds"]
+__all__ = ["ENGINES", "openb", "parse_policies", "parse_seeds", "summary_notes"]
 
 ENGINES: dict[str, PlacerFactory] = {"scheduler": framework_placer, "packing": packing_placer}
 """--engine name -> how each pod is placed."""
@@ -114,7 +118,7 @@ def _fail(ctx: click.Context, message: str) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("out/openb"),
     show_default=True,
-    help="Directory for openb_alloc.csv, summary.json and openb_alloc.png.",
+    help=out_help("openb_alloc.csv and summary.json", "openb_alloc.png"),
 )
 @click.option(
     "--node-order",
@@ -214,11 +218,14 @@ def openb(
         },
     )
     png_path = write_plot(results, out_dir / "openb_alloc.png", published=published, trace=workload)
-    _print_summary(summarize(results, published=published), published=published)
+    summary = summarize(results, published=published)
+    _print_summary(summary, published=published)
+    for note in summary_notes(nodes, pods, summary, published=published):
+        click.echo(textwrap.fill(note, width=100, subsequent_indent="      "))
     click.echo(f"wrote {csv_path}")
     click.echo(f"wrote {json_path}")
     if png_path is None:
-        click.echo("matplotlib is not installed (pip install 'gpuyard[plot]'): skipped the PNG plot")
+        click.echo(no_plot_line("openb_alloc.png"))
     else:
         click.echo(f"wrote {png_path}")
 
@@ -265,6 +272,44 @@ def _run_with_progress(
             progress.update(task, advance=1, description=f"done: {r.policy} seed {r.seed}")
 
         return run(on_result=advance)
+
+
+def summary_notes(
+    nodes: NodeTrace, pods: PodTrace, summary: dict[str, dict[str, Any]], *, published: bool
+) -> list[str]:
+    """The lines under the summary table that say what its figures can and cannot tell.
+
+    * Another trace than the paper's: its size beside the paper's, and that the policies need not
+      rank as they do on the full trace (where `gpuyard` allocates more than `fgd`).
+    * A cluster where one pod asks for a large part of the GPUs (the bundled 15-GPU sample): each
+      figure moves in steps that large, so one placement can decide the order.
+    * A `-` in the table: no seed's arrived GPU request came within 1 % of that load point.
+    """
+    notes: list[str] = []
+    total_milli = nodes.total_gpu_milli
+    if not published:
+        paper = PAPER_TRACE
+        notes.append(
+            f"note: {Path(pods.path).name} on {Path(nodes.path).name} is {len(nodes)} nodes, "
+            f"{int(nodes.gpus.sum())} GPUs, {len(pods)} pods, not the paper's openb trace "
+            f"({paper['nodes']} nodes, {paper['gpus']} GPUs, {paper['pods']} pods): no published "
+            "figures to compare, and the policies need not rank as on the full trace, where gpuyard "
+            "allocates more than fgd (docs/simulation.md#measured-figures)."
+        )
+    largest = int(pods.total_gpu_milli.max()) if len(pods) else 0
+    step = 100.0 * largest / total_milli if total_milli else 0.0
+    if step >= 1.0:
+        notes.append(
+            f"note: one pod asks for up to {step:.0f} % of this cluster's GPUs, so allocation moves "
+            "in steps that large: on so few GPUs a single placement can put one policy ahead."
+        )
+    shown = [e["alloc_pct_mean"] for k, e in summary.items() if not k.startswith("_")]
+    if any(row.get(str(p)) is None for row in shown for p in SUMMARY_POINTS):
+        notes.append(
+            "note: '-' = in no seed did the arrived GPU request come within 1 % of that load "
+            "(one pod's request stepped over it): there is nothing to measure there, it is not 0."
+        )
+    return notes
 
 
 def _print_summary(summary: dict, *, published: bool) -> None:

@@ -9,8 +9,9 @@ table and writes to ``--out``:
   (mean of the samples, time-weighted, peak), makespan, simulated and wall seconds;
 * ``jobs.csv``: one row per job (submit, placed, start, finish, delay, JCT, final phase);
 * ``utilisation.csv``: allocated GPU milli over time, at every change or every ``--sample`` s;
-* ``replay.png``: GPU allocation over time (total and per queue) and the jobs waiting, when
-  matplotlib is installed.
+* ``replay.png``: GPU allocation over time (total and per queue) and the jobs waiting, only
+  where matplotlib is installed (the ``plot`` extra); without it the command says so and how to
+  get it, and writes no picture.
 
 Bad input (a missing column, a non-numeric field, an unknown GPU model in ``gpu_spec``, an
 unknown policy, a bad quota file) prints one line naming the file, line and column (or the
@@ -31,6 +32,7 @@ from gpuyard.apis.jobs import JobValidationError, load_documents
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quota import QuotaValidationError, parse_quota_document
 from gpuyard.devices.scenarios import ScenarioError, describe, load_scenario
+from gpuyard.sim.plotting import no_plot_line, out_help
 from gpuyard.sim.replay import (
     POLICIES,
     ReplayResult,
@@ -118,7 +120,7 @@ def load_policy_documents(path: Path) -> list[Resource]:
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("out/replay"),
     show_default=True,
-    help="Directory for summary.json, jobs.csv, utilisation.csv and replay.png.",
+    help=out_help("summary.json, jobs.csv and utilisation.csv", "replay.png"),
 )
 @click.option("--until", type=float, default=None, help="Stop after this many simulated seconds.")
 @click.option("--limit", type=int, default=None, help="Replay only the first N jobs (by submit time).")
@@ -173,7 +175,7 @@ def replay(
         click.echo(f"wrote {path}")
     png = write_plot(result, out_dir / "replay.png")
     if png is None:
-        click.echo("matplotlib is not installed (pip install 'gpuyard[plot]'): skipped the PNG plot")
+        click.echo(no_plot_line("replay.png"))
     else:
         click.echo(f"wrote {png}")
 

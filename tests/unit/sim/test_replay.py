@@ -279,3 +279,34 @@ def test_stats_are_rounded_to_two_decimals() -> None:
     # unrounded: mean 0.10000000000000002, p99 0.198
     assert stats([0.0, 0.1, 0.2]) == {"mean": 0.1, "p50": 0.1, "p95": 0.19, "p99": 0.2}
     assert stats([1.0, 2.0, 2.0])["mean"] == 1.67
+
+
+def test_cli_without_matplotlib_says_how_to_get_the_plot(tmp_path: Path, monkeypatch) -> None:
+    """`make run` / `make test` install no matplotlib: the command writes its CSV and JSON files,
+    no replay.png, and says how to get plots; its help promises the PNG only with matplotlib."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    trace = write(tmp_path, "a,0,30,1,1000,1000,2048,,,\n")
+    scenario = str(ROOT / "configs" / "clusters" / "small.yaml")
+    out = tmp_path / "o"
+    r = CliRunner().invoke(replay, ["--trace", str(trace), "--scenario", scenario, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    wrote = sorted(
+        Path(line.removeprefix("wrote ")).name for line in r.output.splitlines() if line.startswith("wrote ")
+    )
+    assert wrote == ["jobs.csv", "summary.json", "utilisation.csv"]
+    assert sorted(p.name for p in out.iterdir()) == wrote
+    assert (
+        "no replay.png: matplotlib is not installed (for plots: pip install 'gpuyard[plot]'; "
+        "in a gpuyard checkout: make plot)" in r.output.splitlines()
+    )
+    text = " ".join(CliRunner().invoke(replay, ["--help"]).output.split())
+    assert "also replay.png where matplotlib is installed" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import csv
 import json
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpuyard.sim.openb_cli import openb, parse_policies, parse_seeds
+from gpuyard.sim.openb_cli import openb, parse_policies, parse_seeds, summary_notes
+from gpuyard.sim.traces import load_openb_nodes, load_openb_pods
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "openb"
 NODES = DATA / "nodes_small.csv"
@@ -129,3 +131,66 @@ def test_an_unknown_profile_is_named_with_exit_code_2(tmp_path):
     )
     assert result.exit_code == 2
     assert "--profile: unknown scheduler profile 'fastest'; known:" in result.output
+
+
+def without_matplotlib(monkeypatch) -> None:
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+
+
+def test_the_small_sample_says_why_its_figures_differ(tmp_path, monkeypatch):
+    """On the bundled 5-node sample the table is followed by notes: its size against the paper's
+    trace, how coarse 15 GPUs make the figures, and what a '-' cell means; without matplotlib it
+    says how to get the plot instead of claiming a file."""
+    without_matplotlib(monkeypatch)
+    out = tmp_path / "out"
+    result = invoke("--nodes", str(NODES), "--pods", str(PODS), "--seeds", "42", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    table = lines[: next(i for i, line in enumerate(lines) if line.startswith("note:"))]
+    assert [row.split()[0] for row in table] == ["policy", "fgd", "gpuyard"]
+    assert any("-" in row.split()[1:5] for row in table[1:])  # the sample leaves load points empty
+    text = " ".join(result.stdout.split())  # the notes are wrapped
+    assert (
+        "note: pods_small.csv on nodes_small.csv is 5 nodes, 15 GPUs, 40 pods, not the paper's openb "
+        "trace (1213 nodes, 6212 GPUs, 8152 pods)" in text
+    )
+    assert "the policies need not rank as on the full trace, where gpuyard allocates more than fgd" in text
+    assert "note: one pod asks for up to 27 % of this cluster's GPUs" in text
+    assert "note: '-' = in no seed did the arrived GPU request come within 1 % of that load" in text
+    # the figures are those summary.json holds: the notes explain them, they change nothing
+    summary = json.loads((out / "summary.json").read_text())
+    for row in table[1:]:
+        policy, *cells = row.split()
+        mean = summary["policies"][policy]["alloc_pct_mean"]
+        assert cells[:4] == [
+            ("-" if mean[p] is None else f"{mean[p]:.2f}") for p in ("80", "90", "100", "130")
+        ]
+    assert "no openb_alloc.png: matplotlib is not installed" in result.stdout
+    assert "pip install 'gpuyard[plot]'; in a gpuyard checkout: make plot" in result.stdout
+    assert "openb_alloc.png" not in "".join(line for line in lines if line.startswith("wrote "))
+    assert not (out / "openb_alloc.png").exists()
+
+
+def test_no_notes_for_the_paper_trace_with_every_point_measured():
+    nodes = load_openb_nodes(DATA / "openb_node_list_gpu_node.csv")
+    pods = load_openb_pods(DATA / "openb_pod_list_default.csv", models=nodes.model_names)
+    full = {"fgd": {"alloc_pct_mean": {"80": 80.0, "90": 90.0, "100": 95.2, "130": 95.4}}}
+    assert summary_notes(nodes, pods, full, published=True) == []
+    gap = {"fgd": {"alloc_pct_mean": {"80": 80.0, "90": None, "100": 95.2, "130": 95.4}}}
+    assert [n.split(" = ")[0] for n in summary_notes(nodes, pods, gap, published=True)] == ["note: '-'"]
+
+
+def test_help_promises_the_plot_only_with_matplotlib():
+    text = " ".join(CliRunner().invoke(openb, ["--help"]).output.split())
+    assert (
+        "Directory for openb_alloc.csv and summary.json; also openb_alloc.png where matplotlib is installed"
+        in text
+    )
+    assert "pip install 'gpuyard[plot]'" in text
