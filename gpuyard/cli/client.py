@@ -248,7 +248,7 @@ class ApiClient:
         accept: str = "application/json",
         body: bytes | None = None,
         content_type: str | None = None,
-        timeout: float | None = None,
+        timeout: float | httpx.Timeout | None = None,
     ) -> Iterator[httpx.Response]:
         """Send one request and yield its response with the body not yet read (an SSE stream stays open).
 
@@ -412,13 +412,35 @@ class ApiClient:
         """Pods of every job the caller may see (`namespace`, `job` narrow it)."""
         return self.list_all("/api/v1/pods", query={"namespace": namespace, "job": job})
 
-    def pod_log(self, namespace: str, name: str, *, container: str | None = None) -> Any:
-        """A pod's log: `{"phase", "container", "containers", "lines"}`."""
+    def pod_log(
+        self, namespace: str, name: str, *, container: str | None = None, tail_lines: int | None = None
+    ) -> Any:
+        """A pod's log: `{"phase", "container", "containers", "lines", "truncated"}`."""
         return self.request(
             "GET",
             f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}/log",
-            query={"container": container},
+            query={"container": container, "tailLines": None if tail_lines is None else str(tail_lines)},
         )
+
+    def follow_log(
+        self, namespace: str, name: str, *, container: str | None = None, tail_lines: int | None = None
+    ) -> Iterator[str]:
+        """A pod's log line by line as the server streams it (`follow=true`), until the container
+        has finished: no read timeout, a quiet container may print nothing for long."""
+        query = {
+            "container": container,
+            "follow": "true",
+            "tailLines": None if tail_lines is None else str(tail_lines),
+        }
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}/log"
+        timeout = httpx.Timeout(self.timeout, read=None)
+        with self._open("GET", path, query=query, accept="text/plain", timeout=timeout) as response:
+            try:
+                yield from response.iter_lines()
+            except (httpx.TransportError, httpx.StreamError) as exc:
+                raise ClientError(
+                    f"lost the log stream from {self.server}: {_reason(exc)}", exit_code=1
+                ) from None
 
     def job_events(self, namespace: str, name: str) -> Any:
         return self.list_all(f"/api/v1/namespaces/{_q(namespace)}/jobs/{_q(name)}/events")

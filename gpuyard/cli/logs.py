@@ -1,31 +1,33 @@
-"""`gpuyard logs POD` and `gpuyard logs job/NAME [--role R --index I] [-f]`: a pod's log.
+"""`gpuyard logs POD` and `gpuyard logs job/NAME [--role R --index I] [-f] [--tail N]`: a pod's log.
 
-Reads `GET /api/v1/namespaces/{ns}/pods/{name}/log` (`gpuyard.platform.api.pods`). On the fake
-cluster the kubelet keeps a short log per container: when and where it started, its training
-environment (ranks, world size, master address, TF_CONFIG's task, GPUs) and how it exited.
+Reads `GET /api/v1/namespaces/{ns}/pods/{name}/log` (`gpuyard.platform.api.pods`), which the
+backend answers: on the fake cluster its kubelet keeps a short log per container (when and where
+it started, its training environment: ranks, world size, master address, TF_CONFIG's task, GPUs;
+how it exited); on Kubernetes it is the container's own output, read through the API server's
+`pods/log` as `kubectl logs` reads it (`gpuyard fake-nodes` answers for its fake nodes with the
+same short log).
 
 `job/NAME` picks one of the job's pods, as `kubectl logs job/NAME` does: the pod of `--role` (a
 replica type, any case) and `--index` (default 0); without `--role`, the first of the master,
-chief, launcher or scheduler, else the first worker. `-f` prints new lines until the pod has
-finished. Errors are one line on stderr; exit 2 for bad input (no such pod, role or index), 1 for
+chief, launcher or scheduler, else the first worker. `--tail N` prints the last N lines only. `-f`
+streams new lines as they come until the container has finished (a pod not started yet is waited
+for). Errors are one line on stderr; exit 2 for bad input (no such pod, role or index), 1 for
 server or network trouble.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
 
-from gpuyard.cli.client import ApiClient
+from gpuyard.cli.client import ApiClient, ClientError
 from gpuyard.cli.common import call, fail, split_ref
 
 __all__ = ["logs", "pick_pod"]
 
 LEADER_ROLES = ("master", "chief", "launcher", "scheduler", "ps")
 """Roles whose pod `logs job/NAME` shows first (then workers, by index)."""
-FINISHED = ("Succeeded", "Failed")
 
 
 def _role(pod: dict[str, Any]) -> str:
@@ -69,9 +71,13 @@ def pick_pod(pods: list[dict[str, Any]], *, role: str | None, index: int | None,
     "--index", type=click.IntRange(min=0), default=None, help="job/NAME: the replica index (default 0)."
 )
 @click.option("-c", "--container", default=None, help="The container (default: the pod's first).")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the pod has finished.")
+@click.option("-f", "--follow", is_flag=True, help="Stream new lines until the container has finished.")
 @click.option(
-    "--interval", type=click.FloatRange(min=0.05), default=1.0, hidden=True, help="-f: seconds between reads."
+    "--tail",
+    type=click.IntRange(min=-1),
+    default=-1,
+    show_default=True,
+    help="Only the last N lines (-1: all).",
 )
 @click.option("--token", default=None, help="Bearer token (default $GPUYARD_TOKEN or the config file).")
 @click.option(
@@ -87,7 +93,7 @@ def logs(
     index: int | None,
     container: str | None,
     follow: bool,
-    interval: float,
+    tail: int,
     token: str | None,
     server: str | None,
 ) -> None:
@@ -104,19 +110,21 @@ def logs(
         if role is not None or index is not None:
             fail("--role and --index choose a pod of a job: gpuyard logs job/NAME --role R --index I")
         ns, pod_name = split_ref(rest if kind.lower() in ("pod", "pods", "po") and rest else ref, namespace)
-    printed = 0
-    while True:
-        answer = call(client.pod_log, ns, pod_name, container=container)
-        lines = answer.get("lines") or []
-        for line in lines[printed:]:
-            click.echo(line)
-        printed = max(printed, len(lines))
-        phase = answer.get("phase")
-        if not follow or phase in FINISHED:
-            if not lines and phase == "Pending":
-                click.echo(f"pod {ns}/{pod_name} is Pending: it has not started yet (try -f)", err=True)
-            return
+    tail_lines = None if tail < 0 else tail
+    if follow:
         try:
-            time.sleep(interval)
+            for line in client.follow_log(ns, pod_name, container=container, tail_lines=tail_lines):
+                click.echo(line)
+        except ClientError as exc:
+            fail(exc.message, exc.exit_code)
         except KeyboardInterrupt:  # pragma: no cover - interactive
-            return
+            pass
+        return
+    answer = call(client.pod_log, ns, pod_name, container=container, tail_lines=tail_lines)
+    lines = answer.get("lines") or []
+    for line in lines:
+        click.echo(line)
+    if answer.get("truncated"):
+        click.echo(f"(only the last {len(lines)} lines; --tail N for fewer)", err=True)
+    if not lines and answer.get("phase") == "Pending":
+        click.echo(f"pod {ns}/{pod_name} is Pending: it has not started yet (try -f)", err=True)

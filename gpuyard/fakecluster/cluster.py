@@ -5,19 +5,23 @@
 simulated kubelet (pod phases on the clock) and the device-health reconciler (a GPU that turns
 unhealthy fails the pods using it). Components create pods, already bound by the scheduler's
 placement, through `writer` (:class:`~gpuyard.fakecluster.writing.FakeWriter`, the fake API
-server); `faults` (:class:`~gpuyard.fakecluster.faulting.FakeFaults`) injects failures.
+server); `faults` (:class:`~gpuyard.fakecluster.faulting.FakeFaults`) injects failures;
+`pod_log()` reads the short log the kubelet keeps per container (`podlogs.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import structlog
 
+from gpuyard.apis.core import Pod
 from gpuyard.devices.scenarios import Scenario
 from gpuyard.fakecluster.faulting import FakeFaults
 from gpuyard.fakecluster.health import DeviceHealth
 from gpuyard.fakecluster.kubelet import FakeKubelet
+from gpuyard.fakecluster.podlogs import StorePodLogs
 from gpuyard.fakecluster.writing import FakeWriter
 from gpuyard.state.context import Context
 from gpuyard.state.workqueues import ControllerRunner
@@ -43,11 +47,18 @@ class FakeCluster:
             store=ctx.store, writer=self.writer, clock=ctx.clock, defaults=scenario.kubelet
         )
         self.device_health = DeviceHealth(store=ctx.store, writer=self.writer, clock=ctx.clock)
+        self.logs = StorePodLogs(ctx.store)
 
     leadership = None  # one process: it always leads
 
     def healthy(self) -> bool:
         return True  # the cluster is this process's memory
+
+    async def pod_log(
+        self, pod: Pod, *, container: str, follow: bool = False, tail_lines: int | None = None
+    ) -> AsyncIterator[str]:
+        """The kubelet's short log of the container (`PodLogs`)."""
+        return await self.logs.pod_log(pod, container=container, follow=follow, tail_lines=tail_lines)
 
     # --- lifecycle ---------------------------------------------------------------------------
 

@@ -15,22 +15,22 @@ exactly where it was. The kubelet is the only writer of pod status, and it write
 the fake cluster's writer (`patch_status`, on the resourceVersion it read).
 
 Logs: a fake container prints nothing of its own, so the kubelet keeps the short log a person
-wants from it (`container_logs`, what `gpuyard logs` shows): when and where it started, the
-distributed-training environment it was given (ranks, world size, master address, TF_CONFIG's
-task, visible GPUs), and how it exited. The log is read from what the kubelet wrote in the pod's
-status, so a restarted process shows the same log, and it goes with the pod.
+wants from it (`container_logs` of `gpuyard.devices.fakepods`, shared with `gpuyard fake-nodes`;
+what `gpuyard logs` shows): when and where it started, the distributed-training environment it
+was given (ranks, world size, master address, TF_CONFIG's task, visible GPUs), and how it exited.
+The log is read from what the kubelet wrote in the pod's status, so a restarted process shows the
+same log, and it goes with the pod.
 """
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import cast
 
 from gpuyard.apis.core import ContainerState, ContainerStatus, Node, Pod
-from gpuyard.devices.fakepods import exit_reason, pod_script
+from gpuyard.devices.fakepods import container_logs, exit_reason, pod_script
 from gpuyard.devices.scenarios import KubeletDefaults
 from gpuyard.state.clock import Clock
 from gpuyard.state.store import Conflict, NotFound, Store
@@ -38,65 +38,6 @@ from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
 from gpuyard.state.writing import Writer
 
 __all__ = ["FakeKubelet", "container_logs", "terminate"]
-
-LOG_ENV = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "PET_NNODES",
-    "PET_NODE_RANK",
-    "CUDA_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES",
-)
-"""The variables a container's log summarises (in this order), besides TF_CONFIG's task."""
-LOG_VALUE_CHARS = 80
-
-
-def _env_summary(env: dict[str, str]) -> str:
-    parts = [f"{k}={env[k][:LOG_VALUE_CHARS]}" for k in LOG_ENV if env.get(k)]
-    tf_config = env.get("TF_CONFIG")
-    if tf_config:
-        try:
-            config = json.loads(tf_config)
-            task = config.get("task") or {}
-            roles = {r: len(a) for r, a in (config.get("cluster") or {}).items()}
-            sizes = ",".join(f"{r}:{n}" for r, n in roles.items())
-            parts.append(f"TF_CONFIG task={task.get('type')}:{task.get('index')} cluster={sizes}")
-        except (ValueError, AttributeError):
-            parts.append("TF_CONFIG=(not JSON)")
-    rest = len(env) - sum(1 for k in env if k in LOG_ENV or k == "TF_CONFIG")
-    if rest > 0:
-        parts.append(f"(+{rest} more)")
-    return " ".join(parts) if parts else "(no environment)"
-
-
-def container_logs(pod: Pod) -> dict[str, list[str]]:
-    """Each container's log lines (see the module docstring); empty while the pod is Pending."""
-    status = pod.status
-    started = status.start_time.isoformat() if status.start_time else None
-    statuses = {cs.name: cs for cs in status.container_statuses}
-    out: dict[str, list[str]] = {}
-    for c in pod.spec.containers or []:
-        lines: list[str] = []
-        cs = statuses.get(c.name)
-        if started is not None:
-            where = f"node {pod.spec.node_name}" + (f" ({status.pod_ip})" if status.pod_ip else "")
-            image = f" image {c.image}" if c.image else ""
-            lines.append(f"{started} started container {c.name}{image} on {where}")
-            lines.append(f"{started} env: {_env_summary(c.env_dict())}")
-        terminated = cs.state.terminated if cs is not None else None
-        if terminated:
-            when = terminated.get("finishedAt") or "-"
-            code = terminated.get("exitCode")
-            reason = terminated.get("reason")
-            how = f"exited with code {code}" if code is not None else "was stopped"
-            lines.append(f"{when} {how}" + (f" ({reason})" if reason else ""))
-        elif status.phase in ("Succeeded", "Failed"):
-            lines.append(f"- {status.phase.lower()}" + (f": {status.reason}" if status.reason else ""))
-        out[c.name] = lines
-    return out
 
 
 def terminate(

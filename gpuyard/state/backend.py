@@ -19,6 +19,8 @@ A backend is where the cluster's objects really live; the store is its cache. It
   replica keeps its store current and serves the read-only API.
 * `faults` — a :class:`FaultInjector` where the backend can inject faults (the fake cluster),
   or None (a real cluster): the HTTP fault routes and the test harness ask it, never a class.
+* `pod_log()` — optional (:class:`PodLogs`): a pod container's log, read where the backend keeps
+  it (the fake cluster: its kubelet's short log; Kubernetes: the API server's `pods/log`).
 
 Which backend runs is decided once, by the factory in `gpuyard.platform.backends`; nothing
 above the backend imports one.
@@ -27,12 +29,13 @@ above the backend imports one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
 from gpuyard.apis.core import Pod
 from gpuyard.state.writing import Writer
 
-__all__ = ["BackendError", "ClusterBackend", "FaultError", "FaultInjector", "Leadership"]
+__all__ = ["BackendError", "ClusterBackend", "FaultError", "FaultInjector", "Leadership", "PodLogs"]
 
 
 class BackendError(Exception):
@@ -97,6 +100,20 @@ class Leadership(Protocol):
 
     async def wait_lost(self) -> None:
         """Return once this replica, which led, has lost the lead."""
+        ...
+
+
+@runtime_checkable
+class PodLogs(Protocol):
+    """A backend that reads its pods' logs (`GET .../pods/{name}/log`, `gpuyard logs`)."""
+
+    async def pod_log(
+        self, pod: Pod, *, container: str, follow: bool = False, tail_lines: int | None = None
+    ) -> AsyncIterator[str]:
+        """Open the log of `container` of `pod`: its lines (without line ends; the last
+        `tail_lines` only, when given), then, with `follow`, each new one until the container has
+        finished. Raises :class:`BackendError` when it cannot be opened (`status`: 400 the
+        container has not started, 404 no such pod, else what the cluster answered)."""
         ...
 
 

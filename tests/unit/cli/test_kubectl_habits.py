@@ -19,7 +19,8 @@ from gpuyard.apis.scheduling import LABEL_JOB_NAME, LABEL_REPLICA_INDEX, LABEL_R
 from gpuyard.cli import main
 from gpuyard.cli.logs import pick_pod
 from gpuyard.devices.scenarios import KubeletDefaults
-from gpuyard.fakecluster.kubelet import FakeKubelet
+from gpuyard.fakecluster.kubelet import FakeKubelet, terminate
+from gpuyard.fakecluster.podlogs import StorePodLogs
 from gpuyard.state.clock import VirtualClock
 from gpuyard.state.context import Context
 from tests.builders import make_pod
@@ -34,6 +35,7 @@ class _Backend:
 
     def __init__(self, kubelet: FakeKubelet) -> None:
         self.kubelet = kubelet
+        self.pod_log = StorePodLogs(kubelet.store).pod_log
 
 
 class Live:
@@ -116,6 +118,33 @@ async def test_logs_of_a_jobs_pod_by_role_and_index(live: Live) -> None:
     assert r.exit_code == 0 and f"team-b/{MNIST}-master-0 is Pending" in r.output
     r = await live.cli("logs", f"job/team-b/{MNIST}", "--role", "PS")
     assert r.exit_code == 2 and "its roles: Master, Worker" in r.output
+    r = await live.cli("logs", f"job/team-b/{MNIST}", "--role", "worker", "--index", "1", "--tail", "1")
+    assert r.exit_code == 0 and r.output.count("\n") == 1 and " env: " in r.output
+
+
+async def test_logs_follow_streams_until_the_pod_has_finished(live: Live) -> None:
+    """`logs -f` of a pod not started yet waits for it, prints its lines as the kubelet writes
+    them, and returns once the container has exited."""
+    assert isinstance(live.ctx.clock, VirtualClock)
+    kubelet = live.ctx.backend.kubelet  # type: ignore[union-attr]
+    key = ("team-b", f"{MNIST}-worker-0")
+    following = asyncio.create_task(live.cli("logs", f"job/team-b/{MNIST}", "--role", "Worker", "-f"))
+    await asyncio.sleep(0.5)
+    assert not following.done()
+    await kubelet.reconcile(key)
+    await live.ctx.clock.advance(2)
+    await kubelet.reconcile(key)  # Running: the first two lines
+    pod = live.ctx.store.get_of(Pod, *key)
+    assert pod is not None and pod.status.phase == "Running"
+    await asyncio.sleep(0.5)
+    assert not following.done()
+    done = pod.clone()
+    terminate(done, exit_code=0, reason="Completed", message=None, now=live.ctx.clock.utcnow())
+    live.ctx.store.update(done)
+    r = await asyncio.wait_for(following, 10)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert len(lines) == 3 and "started container main" in lines[0] and "exited with code 0" in lines[2]
 
 
 def test_pick_pod_prefers_the_leader_then_index_zero() -> None:
