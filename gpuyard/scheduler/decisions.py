@@ -16,6 +16,11 @@ Out: what :meth:`~gpuyard.scheduler.core.SchedulerState.step` decided, for the a
   (PodGroup, ElasticQuota, Queue, ResourceQuota): only fields the scheduler owns;
 * :class:`RecordEvent` — one Kubernetes-style Event per (object, reason), its count bumped when
   it exists.
+
+The core's parts that decide append to one :class:`Outbox`, so decisions keep the order they
+were made in. Beside the decisions, a :class:`Tally` counts attempts, preemptions and migrations;
+the loop takes it after each step and turns it into metrics (the core reads no clock and writes
+no metric).
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ __all__ = [
     "Decision",
     "DeleteReservation",
     "EventType",
+    "Outbox",
     "PatchStatus",
     "PlaceGang",
     "RecordEvent",
+    "Tally",
 ]
 
 Key = tuple[str, str]
@@ -102,3 +109,66 @@ class PlaceGang:
 
 
 Decision = PlaceGang | DeleteReservation | PatchStatus | RecordEvent
+
+
+class Outbox:
+    """Decisions in the order the core's parts made them, until the loop takes them."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self) -> None:
+        self._items: list[Decision] = []
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def append(self, decision: Decision) -> None:
+        self._items.append(decision)
+
+    def take(self) -> list[Decision]:
+        """The decisions made since the last call."""
+        items, self._items = self._items, []
+        return items
+
+
+@dataclass(slots=True)
+class Tally:
+    """What the core counted since the loop last took it: scheduling attempts (a gang placed,
+    or not), jobs stopped by reason and the GPU-hours they lose, jobs moved by the rescheduler.
+    Plain counts, bounded however long nobody takes them."""
+
+    placed: int = 0  # attempts that placed a gang
+    unschedulable: int = 0  # attempts that did not
+    pods: int = 0  # pods those attempts placed
+    preemptions: dict[str, int] = field(default_factory=dict)  # reason -> jobs stopped
+    gpu_hours_lost: float = 0.0
+    migrations: int = 0
+
+    @property
+    def attempts(self) -> int:
+        return self.placed + self.unschedulable
+
+    def attempt(self, *, pods: int | None) -> None:
+        """One attempt to place a gang: `pods` placed, or None when it did not start."""
+        if pods is None:
+            self.unschedulable += 1
+        else:
+            self.placed += 1
+            self.pods += pods
+
+    def preempted(self, reason: str, *, gpu_hours: float) -> None:
+        self.preemptions[reason] = self.preemptions.get(reason, 0) + 1
+        if gpu_hours > 0:
+            self.gpu_hours_lost += gpu_hours
+
+    def migrated(self) -> None:
+        self.migrations += 1
+
+    def take(self) -> Tally:
+        """The counts so far; counting starts again from zero."""
+        out = Tally(
+            self.placed, self.unschedulable, self.pods, self.preemptions, self.gpu_hours_lost, self.migrations
+        )
+        self.placed = self.unschedulable = self.pods = self.migrations = 0
+        self.preemptions, self.gpu_hours_lost = {}, 0.0
+        return out

@@ -28,7 +28,7 @@ import structlog
 from gpuyard.apis.scheduling import PodGroup, pod_name
 from gpuyard.scheduler.admission.gatekeeping import Admission, JobShape
 from gpuyard.scheduler.cache.assuming import StatusView, event_about, patch, status_changes
-from gpuyard.scheduler.decisions import Decision, EventType, PatchStatus, RecordEvent
+from gpuyard.scheduler.decisions import Decision, EventType, Outbox, PatchStatus, RecordEvent, Tally
 
 __all__ = ["Key", "QuotaParking", "Recorder", "is_complete"]
 
@@ -80,11 +80,13 @@ class QuotaParking:
 
 
 class Recorder:
-    """PodGroup statuses and events as decisions, attempt and failure counts per job."""
+    """PodGroup statuses and events as decisions, attempt and failure counts per job; the
+    core's counts for the loop's metrics (`tally`)."""
 
-    def __init__(self, *, events: bool = True) -> None:
+    def __init__(self, *, events: bool = True, out: Outbox | None = None) -> None:
         self.events = events
-        self.out: list[Decision] = []
+        self.out = out if out is not None else Outbox()  # shared with the cache's deletions
+        self.tally = Tally()
         self.views: dict[Key, StatusView] = {}
         self.attempts: dict[Key, int] = {}
         self.failures: dict[Key, int] = {}
@@ -92,8 +94,7 @@ class Recorder:
 
     def take(self) -> list[Decision]:
         """The decisions recorded since the last call."""
-        out, self.out = self.out, []
-        return out
+        return self.out.take()
 
     def forget(self, key: Key) -> None:
         for table in (self.views, self.attempts, self.failures, self.last_cause):
@@ -110,6 +111,10 @@ class Recorder:
         if view is None:
             view = self.views[key] = StatusView.of(pg)
         return view
+
+    def evicting(self, pg: PodGroup) -> bool:
+        """Pods of `pg` the scheduler asked to stop still hold their Reservations."""
+        return bool(self.view(pg).evictions)
 
     def write_failed(self, key: Key) -> None:
         """A status write did not happen: read the status again from the object next time."""
