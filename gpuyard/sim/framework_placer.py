@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
+from typing import Any
 
 from gpuyard.apis.core import GPU_RESOURCE, Node, NodeCondition, NodeStatus, PodSpec
 from gpuyard.apis.devicematching import LABEL_GPU_MODEL
@@ -42,6 +43,9 @@ __all__ = ["FrameworkPlacer", "framework_placer", "node_objects", "pod_spec"]
 
 _NS = "openb"
 _MIB = 2**20
+
+_ShapeKey = tuple[int, int, int, tuple[int, ...] | None, int]
+"""A pod's request shape (`PodRequest.shape`) and its memory: pods alike in it share one `PodShape`."""
 
 
 def node_objects(state: ClusterState, order: Sequence[int]) -> list[Node]:
@@ -80,7 +84,9 @@ def pod_spec(pod: PodRequest, model_names: Sequence[str]) -> PodSpec:
         requests["gpuyard.io/gpu-milli"] = str(pod.gpu_milli)
     elif pod.num_gpu:
         requests[GPU_RESOURCE] = str(pod.num_gpu)
-    raw: dict = {"containers": [{"name": "main", "image": "trace", "resources": {"requests": requests}}]}
+    raw: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "trace", "resources": {"requests": requests}}]
+    }
     if pod.allowed_models is not None:
         models = sorted(model_names[m] for m in pod.allowed_models)
         raw["affinity"] = {
@@ -128,11 +134,11 @@ class FrameworkPlacer:
         for plugin, _ in self.profile.scores:
             if isinstance(plugin, PackingScore):  # the policy measures fragmentation against the trace
                 plugin.prepare(remapped)
-        self._shapes: dict[tuple, tuple[PodShape, dict[str, Decimal]]] = {}
+        self._shapes: dict[_ShapeKey, tuple[PodShape, dict[str, Decimal]]] = {}
         self._count = 0
 
     def _shape(self, pod: PodRequest) -> tuple[PodShape, dict[str, Decimal]]:
-        key = (*pod.shape, pod.memory_mib)
+        key: _ShapeKey = (*pod.shape, pod.memory_mib)
         got = self._shapes.get(key)
         if got is None:
             try:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -162,7 +162,7 @@ class Result:
     def alloc_at(self, pct: int) -> float:
         return float(self.alloc[pct])
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "policy": self.policy,
             "seed": self.seed,
@@ -336,14 +336,14 @@ def is_default_trace(nodes: NodeTrace, pods: PodTrace) -> bool:
     )
 
 
-def summarize(results: Iterable[Result], *, published: bool) -> dict:
+def summarize(results: Iterable[Result], *, published: bool) -> dict[str, dict[str, Any]]:
     """Per policy: mean over seeds of allocation % at 80/90/100/130, failed pods, seconds per run."""
     by_policy: dict[str, list[Result]] = {}
     for r in results:
         by_policy.setdefault(r.policy, []).append(r)
-    out: dict = {}
+    out: dict[str, dict[str, Any]] = {}
     for policy, runs in by_policy.items():
-        entry: dict = {
+        entry: dict[str, Any] = {
             "seeds": [r.seed for r in runs],
             "load": runs[0].load,
             "alloc_pct_mean": {str(p): _mean_at(runs, p) for p in SUMMARY_POINTS},
@@ -387,7 +387,7 @@ def write_alloc_csv(
 
 
 def write_summary_json(
-    results: Iterable[Result], path: str | Path, *, published: bool, extra: dict | None = None
+    results: Iterable[Result], path: str | Path, *, published: bool, extra: dict[str, Any] | None = None
 ) -> Path:
     """The `summarize` figures (plus each run's own figures) as JSON."""
     results = list(results)

@@ -312,7 +312,7 @@ def summary_notes(
     return notes
 
 
-def _print_summary(summary: dict, *, published: bool) -> None:
+def _print_summary(summary: dict[str, dict[str, Any]], *, published: bool) -> None:
     head = "policy".ljust(16) + "".join(f"{p:>9}%" for p in SUMMARY_POINTS) + "   s/run"
     if published:
         head += "   published 100/130"

@@ -44,7 +44,8 @@ from gpuyard.sim.replay import (
     write_summary_json,
     write_utilisation_csv,
 )
-from gpuyard.sim.replay_trace import FORMATS, TraceError, load_trace, openb_scenario, scenario_models
+from gpuyard.sim.replay_trace import FORMATS, load_trace, openb_scenario, scenario_models
+from gpuyard.sim.traces import TraceError
 from gpuyard.state.logs import configure_logging
 
 __all__ = ["load_policy_documents", "replay"]

@@ -113,7 +113,8 @@ class PodTrace:
     @property
     def total_gpu_milli(self) -> np.ndarray:
         """int64[P]: each pod's whole GPU request in milli (num_gpu x gpu_milli)."""
-        return self.num_gpu * self.gpu_milli
+        total: np.ndarray = self.num_gpu * self.gpu_milli
+        return total
 
     def requests(self, state: ClusterState) -> list[PodRequest]:
         """One `PodRequest` per pod, with ``gpu_spec`` resolved against ``state.model_names``."""

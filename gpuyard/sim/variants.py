@@ -26,7 +26,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpuyard.sim.traces import GPU_MILLI, NodeTrace, PodTrace
+from gpuyard.scheduler.placement.packing import GPU_MILLI
+from gpuyard.sim.traces import NodeTrace, PodTrace
 
 __all__ = ["KINDS", "VALIDATION_SET", "make_variant", "parse_variant"]
 
