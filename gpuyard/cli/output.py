@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,7 +15,13 @@ __all__ = ["OUTPUT_FORMATS", "OutputFormat", "StreamRows", "age", "emit", "objec
 OUTPUT_FORMATS = ("table", "wide", "json", "yaml", "name", "jsonpath=TEMPLATE")
 
 
-class OutputFormat(click.ParamType):
+if TYPE_CHECKING:
+    _StrParamType = click.ParamType[str]
+else:  # click.ParamType is generic from click 8.4 on; this package accepts 8.1 and later
+    _StrParamType = click.ParamType
+
+
+class OutputFormat(_StrParamType):
     """`-o`: one of `OUTPUT_FORMATS`; `jsonpath=` takes kubectl's template (quoted or not)."""
 
     name = "format"

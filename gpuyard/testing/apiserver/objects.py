@@ -420,12 +420,13 @@ def _encode_continue(rv: int, after: tuple[str, str]) -> str:
 def _decode_continue(token: str) -> dict[str, Any]:
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        if (
-            isinstance(data.get("rv"), int)
-            and isinstance(data.get("after"), list)
-            and len(data["after"]) == 2
-        ):
-            return data
-    except (ValueError, AttributeError):
-        pass
+    except ValueError:
+        data = None
+    if (
+        isinstance(data, dict)
+        and isinstance(data.get("rv"), int)
+        and isinstance(data.get("after"), list)
+        and len(data["after"]) == 2
+    ):
+        return data
     raise ApiError.bad_request("continue: invalid value: not a token this server returned")
