@@ -2,8 +2,9 @@
 Succeeded on the Kubernetes backend: created through the API server as `kubectl apply` would, its
 pods created and bound by gpuyard, played by fake nodes (`gpuyard fake-nodes`), its status written
 back. One platform and one cluster for all of them at once (they queue for the GPUs they share).
-KubeDL's and Kubeflow's XGBoost examples share a name: the later one fails, naming the clash, and
-runs once the first is deleted."""
+KubeDL's and Kubeflow's XGBoost examples share a name upstream (the samples here do not): Kubeflow's,
+created again under KubeDL's name, clashes with it; the later one fails, naming the clash, and runs
+once the first is deleted."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ XGBOOST = (
     resource_for("XGBoostJob", "training.kubedl.io/v1alpha1"),
     resource_for("XGBoostJob", "kubeflow.org/v1"),
 )
+CLASH = yaml.safe_load((ROOT / "configs" / "jobs" / "xgboost-kubedl.yaml").read_text())["metadata"]["name"]
+"""KubeDL's iris sample's name, which Kubeflow's iris example also has upstream."""
 
 
 def shorten(doc: dict[str, Any]) -> None:
@@ -75,6 +78,12 @@ async def test_every_job_file_runs_to_succeeded_with_pods_bound_by_gpuyard(serve
                         await client.create(res, doc)
                         jobs.append((res, ns, doc["metadata"]["name"]))
                 assert len(jobs) >= len(JOB_FILES)
+                # the upstream examples' clash: Kubeflow's iris job under KubeDL's sample's name
+                clash = yaml.safe_load((ROOT / "configs" / "jobs" / "xgboost-kubeflow.yaml").read_text())
+                clash["metadata"].update(name=CLASH, namespace="default")
+                shorten(clash)
+                await client.create(XGBOOST[1], clash)
+                jobs.append((XGBOOST[1], "default", CLASH))
                 loop = asyncio.get_running_loop()
                 end = loop.time() + 120
                 outcome: dict[str, str | None] = {}
@@ -88,7 +97,7 @@ async def test_every_job_file_runs_to_succeeded_with_pods_bound_by_gpuyard(serve
                     await asyncio.sleep(0.2)
                 # KubeDL's and Kubeflow's iris XGBoostJob have one name in one namespace: the one
                 # created first (same second: by group name) runs, the other fails naming the clash
-                name = "xgboost-dist-iris-test-train"
+                name = CLASH
                 pair = {res: f"{res.plural}.{res.group}/default/{name}" for res in XGBOOST}
                 clashing = {key: outcome.pop(key) for key in pair.values()}
                 assert sorted(clashing.values()) == ["Failed", "Succeeded"]
