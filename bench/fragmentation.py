@@ -43,7 +43,7 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuyard.apis.scheduling import Reservation
-from gpuyard.scheduler.rescheduling.rescheduler import service_for
+from gpuyard.scheduler.running import service_for
 from gpuyard.testing import Cluster
 
 SAMPLE = 300.0

@@ -1,4 +1,4 @@
-"""The scheduler's synchronous core: changes in, decisions out, no store and no event loop.
+"""The scheduler's synchronous core: changes in, decisions out, no store, no clock, no event loop.
 
 :class:`SchedulerState` holds everything the scheduler knows — its own view of the watched
 objects (:class:`~gpuyard.scheduler.cache.objects.ObjectCache`), the NumPy :class:`Snapshot` of free
@@ -18,7 +18,11 @@ records — and has three entry points:
   `limit` jobs; `more` says whether the walk goes on at the next `step`;
 * `unassume(decision, error=)`: the loop could not create a gang's Reservations; the snapshot
   forgets them and the gang backs off (Kueue's admit pattern); `write_failed(decision)`: a
-  status or a deletion was not written and is decided again.
+  status or a deletion was not written and is decided again;
+* `take_counts()`: what was counted since the last call (attempts, preemptions, migrations).
+
+The time is what the loop passes in (`now`, `utcnow`); the loop measures how long a step takes
+and writes the metrics from the counts.
 
 A placement is *assumed* when decided: its Reservations are recorded in the snapshot at once,
 so the next decision already sees the GPUs taken; likewise a deletion frees its room when it
@@ -28,8 +32,6 @@ decisions never race for the same GPUs.
 
 from __future__ import annotations
 
-import time
-from collections import deque
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -56,10 +58,10 @@ from gpuyard.scheduler.decisions import (
     DeleteReservation,
     PatchStatus,
     PlaceGang,
+    Tally,
 )
-from gpuyard.scheduler.gangs.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.gangs.outcomes import Unschedulable
 from gpuyard.scheduler.gangs.requests import ShapeCache
-from gpuyard.scheduler.metrics import SchedulerMetrics
 from gpuyard.scheduler.placement.framework import Profile
 from gpuyard.scheduler.preemption.reclaim import Reclaimer
 from gpuyard.scheduler.rescheduling.rescheduler import Rescheduler
@@ -93,14 +95,12 @@ class SchedulerState:
         port_range: tuple[int, int],
         reclaim_delay: float = 0.0,
         events: bool = True,
-        metrics: SchedulerMetrics | None = None,
         backfill_hold_seconds: float = 3600.0,
         nomination_seconds: float = 300.0,
         writes_quota_used: bool = True,
     ) -> None:
         self.profile = profile
         self.port_range = port_range
-        self.metrics = metrics
         self.objects = ObjectCache(WATCHED)
         self.admission = Admission(self.objects, writes_quota_used=writes_quota_used)
         self.reclaimer = Reclaimer(delay=reclaim_delay)
@@ -108,7 +108,6 @@ class SchedulerState:
         self.recorder = Recorder(events=events)
         self.parking = QuotaParking()  # jobs parked by quota alone
         self.groups = GangGroups()
-        self.cycle_seconds: deque[float] = deque(maxlen=200_000)
         self.placed_pods = 0
         self.placed_jobs = 0
         self.cycles = 0
@@ -255,8 +254,6 @@ class SchedulerState:
                 return self.recorder.take()
         self._walk = None
         self._left_ready = len(self.queue)  # ready but not offered (behind a head, maxRunningJobs)
-        if self.metrics is not None:
-            self.metrics.pending.set(self.queue.waiting())
         out = self.recorder.take()
         out.extend(self.admission.status_patches())
         return out
@@ -325,6 +322,11 @@ class SchedulerState:
             if other is not None:
                 due = other if due is None else min(due, other)
         return False, due
+
+    def take_counts(self) -> Tally:
+        """What was counted since the last call (attempts, preemptions, migrations): the loop
+        turns it into metrics."""
+        return self.recorder.tally.take()
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -570,15 +572,6 @@ class SchedulerState:
     def count_placed(self, decision: PlaceGang) -> None:
         self.placed_pods += len(decision.reservations)
         self.placed_jobs += 1
-
-    def observe(self, started: float, outcome: Placement | Unschedulable) -> None:
-        elapsed = time.perf_counter() - started
-        self.cycle_seconds.append(elapsed)
-        if self.metrics is not None:
-            if isinstance(outcome, Placement):
-                self.metrics.observe_cycle(elapsed, "placed", pods=len(outcome.pods))
-            else:
-                self.metrics.observe_cycle(elapsed, "unschedulable")
 
 
 Signature = tuple[int, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]

@@ -3,8 +3,10 @@
 `gpuyard_scheduler_cycle_seconds{result}` (a histogram of the time to decide and assume one
 gang), `gpuyard_scheduler_attempts{result}`, `gpuyard_scheduler_placed_pods` and
 `gpuyard_scheduler_pending_podgroups`, on the context's injected registry; the scheduling loop
-(`running`) observes them. Preemption counts `gpuyard_preemptions_total{reason}` (priority,
-reclaim, migration: jobs stopped) and `gpuyard_gpu_hours_lost_total` (the work they lose).
+(`running`) writes them from what the core counted (`decisions.Tally`) and the time it measured.
+Preemption counts `gpuyard_preemptions_total{reason}` (priority, reclaim, migration: jobs
+stopped) and `gpuyard_gpu_hours_lost_total` (the work they lose); the rescheduler
+`gpuyard_migrations_total` (jobs moved to defragment GPUs).
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class SchedulerMetrics:
             "GPU-hours of work lost by stopped jobs (GPUs x time since start or last checkpoint).",
             registry=registry,
         )
+        self.migrations = Counter(
+            "gpuyard_migrations", "Jobs moved by the rescheduler to defragment GPUs", registry=registry
+        )
         self._children: dict[str, tuple[Any, Any]] = {}
 
     @classmethod
@@ -64,16 +69,25 @@ class SchedulerMetrics:
             metrics = _BY_REGISTRY[registry] = cls(registry)
         return metrics
 
-    def observe_cycle(self, seconds: float, result: str, *, pods: int = 0) -> None:
-        children = self._children.get(result)
-        if children is None:
-            children = self._children[result] = (self.cycle.labels(result), self.attempts.labels(result))
-        children[0].observe(seconds)
-        children[1].inc()
+    def observe_cycles(self, seconds: float, result: str, *, count: int = 1, pods: int = 0) -> None:
+        """`count` attempts of `result` that took `seconds` each and placed `pods` pods in all."""
+        if count:
+            children = self._children.get(result)
+            if children is None:
+                children = self._children[result] = (self.cycle.labels(result), self.attempts.labels(result))
+            for _ in range(count):
+                children[0].observe(seconds)
+            children[1].inc(count)
         if pods:
             self.placed.inc(pods)
 
-    def preempted(self, reason: str, *, gpu_hours: float) -> None:
-        self.preemptions.labels(reason).inc()
+    def preempted(self, reason: str, *, jobs: int = 1) -> None:
+        self.preemptions.labels(reason).inc(jobs)
+
+    def lost(self, gpu_hours: float) -> None:
         if gpu_hours > 0:
             self.gpu_hours_lost.inc(gpu_hours)
+
+    def migrated(self, jobs: int) -> None:
+        if jobs:
+            self.migrations.inc(jobs)

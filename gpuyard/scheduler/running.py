@@ -11,16 +11,27 @@
   are deleted again and the core un-assumes it and backs it off (Kueue's admit pattern). A walk
   over the queues is taken in slices; between slices the loop yields to the event loop.
 
-The loop sleeps until a change arrives or the next backoff or reclaim delay ends. Metrics
-(`gpuyard_scheduler_cycle_seconds{result}`, attempts, pods placed, PodGroups waiting) go to the
-context's registry.
+The loop sleeps until a change arrives or the next backoff or reclaim delay ends.
+
+The loop owns the time and the metrics; the core reads no clock and writes no metric. It passes
+the clock's `now` and `utcnow` into every `load` and `step`, measures how long each `step` takes,
+and turns what the core counted meanwhile (`take_counts`) into the metrics on the context's
+registry: `gpuyard_scheduler_cycle_seconds{result}` (each attempt of a step is observed with the
+step's time shared among its attempts), attempts, pods placed, PodGroups waiting (after each
+walk), jobs preempted and the GPU-hours they lose, jobs migrated.
+
+It also serves the rescheduler's requests (`POST /api/v1/scheduler:reschedule`): :func:`service_for`
+finds the :class:`ReschedulerService` of the scheduler running over a store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
+from collections.abc import Callable, Coroutine
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import structlog
 
@@ -38,17 +49,18 @@ from gpuyard.scheduler.decisions import (
     PatchStatus,
     PlaceGang,
     RecordEvent,
+    Tally,
 )
 from gpuyard.scheduler.metrics import SchedulerMetrics
 from gpuyard.scheduler.placement.framework import Profile
 from gpuyard.scheduler.placement.profiles import profile_from_settings
-from gpuyard.scheduler.rescheduling.rescheduler import Rescheduler
+from gpuyard.scheduler.rescheduling.rescheduler import Rescheduler, Result
 from gpuyard.state.config import SchedulerConfig
 from gpuyard.state.context import Context
-from gpuyard.state.store import AlreadyExists, Gone, NotFound, WatchEvent
+from gpuyard.state.store import AlreadyExists, Gone, NotFound, Store, WatchEvent
 from gpuyard.state.writing import StoreWriter, Writer, retry_on_conflict
 
-__all__ = ["SchedulerLoop"]
+__all__ = ["ReschedulerService", "SchedulerLoop", "service_for"]
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +75,46 @@ plugin, scheduler-plugins' elastic quota controller)."""
 def quota_used_elsewhere(scheduler: SchedulerConfig) -> bool:
     """Delegate mode to a gang scheduler that writes ElasticQuota `status.used` itself."""
     return scheduler.mode == "delegate" and scheduler.gang_scheduler in QUOTA_USED_WRITERS
+
+
+class ReschedulerService:
+    """The rescheduler of a running scheduler, as the HTTP route (and benchmarks) ask it."""
+
+    def __init__(self, rescheduler: Rescheduler, *, wake: Callable[[], None]) -> None:
+        self._rescheduler = rescheduler
+        self._wake = wake
+
+    @property
+    def migrations(self) -> int:
+        return self._rescheduler.migrations
+
+    @property
+    def gpu_hours_lost(self) -> float:
+        return self._rescheduler.gpu_hours_lost
+
+    def request(self, *, dry_run: bool) -> Coroutine[Any, Any, Result]:
+        """Ask for a run at the next cycle (woken now); the coroutine answers its result."""
+        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+
+        def reply(result: Result) -> None:
+            if not fut.done():
+                fut.set_result(result)
+
+        self._rescheduler.ask(dry_run=dry_run, reply=reply)
+        self._wake()
+        return _wait(fut)
+
+
+_SERVICES: WeakKeyDictionary[Store, ReschedulerService] = WeakKeyDictionary()
+
+
+def service_for(store: Store) -> ReschedulerService | None:
+    """The rescheduler of the scheduler running over `store` (the HTTP route asks it)."""
+    return _SERVICES.get(store)
+
+
+async def _wait(fut: asyncio.Future[Result]) -> Result:
+    return await fut
 
 
 class SchedulerLoop:
@@ -88,13 +140,14 @@ class SchedulerLoop:
             nomination_seconds=float(getattr(ctx.settings.scheduler, "nomination_seconds", 300.0)),
             backfill_hold_seconds=float(getattr(ctx.settings.scheduler, "backfill_hold_seconds", 3600.0)),
             events=events,
-            metrics=SchedulerMetrics.for_registry(ctx.registry),
             writes_quota_used=not quota_used_elsewhere(ctx.settings.scheduler),
         )
+        self.metrics = SchedulerMetrics.for_registry(ctx.registry)
+        self.cycle_seconds: deque[float] = deque(maxlen=200_000)  # per attempt (see the module docstring)
         self.synced = asyncio.Event()
         self._wake = asyncio.Event()
-        self.state.rescheduler = Rescheduler(ctx.settings.scheduler.rescheduler, registry=ctx.registry)
-        self.state.rescheduler.attach(ctx.store, wake=self._wake.set)
+        self.state.rescheduler = Rescheduler(ctx.settings.scheduler.rescheduler)
+        _SERVICES[ctx.store] = ReschedulerService(self.state.rescheduler, wake=self._wake.set)
         self._relist = True
         self._changes: list[WatchEvent] = []
 
@@ -118,10 +171,6 @@ class SchedulerLoop:
     @property
     def placed_jobs(self) -> int:
         return self.state.placed_jobs
-
-    @property
-    def cycle_seconds(self) -> deque[float]:
-        return self.state.cycle_seconds
 
     def stats(self) -> dict[str, Any]:
         return self.state.stats()
@@ -173,12 +222,30 @@ class SchedulerLoop:
                     self._resync()
                 changes, self._changes = self._changes, []
                 state.apply(changes)
+                started = time.perf_counter()
                 decisions = state.step(now=clock.now(), utcnow=clock.utcnow())
+                self._observe(state.take_counts(), time.perf_counter() - started)
+                if not state.more:  # a walk ended
+                    self.metrics.pending.set(state.queue.waiting())
                 if decisions:
                     await self.execute(decisions)
                 if not state.more:
                     break
                 await clock.sleep(0)
+
+    def _observe(self, counts: Tally, seconds: float) -> None:
+        """Metrics of one step: its attempts (each with the step's time shared among them), the
+        pods placed, the jobs preempted and migrated."""
+        metrics = self.metrics
+        if counts.attempts:
+            each = seconds / counts.attempts
+            self.cycle_seconds.extend([each] * counts.attempts)
+            metrics.observe_cycles(each, "placed", count=counts.placed, pods=counts.pods)
+            metrics.observe_cycles(each, "unschedulable", count=counts.unschedulable)
+        for reason, jobs in counts.preemptions.items():
+            metrics.preempted(reason, jobs=jobs)
+        metrics.lost(counts.gpu_hours_lost)
+        metrics.migrated(counts.migrations)
 
     async def _wait(self) -> None:
         """Until something changed, or the next backoff or reclaim delay ends."""

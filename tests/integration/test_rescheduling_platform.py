@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuyard.apis.core import Event
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.scheduler.rescheduling.rescheduler import service_for
+from gpuyard.scheduler.running import service_for
 from gpuyard.testing import Cluster
 
 SMALL = """

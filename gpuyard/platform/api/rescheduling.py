@@ -18,7 +18,7 @@ from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.auth import authorize
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param, operation
-from gpuyard.scheduler.rescheduling.rescheduler import service_for
+from gpuyard.scheduler.running import service_for
 
 __all__ = ["setup"]
 

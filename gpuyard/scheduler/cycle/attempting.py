@@ -17,7 +17,6 @@ synchronous: between taking a job and recording its placement nothing else runs.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -263,7 +262,6 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
 
     Room held for other gangs (`holds`) is not free to it. `head`: it is the cycle's protected
     head; if it does not fit, the room of its planned placement is held for it (`backfilling`)."""
-    started = time.perf_counter()
     objects = state.objects
     pg = objects.get_of(PodGroup, *key)
     if not isinstance(pg, PodGroup) or pg.spec.suspend:
@@ -357,7 +355,7 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
             state.no_fit[signature] = (token, outcome)
         outcome = _why_waiting(state, key, gang, outcome, signature=signature, head=head, members=mine)
         _not_placed(state, members, outcome)
-    state.observe(started, outcome)
+    state.recorder.tally.attempt(pods=len(outcome.pods) if isinstance(outcome, Placement) else None)
     return outcome
 
 

@@ -1,6 +1,6 @@
 """Carrying out a victim plan: ask the operator to stop the victims' pods, requeue them, count.
 
-Shared by priority preemption (`preemption.priority`) and quota reclaim (`preempting.Reclaimer`):
+Shared by priority preemption (`preemption.priority`) and quota reclaim (`reclaim.Reclaimer`):
 
 * every pod of the victim that holds a Reservation goes into its PodGroup's `status.evictions`
   (pod -> why) and the PodGroup goes back to `Pending` with reason `Preempted` and the cause in
@@ -11,10 +11,10 @@ Shared by priority preemption (`preemption.priority`) and quota reclaim (`preemp
 * an elastic job may instead lose only replicas above its minimum (`pods`, see `elastic`): its
   PodGroup stays `Placed` (reason `Shrunk`), it stays admitted, and only those pods are in
   `status.evictions`;
-* a `Preempted` Warning event on the victim, and the counters
-  `gpuyard_preemptions_total{reason}` and `gpuyard_gpu_hours_lost_total` (GPUs x time since it
-  started, or since its last checkpoint when the job says how often it checkpoints:
-  annotation `gpuyard.io/checkpoint-interval`).
+* a `Preempted` Warning event on the victim, and a count in the recorder's tally (the loop
+  turns it into `gpuyard_preemptions_total{reason}` and `gpuyard_gpu_hours_lost_total`): GPUs x
+  time since it started, or since its last checkpoint when the job says how often it
+  checkpoints (annotation `gpuyard.io/checkpoint-interval`).
 """
 
 from __future__ import annotations
@@ -87,8 +87,7 @@ def evict(
             pg, phase="Pending", reason="Preempted", message=message, placed=0, now=utcnow, extra=extra
         )
         rec.event(pg, reason="Preempted", message=message, type_="Warning", now=utcnow)
-    if state.metrics is not None:
-        state.metrics.preempted(reason, gpu_hours=lost)
+    rec.tally.preempted(reason, gpu_hours=lost)
     log.info("job.preempted", job=f"{key[0]}/{key[1]}", reason=reason, gpu_hours_lost=round(lost, 3))
     return lost
 
@@ -122,8 +121,7 @@ def _shrink(state: SchedulerState, key: Key, *, pods: tuple[str, ...], message: 
         extra={"evictions": dict(view.evictions)},
     )
     rec.event(pg, reason="Preempted", message=text, type_="Warning", now=utcnow)
-    if state.metrics is not None:
-        state.metrics.preempted(reason, gpu_hours=lost)
+    rec.tally.preempted(reason, gpu_hours=lost)
     log.info(
         "job.shrunk", job=f"{key[0]}/{key[1]}", reason=reason, pods=len(pods), gpu_hours_lost=round(lost, 3)
     )

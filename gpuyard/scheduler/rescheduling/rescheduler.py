@@ -2,8 +2,9 @@
 
 It runs inside the scheduler's synchronous core (it writes only what the scheduler owns:
 Reservations and PodGroup status) — periodically when `scheduler.rescheduler.enabled`, and on
-request (`POST /api/v1/scheduler:reschedule[?dryRun=true]`, `gpuyard reschedule [--dry-run]`,
-answered through :meth:`Rescheduler.request`). A run:
+request (`POST /api/v1/scheduler:reschedule[?dryRun=true]`, `gpuyard reschedule [--dry-run]`:
+the scheduling loop hands the request over with :meth:`Rescheduler.ask`, and the run answers
+through the reply it was given). A run:
 
 1. reads the snapshot and the PodGroups into plain data (`rescheduling_inputs.py`): each node's
    free GPUs, CPU and memory;
@@ -27,21 +28,19 @@ answered through :meth:`Rescheduler.request`). A run:
    snapshot (never written) until every move of the plan is done (or `hold_timeout` passes), so
    no other job takes it before the waiting job.
 
-Dry runs plan and change nothing. `gpuyard_migrations_total` counts moved jobs.
+Dry runs plan and change nothing. Each moved job is counted in the recorder's tally (the loop
+turns it into `gpuyard_migrations_total`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter
 
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.scheduling import LABEL_MIGRATING_POD, PodGroup, Reservation
@@ -57,7 +56,6 @@ from gpuyard.scheduler.rescheduling.inputs import (
 )
 from gpuyard.scheduler.rescheduling.plans import DefragPlan, NodeRoom, plan_defrag
 from gpuyard.state.config import ReschedulerConfig
-from gpuyard.state.store import Store
 
 if TYPE_CHECKING:
     from gpuyard.scheduler.core import SchedulerState
@@ -68,7 +66,7 @@ __all__ = [
     "LABEL_MIGRATING_POD",
     "NEXT_SUFFIX",
     "Rescheduler",
-    "service_for",
+    "Result",
 ]
 
 log = structlog.get_logger(__name__)
@@ -76,13 +74,8 @@ log = structlog.get_logger(__name__)
 Key = tuple[str, str]
 _HOLD_GROUP = ("", "gpuyard.rescheduler.hold")  # snapshot-only entries: never a PodGroup
 HOUR = 3600.0
-
-_SERVICES: WeakKeyDictionary[Store, Rescheduler] = WeakKeyDictionary()
-
-
-def service_for(store: Store) -> Rescheduler | None:
-    """The rescheduler of the scheduler running over `store` (the HTTP route asks it)."""
-    return _SERVICES.get(store)
+Result = dict[str, Any]
+"""A run's plan as plain JSON (`Rescheduler.run`)."""
 
 
 @dataclass(slots=True)
@@ -95,13 +88,13 @@ class _InFlight:
 @dataclass(slots=True)
 class _Request:
     dry_run: bool
-    future: asyncio.Future[dict[str, Any]]
+    reply: Callable[[Result], None]
 
 
 class Rescheduler:
     """Plans and executes migrations inside the scheduler core (see the module docstring)."""
 
-    def __init__(self, config: ReschedulerConfig, *, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, config: ReschedulerConfig) -> None:
         self.config = config
         self.last_run: float | None = None
         self.history: dict[Key, deque[float]] = {}  # job -> times it was moved
@@ -111,13 +104,6 @@ class Rescheduler:
         self.requests: list[_Request] = []
         self.migrations = 0
         self.gpu_hours_lost = 0.0
-        self.wake: Callable[[], None] | None = None
-        self.counter = _counter(registry) if registry is not None else None
-
-    def attach(self, store: Store, *, wake: Callable[[], None]) -> None:
-        """Serve requests for the scheduler running over `store`; `wake` starts a cycle."""
-        _SERVICES[store] = self
-        self.wake = wake
 
     # --- when -------------------------------------------------------------------------------
 
@@ -133,13 +119,9 @@ class Rescheduler:
             times.append(now if self.last_run is None else self.last_run + self.config.interval)
         return min(times) if times else None
 
-    def request(self, *, dry_run: bool) -> Coroutine[Any, Any, dict[str, Any]]:
-        """Ask for a run at the next cycle; the coroutine answers its result."""
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.requests.append(_Request(dry_run, fut))
-        if self.wake is not None:
-            self.wake()
-        return _wait(fut)
+    def ask(self, *, dry_run: bool, reply: Callable[[Result], None]) -> None:
+        """Ask for a run at the next `tick` (the loop starts a cycle); `reply` gets its result."""
+        self.requests.append(_Request(dry_run, reply))
 
     # --- a run -------------------------------------------------------------------------------
 
@@ -154,13 +136,11 @@ class Rescheduler:
                 self._release(state, beneficiary)
         requests, self.requests = self.requests, []
         for req in requests:
-            result = self.run(state, dry_run=req.dry_run)
-            if not req.future.done():
-                req.future.set_result(result)
+            req.reply(self.run(state, dry_run=req.dry_run))
         if self.config.enabled and (self.last_run is None or now - self.last_run >= self.config.interval):
             self.run(state, dry_run=False)
 
-    def run(self, state: SchedulerState, *, dry_run: bool) -> dict[str, Any]:
+    def run(self, state: SchedulerState, *, dry_run: bool) -> Result:
         """Plan (and unless `dry_run`, execute) within the limits; the plan as plain JSON."""
         now = state.now
         if not dry_run:
@@ -317,8 +297,7 @@ class Rescheduler:
             self.lost.append((now, lost))
             self.gpu_hours_lost += lost
             self.migrations += 1
-            if self.counter is not None:
-                self.counter.inc()
+            rec.tally.migrated()
             log.info(
                 "job.migrating",
                 job=f"{job[0]}/{job[1]}",
@@ -407,20 +386,3 @@ class Rescheduler:
             return
         for key in flight.holds:
             state.snapshot.remove_reservation(key)
-
-
-_COUNTERS: WeakKeyDictionary[CollectorRegistry, Counter] = WeakKeyDictionary()
-
-
-def _counter(registry: CollectorRegistry) -> Counter:
-    """`gpuyard_migrations_total` on `registry` (one per registry, however many schedulers)."""
-    found = _COUNTERS.get(registry)
-    if found is None:
-        found = _COUNTERS[registry] = Counter(
-            "gpuyard_migrations", "Jobs moved by the rescheduler to defragment GPUs", registry=registry
-        )
-    return found
-
-
-async def _wait(fut: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:
-    return await fut

@@ -156,7 +156,8 @@ def test_a_gang_is_preempted_whole_and_the_preemptor_starts_once_it_stopped() ->
     assert of(PlaceGang, step(state, cluster, now=11.0)) == []  # the victim's pods still run
     release(cluster, "t", "gang")
     assert [g.key for g in of(PlaceGang, step(state, cluster, now=12.0))] == [("u", "urgent")]
-    assert state.metrics is None  # (the core alone: counters are the loop's, see the platform test)
+    counts = state.take_counts()  # the core counts; the loop writes the metrics (see the platform test)
+    assert counts.preemptions == {"priority": 1} and counts.gpu_hours_lost > 0
 
 
 def test_equal_priority_and_non_preemptible_jobs_are_not_victims() -> None:
