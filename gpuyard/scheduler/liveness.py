@@ -84,7 +84,7 @@ def fitting_now(
     state.load(listed, now=now, utcnow=utcnow)
     for hold in claims:
         if hold.owner in waiting or hold.owner in held:
-            state.holds.set(replace(hold, nodes=dict(hold.nodes)))
+            state.claims.holds.set(replace(hold, nodes=dict(hold.nodes)))
     placed: set[Key] = set()
     for _ in range(1_000):
         for decision in state.step(now=now, utcnow=utcnow, limit=10_000):

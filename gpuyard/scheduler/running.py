@@ -154,7 +154,7 @@ class SchedulerLoop:
     # what tests and benchmarks read
     @property
     def snapshot(self) -> Snapshot:
-        return self.state.snapshot
+        return self.state.cache.snapshot
 
     @property
     def admission(self) -> Admission:

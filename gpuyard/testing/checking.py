@@ -120,11 +120,11 @@ class InvariantWatch:
             found = self.checker.check_liveness(
                 self.platform.store,
                 profile=state.profile,
-                port_range=state.port_range,
+                port_range=state.cache.port_range,
                 cycle=self.cycles,
                 now=self._live_at,
                 utcnow=clock.utcnow(),
-                claims=list(state.holds.by_owner.values()),
+                claims=list(state.claims.holds.by_owner.values()),
             )
         except Exception:  # a test that breaks the scheduler on purpose breaks its fresh copy too
             return []

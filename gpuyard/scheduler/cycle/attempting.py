@@ -29,7 +29,8 @@ from gpuyard.scheduler.admission.gatekeeping import JobShape
 from gpuyard.scheduler.admission.recording import Key, is_complete
 from gpuyard.scheduler.cache.assuming import assume
 from gpuyard.scheduler.cache.holds import HeldArrays
-from gpuyard.scheduler.cycle.backfilling import never_fits, plan_head
+from gpuyard.scheduler.cycle.backfilling import Capacity, never_fits, plan_head
+from gpuyard.scheduler.cycle.memo import GangSignature, Walk
 from gpuyard.scheduler.decisions import PlaceGang
 from gpuyard.scheduler.gangs.outcomes import Placement, Refusal, Unschedulable
 from gpuyard.scheduler.gangs.requests import GangRequest, PodShape, build_gang
@@ -39,42 +40,25 @@ from gpuyard.scheduler.placement.placing import place
 from gpuyard.scheduler.preemption.priority import preempt_for
 
 if TYPE_CHECKING:
-    from gpuyard.scheduler.core import SchedulerState
+    from gpuyard.scheduler.cycle.needs import Cycling
 
 __all__ = ["Walk", "backoff", "invalid_request", "offer", "retry_partial", "schedule_one", "waiting"]
 
 log = structlog.get_logger(__name__)
 
-GangSignature = tuple[tuple[str, PodShape, int, int], ...]
-"""Per part of a gang: (role, shape, required, pods); equal ones fit or not alike in one epoch."""
 
-
-class Walk:
-    """One cycle's walk over the queues' candidates."""
-
-    __slots__ = ("candidates", "seen", "verdicts")
-
-    def __init__(self, candidates: Any) -> None:
-        self.candidates = candidates
-        self.seen: dict[str, int] = {}  # per queue: candidates so far this cycle
-        # Quota answers per job shape (quota, demand, namespace) while the quota state stays as it
-        # is: many waiting jobs of few shapes cost one check (and one `owed`) per shape. Cleared
-        # whenever the state may change (a placement, a reclaim, new changes).
-        self.verdicts: dict[JobShape, tuple[Refusal, bool]] = {}
-
-
-def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
+def offer(state: Cycling, walk: Walk, job: Any) -> None:
     """Quota admission, then an attempt to place; the walk hears how it went."""
     adm, candidates = state.admission, walk.candidates
     key: Key = job.key
-    state.positions[key] = walk.seen.get(job.queue, 0)
-    walk.seen[job.queue] = state.positions[key] + 1
+    state.memo.positions[key] = walk.seen.get(job.queue, 0)
+    walk.seen[job.queue] = state.memo.positions[key] + 1
     state.parking.unpark(key)
-    pg = state.objects.get_of(PodGroup, *key)
-    if isinstance(pg, PodGroup) and state.evicting(pg):
+    pg = state.cache.objects.get_of(PodGroup, *key)
+    if isinstance(pg, PodGroup) and state.recorder.evicting(pg):
         # its stopped pods still hold their room; its `Preempted` status stands until released
         candidates.blocked(job, "", reserve=False)
-        state.queue.park(key, epoch=state.epoch(), reserve=False)
+        state.admission.queue.park(key, epoch=state.epoch(), reserve=False)
         return
     try:
         never = never_placed(state, key, pg) if isinstance(pg, PodGroup) else None
@@ -83,10 +67,10 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
         if never is not None:
             # the most fundamental reason: no quota, preemption or held room can help it; the
             # attempt says why in full (`place`), and the job holds and protects nothing
-            state.holds.drop(key)
+            state.claims.holds.drop(key)
             outcome = schedule_one(state, key)
             if outcome is None:
-                state.queue.park(key, epoch=state.epoch(), reserve=False)
+                state.admission.queue.park(key, epoch=state.epoch(), reserve=False)
             elif isinstance(outcome, Placement):  # cannot be (`never_fits` is conservative)
                 candidates.placed(job)
             else:
@@ -107,10 +91,10 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
                 walk.verdicts.clear()
         else:
             # the first job of the cycle that waits for room becomes the protected head
-            head = candidates.head is None and state.queue.backfill
+            head = candidates.head is None and state.admission.queue.backfill
             outcome = schedule_one(state, key, head=head)
             if outcome is None:  # gone, suspended, or nothing to place: a change brings it back
-                state.queue.park(key, epoch=state.epoch(), reserve=False)
+                state.admission.queue.park(key, epoch=state.epoch(), reserve=False)
             if isinstance(outcome, Placement):
                 candidates.placed(job)
                 walk.verdicts.clear()
@@ -137,114 +121,100 @@ def offer(state: SchedulerState, walk: Walk, job: Any) -> None:
         walk.verdicts.clear()
     except Exception:  # one bad job must not stop the scheduler: retry it later
         log.exception("scheduler.cycle_failed", job=f"{key[0]}/{key[1]}")
-        state.queue.backoff(key, until=state.now + state.recorder.backoff_delay(key))
+        state.admission.queue.backoff(key, until=state.now + state.recorder.backoff_delay(key))
         walk.verdicts.clear()
 
 
-def invalid_request(state: SchedulerState, key: Key, message: str) -> None:
+def invalid_request(state: Cycling, key: Key, message: str) -> None:
     """Fail the attempt for good: the PodGroup says why (`InvalidRequest`) and the job is set
     aside until it or the cluster changes, instead of failing again every cycle."""
     log.warning("scheduler.invalid_request", job=f"{key[0]}/{key[1]}", error=message)
-    state.queue.park(key, epoch=state.epoch(), reason=message, reserve=False)
-    pg = state.objects.get_of(PodGroup, *key)
+    state.admission.queue.park(key, epoch=state.epoch(), reason=message, reserve=False)
+    pg = state.cache.objects.get_of(PodGroup, *key)
     if isinstance(pg, PodGroup):
         _not_placed(state, [pg], Unschedulable(reason="InvalidRequest", message=message))
 
 
-def retry_partial(state: SchedulerState) -> None:
+def retry_partial(state: Cycling) -> None:
     """Running jobs with pods still unplaced (elastic minimum, failover): try again when the
     cluster changed since their last try. Owners whose reclaim delay ended are tried again."""
-    for key in state.reclaimer.due(state.now):
-        job = state.queue.get(key)
-        if job is not None and state.queue.is_held(key):
-            state.queue.add(job)
+    for key in state.claims.reclaimer.due(state.now):
+        job = state.admission.queue.get(key)
+        if job is not None and state.admission.queue.is_held(key):
+            state.admission.queue.add(job)
     epoch = state.epoch()
-    for key, tried in list(state.partial.items()):
-        if tried < epoch and key in state.partial:
-            state.partial[key] = epoch
+    for key, tried in list(state.memo.partial.items()):
+        if tried < epoch and key in state.memo.partial:
+            state.memo.partial[key] = epoch
             schedule_one(state, key)
 
 
-def maybe_reclaim(state: SchedulerState, key: Key, *, owed: bool | None = None) -> bool:
+def maybe_reclaim(state: Cycling, key: Key, *, owed: bool | None = None) -> bool:
     """Reclaim for `key` if it is owed; whether jobs were preempted."""
-    victims = state.reclaimer.consider(
-        state.admission,
-        key,
-        now=state.now,
-        utcnow=state.utcnow,
-        epoch=state.epoch(),
-        snapshot=state.snapshot,
-        objects=state.objects,
-        recorder=state.recorder,
-        owed=owed,
-        state=state,
-    )
-    return bool(victims)
+    return bool(state.claims.reclaimer.consider(state, key, owed=owed))
 
 
-def quota_blocked(
-    state: SchedulerState, key: Key, refusal: Refusal, *, shape: JobShape | None = None
-) -> None:
-    state.queue.park(key, epoch=state.epoch(), reason=refusal.message, reserve=False)
+def quota_blocked(state: Cycling, key: Key, refusal: Refusal, *, shape: JobShape | None = None) -> None:
+    state.admission.queue.park(key, epoch=state.epoch(), reason=refusal.message, reserve=False)
     state.parking.park(key, shape)
-    pg = state.objects.get_of(PodGroup, *key)
+    pg = state.cache.objects.get_of(PodGroup, *key)
     if not isinstance(pg, PodGroup):
         return
     state.recorder.attempted(pg)
     waiting(state, pg, refusal.code, refusal.message, held=0)
 
 
-def never_placed(state: SchedulerState, key: Key, pg: PodGroup) -> Unschedulable | None:
+def never_placed(state: Cycling, key: Key, pg: PodGroup) -> Unschedulable | None:
     """ "can never fit on this cluster: ..." (`backfilling.never_fits`) for a waiting job that
     holds nothing, else None. Asked before quota admission, since no quota could help it, and
     cached per job until the job or the cluster's nodes change."""
-    snap = state.snapshot
+    snap = state.cache.snapshot
     if pg.spec.suspend or snap.placed_pods(key):
         return None
     token = (pg.metadata.generation, snap.static_version, snap.node_count)
-    cached = state.never_jobs.get(key)
+    cached = state.memo.never_jobs.get(key)
     if cached is not None and cached[0] == token:
         return cached[1]
     result = None
-    members, waiting_for = state.groups.members(pg, lambda k: state.objects.get_of(PodGroup, *k))
+    members, waiting_for = state.cache.groups.members(pg, lambda k: state.cache.objects.get_of(PodGroup, *k))
     if not waiting_for:
         try:
             gang = build_gang(
                 members,
                 placed={m.key[1:]: snap.placed_pods(m.key[1:]) for m in members},
                 classes=snap.class_names,
-                cache=state.shapes,
+                cache=state.cache.shapes,
             )
         except RequestError:
             gang = None  # said when it is tried (`schedule_one`)
         if gang is not None and gang.parts:
-            message = never_fits(state, gang, _signature(gang))
+            message = never_fits(_capacity(state), gang, _signature(gang))
             if message is not None:
                 result = Unschedulable(reason="Unschedulable", message=message, never=True)
-    if len(state.never_jobs) > 100_000:
-        state.never_jobs.clear()
-    state.never_jobs[key] = (token, result)
+    if len(state.memo.never_jobs) > 100_000:
+        state.memo.never_jobs.clear()
+    state.memo.never_jobs[key] = (token, result)
     return result
 
 
-def waiting(state: SchedulerState, pg: PodGroup, code: str, cause: str, *, held: int) -> None:
+def waiting(state: Cycling, pg: PodGroup, code: str, cause: str, *, held: int) -> None:
     """Why a queued job waits: its position and queue share, then the first blocking cause."""
     key = (pg.metadata.namespace, pg.metadata.name)
     where = None
     if state.admission.tenancy:
-        job = state.queue.get(key)
+        job = state.admission.queue.get(key)
         qname = job.queue if job is not None else (pg.spec.queue or pg.metadata.namespace)
-        pos = state.positions.get(key)
+        pos = state.memo.positions.get(key)
         place_ = f"#{pos + 1} in queue {qname}" if pos is not None else f"queue {qname}"
-        where = f"{place_} (share {state.queue.share(qname):.2f})"
+        where = f"{place_} (share {state.admission.queue.share(qname):.2f})"
     state.recorder.waiting(pg, code, cause, held=held, now=state.now, utcnow=state.utcnow, where=where)
 
 
-def backoff(state: SchedulerState, pg: PodGroup, message: str) -> None:
+def backoff(state: Cycling, pg: PodGroup, message: str) -> None:
     key = (pg.metadata.namespace, pg.metadata.name)
     delay = state.recorder.backoff_delay(key)
-    state.queue.backoff(key, until=state.now + delay, reason=message)
-    held = len(state.snapshot.placed_pods(key))
+    state.admission.queue.backoff(key, until=state.now + delay, reason=message)
+    held = len(state.cache.snapshot.placed_pods(key))
     state.recorder.status(
         pg,
         phase="Placed" if held else "Pending",
@@ -256,42 +226,42 @@ def backoff(state: SchedulerState, pg: PodGroup, message: str) -> None:
     log.warning("job.assume_failed", job=f"{key[0]}/{key[1]}", error=message, retry_in=delay)
 
 
-def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Placement | Unschedulable | None:
+def schedule_one(state: Cycling, key: Key, *, head: bool = False) -> Placement | Unschedulable | None:
     """Try to place the PodGroup `key` (and its gang group) now; None when there is nothing to
     place (gone, suspended, complete, or stopped pods still hold their room).
 
     Room held for other gangs (`holds`) is not free to it. `head`: it is the cycle's protected
     head; if it does not fit, the room of its planned placement is held for it (`backfilling`)."""
-    objects = state.objects
+    objects = state.cache.objects
     pg = objects.get_of(PodGroup, *key)
     if not isinstance(pg, PodGroup) or pg.spec.suspend:
         return None
-    state.generation[key] = pg.metadata.generation
+    state.memo.generation[key] = pg.metadata.generation
     short = (
         None
-        if state.snapshot.placed_pods(key)
-        else min_resources_short(state.snapshot, pg.spec.min_resources)
+        if state.cache.snapshot.placed_pods(key)
+        else min_resources_short(state.cache.snapshot, pg.spec.min_resources)
     )
     if short is not None:  # Volcano's enqueue gate: not tried until free capacity covers it
         result = Unschedulable(reason=MIN_RESOURCES, message=short)
         _not_placed(state, [pg], result)
-        state.holds.drop(key)
+        state.claims.holds.drop(key)
         return result
-    members, waiting_for = state.groups.members(pg, lambda k: objects.get_of(PodGroup, *k))
-    if any(state.evicting(m) for m in members):
+    members, waiting_for = state.cache.groups.members(pg, lambda k: objects.get_of(PodGroup, *k))
+    if any(state.recorder.evicting(m) for m in members):
         return None  # placed again once the operator released the evicted pods' Reservations
     if waiting_for:
         msg = f"waiting for gang-group members: {', '.join(waiting_for)}"
         result = Unschedulable(reason="WaitingForGangGroup", message=msg)
         _not_placed(state, members, result)
         return result
-    snap = state.snapshot
+    snap = state.cache.snapshot
     try:
         gang = build_gang(
             members,
             placed={m.key[1:]: snap.placed_pods(m.key[1:]) for m in members},
             classes=snap.class_names,
-            cache=state.shapes,
+            cache=state.cache.shapes,
         )
     except RequestError as exc:
         result = Unschedulable(reason="InvalidRequest", message=f"{exc.resource}: {exc.reason}")
@@ -300,11 +270,11 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
     if not gang.parts:
         return None
     mine = {m.key[1:] for m in members}
-    holder = any(state.holds.get(k) is not None for k in mine)
+    holder = any(state.claims.holds.get(k) is not None for k in mine)
     # its own hold makes its answer its own; so do others' holds (which apply by its queue order)
-    signature = None if holder or state.holds else _signature(gang)
-    token = (snap.epoch, state.holds.version)
-    cached = state.no_fit.get(signature) if signature is not None else None
+    signature = None if holder or state.claims.holds else _signature(gang)
+    token = (snap.epoch, state.claims.holds.version)
+    cached = state.memo.no_fit.get(signature) if signature is not None else None
     if cached is not None and cached[0] == token:
         result = _why_waiting(state, key, gang, cached[1], signature=signature, head=head, members=mine)
         _not_placed(state, members, result)
@@ -314,7 +284,7 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
     # submit time; a job of a queue ahead of an owner by fair share takes that owner's room only
     # when nothing else fits (the queue order decides, as the walk and the liveness rule do).
     around = ahead = None
-    if state.holds:
+    if state.claims.holds:
         tracked = state.admission.jobs.get(key)
         duration = tracked.job.expected_duration if tracked is not None else None
         common: dict[str, Any] = {
@@ -323,8 +293,8 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
             "priority": tracked.job.priority if tracked is not None else None,
             "submitted": tracked.job.submit_time if tracked is not None else None,
         }
-        around = state.holds.arrays(snap.node_rows.index, snap.n, **common)
-        ahead = state.holds.arrays(
+        around = state.claims.holds.arrays(snap.node_rows.index, snap.n, **common)
+        ahead = state.claims.holds.arrays(
             snap.node_rows.index,
             snap.n,
             **common,
@@ -350,9 +320,9 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
         _commit(state, members, outcome)
     else:
         if signature is not None:
-            if len(state.no_fit) > 10_000:
-                state.no_fit.clear()
-            state.no_fit[signature] = (token, outcome)
+            if len(state.memo.no_fit) > 10_000:
+                state.memo.no_fit.clear()
+            state.memo.no_fit[signature] = (token, outcome)
         outcome = _why_waiting(state, key, gang, outcome, signature=signature, head=head, members=mine)
         _not_placed(state, members, outcome)
     state.recorder.tally.attempt(pods=len(outcome.pods) if isinstance(outcome, Placement) else None)
@@ -360,7 +330,7 @@ def schedule_one(state: SchedulerState, key: Key, *, head: bool = False) -> Plac
 
 
 def _why_waiting(
-    state: SchedulerState,
+    state: Cycling,
     key: Key,
     gang: GangRequest,
     result: Unschedulable,
@@ -376,13 +346,13 @@ def _why_waiting(
         return result
     if result.never:  # `place` found it out already
         for k in members:
-            state.holds.drop(k)
+            state.claims.holds.drop(k)
         return result
     if signature is not None or head:
-        never = never_fits(state, gang, signature)
+        never = never_fits(_capacity(state), gang, signature)
         if never is not None:
             for k in members:
-                state.holds.drop(k)
+                state.claims.holds.drop(k)
             return replace(result, message=never, notes=[], never=True)
     if not head:
         return result
@@ -392,11 +362,11 @@ def _why_waiting(
     return replace(result, notes=[*result.notes, f"({note})"])
 
 
-def _commit(state: SchedulerState, members: list[PodGroup], placement: Placement) -> None:
+def _commit(state: Cycling, members: list[PodGroup], placement: Placement) -> None:
     """Assume the placement and decide what to write: Reservations, then statuses and events."""
     owners = {m.key[1:]: m.metadata.uid for m in members}
-    reservations = assume(state.snapshot, placement, owners=owners)
-    state.assumed(reservations)
+    reservations = assume(state.cache.snapshot, placement, owners=owners)
+    state.cache.assumed(reservations)
     decision = PlaceGang(
         key=placement.gang.key,
         members=tuple(m.key[1:] for m in members),
@@ -411,17 +381,16 @@ def _commit(state: SchedulerState, members: list[PodGroup], placement: Placement
         by_member[k] = by_member.get(k, 0) + 1
     for m in members:
         key: Key = m.key[1:]
-        state.holds.drop(key)  # its nomination or backfill hold is used now
-        state.preempting.pop(key, None)
+        state.claims.placed(key)  # its nomination or backfill hold is used now
         rec.failures.pop(key, None)
-        held_pods = state.snapshot.placed_pods(key)
+        held_pods = state.cache.snapshot.placed_pods(key)
         state.admission.start(key, now=now)
         state.parking.unpark(key)
         rec.last_cause.pop(key, None)
         if is_complete(m, held_pods):
-            state.partial.pop(key, None)
+            state.memo.partial.pop(key, None)
         else:
-            state.partial[key] = state.epoch()
+            state.memo.partial[key] = state.epoch()
         rec.status(
             m,
             phase="Placed",
@@ -451,7 +420,7 @@ def _commit(state: SchedulerState, members: list[PodGroup], placement: Placement
 
 
 def _not_placed(
-    state: SchedulerState, members: list[PodGroup], result: Unschedulable, *, reserve: bool = True
+    state: Cycling, members: list[PodGroup], result: Unschedulable, *, reserve: bool = True
 ) -> None:
     epoch = state.epoch()
     message = result.full_message()
@@ -460,11 +429,11 @@ def _not_placed(
     reserve = reserve and not result.never  # a job that can never fit is nobody's head
     for m in members:
         key: Key = m.key[1:]
-        state.queue.park(key, epoch=epoch, reason=cause, reserve=reserve)
+        state.admission.queue.park(key, epoch=epoch, reason=cause, reserve=reserve)
         state.parking.unpark(key)
-        if key in state.partial:
-            state.partial[key] = epoch
-        held = len(state.snapshot.placed_pods(key))
+        if key in state.memo.partial:
+            state.memo.partial[key] = epoch
+        held = len(state.cache.snapshot.placed_pods(key))
         state.recorder.attempted(m)
         waiting(state, m, result.reason, cause, held=held)
 
@@ -482,6 +451,11 @@ def _signature(gang: GangRequest) -> GangSignature | None:
             return None
         parts.append((p.role, p.shape, p.required, len(p.pods)))
     return tuple(parts)
+
+
+def _capacity(state: Cycling) -> Capacity:
+    """What `never_fits` reads: the snapshot, the profile and its per-shape answers."""
+    return Capacity(state.cache.snapshot, state.profile, state.memo.never_fit)
 
 
 def _same_room(a: HeldArrays | None, b: HeldArrays | None) -> bool:

@@ -28,18 +28,21 @@ is held for it (3 GPUs on n1) until 1 running job there ends; other jobs may use
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuyard.scheduler.cache.holds import Hold
+from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.gangs.outcomes import Placement
 from gpuyard.scheduler.gangs.requests import GangRequest
 from gpuyard.scheduler.placement.capacity import ever_fits
+from gpuyard.scheduler.placement.framework import Profile
 from gpuyard.scheduler.preemption.fitting import fits_without, room_needed
 
 if TYPE_CHECKING:
-    from gpuyard.scheduler.core import SchedulerState
+    from gpuyard.scheduler.cycle.needs import Cycling
 
-__all__ = ["never_fits", "plan_head"]
+__all__ = ["Capacity", "never_fits", "plan_head"]
 
 Key = tuple[str, str]
 NEVER = "can never fit on this cluster"
@@ -49,7 +52,17 @@ REPLAN_SECONDS = 10.0
 """A head's plan stands this long while it holds its room, however the cluster changes."""
 
 
-def never_fits(state: SchedulerState, gang: GangRequest, signature: object | None) -> str | None:
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What `never_fits` reads: the snapshot, the profile, and its answers per gang shape (the
+    cycle's memo, `CycleMemo.never_fit`)."""
+
+    snapshot: Snapshot
+    profile: Profile
+    never_fit: dict[object, tuple[tuple[int, int], str | None]]
+
+
+def never_fits(state: Capacity, gang: GangRequest, signature: object | None) -> str | None:
     """ "can never fit on this cluster: ..." when the gang could not fit were the nodes empty
     (`placement.capacity.ever_fits`: a required part needs more pods of its shape than the nodes
     that may run it could hold, its whole GPUs of a class exceed the cluster's, or no required
@@ -69,17 +82,17 @@ def never_fits(state: SchedulerState, gang: GangRequest, signature: object | Non
     return message
 
 
-def _never(state: SchedulerState, gang: GangRequest) -> str | None:
+def _never(state: Capacity, gang: GangRequest) -> str | None:
     verdict = ever_fits(state.snapshot, gang, state.profile)
     return f"{NEVER}: {verdict.reasons[0].describe()}" if verdict.never else None
 
 
-def _finishers(state: SchedulerState, exclude: set[Key]) -> tuple[list[Key], dict[Key, float | None]]:
+def _finishers(state: Cycling, exclude: set[Key]) -> tuple[list[Key], dict[Key, float | None]]:
     """Running PodGroups in the order they are expected to free their room, and their ends."""
-    queue = state.queue
+    queue = state.admission.queue
     order: list[tuple[int, float, float, Key]] = []
     ends: dict[Key, float | None] = {}
-    for group in state.snapshot.groups():
+    for group in state.cache.snapshot.groups():
         if group in exclude:
             continue
         times = queue.run_times(group)
@@ -90,17 +103,18 @@ def _finishers(state: SchedulerState, exclude: set[Key]) -> tuple[list[Key], dic
     return [g for *_, g in order], ends
 
 
-def plan_head(state: SchedulerState, key: Key, gang: GangRequest, *, members: set[Key]) -> str:
+def plan_head(state: Cycling, key: Key, gang: GangRequest, *, members: set[Key]) -> str:
     """The head `key` does not fit now: hold the free room of its planned placement. Returns the
     note for its status message ("" when no plan was found)."""
-    snap, profile = state.snapshot, state.profile
+    snap, profile = state.cache.snapshot, state.profile
+    holds, plans = state.claims.holds, state.memo.head_plans
     groups, ends = _finishers(state, members)
     if not groups:
         return ""
-    cache = state.head_plans.get(key)
-    token = (snap.epoch, state.holds.version)
+    cache = plans.get(key)
+    token = (snap.epoch, holds.version)
     if cache is not None and (
-        cache[0] == token or (state.now - cache[2] < REPLAN_SECONDS and state.holds.get(key) is not None)
+        cache[0] == token or (state.now - cache[2] < REPLAN_SECONDS and holds.get(key) is not None)
     ):
         return cache[1]  # planned recently and still holding: the plan stands
     groups = groups[:MAX_FINISHERS]
@@ -137,14 +151,14 @@ def plan_head(state: SchedulerState, key: Key, gang: GangRequest, *, members: se
                 owner=key,
                 cause="backfill",
                 nodes=room,
-                until=state.now + state.backfill_hold_seconds,
+                until=state.now + state.claims.backfill_hold_seconds,
                 shadow=shadow,
                 priority=tracked.job.priority if tracked is not None else 0,
                 submitted=tracked.job.submit_time if tracked is not None else 0.0,
                 queue=tracked.job.queue if tracked is not None else "",
             )
-            state.holds.drop_cause("backfill", keep=key)
-            state.holds.set(hold)
+            holds.drop_cause("backfill", keep=key)
+            holds.set(hold)
             k = len(gone)
             when = f", expected in {max(0.0, shadow - state.now):.0f}s" if shadow is not None else ""
             note = (
@@ -153,8 +167,8 @@ def plan_head(state: SchedulerState, key: Key, gang: GangRequest, *, members: se
             )
         else:
             note = "it starts when running jobs end; other jobs may use the room it does not need"
-    token = (snap.epoch, state.holds.version)
-    state.head_plans[key] = (token, note, state.now)
-    if len(state.head_plans) > 1_000:
-        state.head_plans.clear()
+    token = (snap.epoch, holds.version)
+    plans[key] = (token, note, state.now)
+    if len(plans) > 1_000:
+        plans.clear()
     return note

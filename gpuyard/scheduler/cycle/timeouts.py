@@ -10,7 +10,7 @@ its time is up is failed by the core (`core.SchedulerState`): status phase `Fail
 it leaves the queue and releases any room held for it. The operator turns that into the job's
 `Failed` condition and deletes the PodGroup.
 
-:class:`Deadlines` maps each waiting gang to the (monotonic) time its timeout runs out, so
+:class:`Deadlines` maps each waiting gang to the time (the loop's `now`) its timeout runs out, so
 `step` fails those due (:func:`time_out`, between walks) and `next_due` wakes the loop in time;
 the core calls :func:`track_deadline` whenever it queues a gang.
 """
@@ -26,7 +26,7 @@ from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.cache.assuming import StatusView, patch
 
 if TYPE_CHECKING:
-    from gpuyard.scheduler.core import SchedulerState
+    from gpuyard.scheduler.cycle.needs import Cycling
 
 __all__ = ["SCHEDULE_TIMEOUT", "Deadlines", "time_out", "timeout_message", "track_deadline"]
 
@@ -56,7 +56,7 @@ def timeout_message(pg: PodGroup, *, why: str) -> str:
 
 
 class Deadlines:
-    """Waiting gangs with a scheduleTimeoutSeconds -> monotonic time their timeout runs out."""
+    """Waiting gangs with a scheduleTimeoutSeconds -> the time (`now`) their timeout runs out."""
 
     def __init__(self) -> None:
         self.at: dict[Key, float] = {}
@@ -82,7 +82,7 @@ class Deadlines:
         self.at.clear()
 
 
-def track_deadline(state: SchedulerState, pg: PodGroup, view: StatusView) -> None:
+def track_deadline(state: Cycling, pg: PodGroup, view: StatusView) -> None:
     """Note when the waiting gang `pg`'s scheduleTimeoutSeconds runs out (its clock starts with
     `status.queuedAt`, written now if it is not yet)."""
     if pg.spec.schedule_timeout_seconds is None:
@@ -92,16 +92,16 @@ def track_deadline(state: SchedulerState, pg: PodGroup, view: StatusView) -> Non
         view.queued_at = state.utcnow
         state.recorder.out.append(patch(key, {"queued_at": state.utcnow}))
     left = remaining(pg, queued_at=view.queued_at, placed_at=view.placed_at, utcnow=state.utcnow)
-    state.deadlines.set(key, now=state.now, left=left)
+    state.memo.deadlines.set(key, now=state.now, left=left)
 
 
-def time_out(state: SchedulerState) -> None:
+def time_out(state: Cycling) -> None:
     """Fail the waiting gangs whose scheduleTimeoutSeconds ran out (called between walks)."""
-    rec, utcnow = state.recorder, state.utcnow
-    for key in state.deadlines.due(state.now):
-        state.deadlines.drop(key)
-        pg = state.objects.get_of(PodGroup, *key)
-        if pg is None or pg.spec.suspend or state.snapshot.placed_pods(key):
+    rec, utcnow, memo, cache = state.recorder, state.utcnow, state.memo, state.cache
+    for key in memo.deadlines.due(state.now):
+        memo.deadlines.drop(key)
+        pg = cache.objects.get_of(PodGroup, *key)
+        if pg is None or pg.spec.suspend or cache.snapshot.placed_pods(key):
             continue
         view = rec.view(pg)
         message = timeout_message(pg, why=view.message if view.reason != "Queued" else "")
@@ -109,9 +109,6 @@ def time_out(state: SchedulerState) -> None:
         rec.event(pg, reason=SCHEDULE_TIMEOUT, message=message, type_="Warning", now=utcnow)
         log.info("job.schedule_timeout", job=f"{key[0]}/{key[1]}", message=message)
         state.admission.forget(key)
-        state.holds.drop(key)
-        state.head_plans.pop(key, None)
-        state.preempting.pop(key, None)
-        state.preempt_tried.pop(key, None)
+        state.claims.given_up(key)
+        memo.given_up(key)
         state.parking.unpark(key)
-        state.generation.pop(key, None)

@@ -28,7 +28,7 @@ from gpuyard.apis.durations import parse_duration
 from gpuyard.apis.scheduling import PodGroup
 
 if TYPE_CHECKING:
-    from gpuyard.scheduler.core import SchedulerState
+    from gpuyard.scheduler.preemption.needs import Evicting
 
 __all__ = ["ANNOTATION_CHECKPOINT_INTERVAL", "evict", "gpu_hours_lost"]
 
@@ -61,18 +61,18 @@ def gpu_hours_lost(*, gpus: int, started: float | None, now: float, interval: fl
 
 
 def evict(
-    state: SchedulerState, key: Key, *, message: str, reason: str, pods: tuple[str, ...] | None = None
+    state: Evicting, key: Key, *, message: str, reason: str, pods: tuple[str, ...] | None = None
 ) -> float:
     """Stop the running job `key` (see the module docstring); the GPU-hours it loses.
     `reason`: priority | reclaim | migration (the metric's label). `pods`: only these replicas
     above an elastic job's minimum (`elastic`): the job keeps running and stays admitted."""
     if pods is not None:
         return _shrink(state, key, pods=pods, message=message, reason=reason)
-    snap, rec, utcnow = state.snapshot, state.recorder, state.utcnow
+    snap, rec, utcnow = state.cache.snapshot, state.recorder, state.utcnow
     tracked = state.admission.jobs.get(key)
     started = tracked.started if tracked is not None else None
     gpus = sum(snap.group_gpus(key).values())
-    pg = state.objects.get_of(PodGroup, *key)
+    pg = state.cache.objects.get_of(PodGroup, *key)
     interval = checkpoint_interval(pg.metadata.annotations) if isinstance(pg, PodGroup) else None
     lost = gpu_hours_lost(gpus=gpus, started=started, now=state.now, interval=interval)
     state.admission.requeue(key)
@@ -92,10 +92,10 @@ def evict(
     return lost
 
 
-def _shrink(state: SchedulerState, key: Key, *, pods: tuple[str, ...], message: str, reason: str) -> float:
+def _shrink(state: Evicting, key: Key, *, pods: tuple[str, ...], message: str, reason: str) -> float:
     """Stop only `pods` of the running elastic job `key`; it stays `Placed` and admitted."""
-    snap, rec, utcnow = state.snapshot, state.recorder, state.utcnow
-    pg = state.objects.get_of(PodGroup, *key)
+    snap, rec, utcnow = state.cache.snapshot, state.recorder, state.utcnow
+    pg = state.cache.objects.get_of(PodGroup, *key)
     if not isinstance(pg, PodGroup):
         return 0.0
     tracked = state.admission.jobs.get(key)

@@ -39,7 +39,7 @@ from gpuyard.scheduler.preemption.protection import Preemptee, Preemptor, protec
 from gpuyard.scheduler.preemption.victims import Candidate, select_victims
 
 if TYPE_CHECKING:
-    from gpuyard.scheduler.core import SchedulerState
+    from gpuyard.scheduler.preemption.needs import Preempting
 
 __all__ = ["preempt_for", "victim_message"]
 
@@ -53,27 +53,28 @@ def victim_message(victim: Key, preemptor: Key, priority: int) -> str:
     return f"preempted by a higher-priority job (priority {priority}) of another team"
 
 
-def _candidates(state: SchedulerState, key: Key, me: Preemptor) -> list[Candidate]:
-    adm, snap, now = state.admission, state.snapshot, state.now
+def _candidates(state: Preempting, key: Key, me: Preemptor) -> list[Candidate]:
+    adm, cache, now = state.admission, state.cache, state.now
+    snap, queue = cache.snapshot, adm.queue
     # with elastic quotas, priority decides only within the preemptor's own quota (Kueue's
     # `withinClusterQueue`); other quotas' jobs are taken back by reclaim, never by priority
     own = adm.jobs[key].quota if adm.has_quotas and key in adm.jobs else None
     out: list[Candidate] = []
     for other, t in adm.jobs.items():
-        if other == key or not state.queue.is_running(other):
+        if other == key or not queue.is_running(other):
             continue
         if own is not None and t.quota != own:
             continue
         held = snap.placed_pods(other)
         if not held:
             continue
-        pg = state.objects.get_of(PodGroup, *other)
-        if not isinstance(pg, PodGroup) or state.evicting(pg) or pg.spec.gang_group:
+        pg = cache.objects.get_of(PodGroup, *other)
+        if not isinstance(pg, PodGroup) or state.recorder.evicting(pg) or pg.spec.gang_group:
             continue
-        if state.groups.referenced_by.get(other):
+        if cache.groups.referenced_by.get(other):
             continue  # a member of a gang group: the group is stopped whole or not at all
         started = t.started if t.started is not None else 0.0
-        cfg = state.queue.config_of(t.job.queue)
+        cfg = queue.config_of(t.job.queue)
         wall = state.utcnow.timestamp() - (now - started)  # submit times are wall-clock
         job = Preemptee(
             t.job.priority, started, pg.metadata.labels, min_runtime=cfg.preempt_min_runtime, started_at=wall
@@ -98,25 +99,25 @@ def _candidates(state: SchedulerState, key: Key, me: Preemptor) -> list[Candidat
     return out
 
 
-def _surplus(state: SchedulerState, key: Key) -> list[str]:
+def _surplus(state: Preempting, key: Key) -> list[str]:
     """Replicas of the running job `key` above its elastic minimum (none if it is not elastic)."""
-    pg = state.objects.get_of(PodGroup, *key)
-    return surplus_pods(pg, state.snapshot.placed_pods(key)) if isinstance(pg, PodGroup) else []
+    pg = state.cache.objects.get_of(PodGroup, *key)
+    return surplus_pods(pg, state.cache.snapshot.placed_pods(key)) if isinstance(pg, PodGroup) else []
 
 
-def _lowest_running_priority(state: SchedulerState, token: int) -> int | None:
+def _lowest_running_priority(state: Preempting, token: int) -> int | None:
     """The lowest priority among running jobs, computed once per state of the cluster."""
-    cached = state.lowest_running
+    cached = state.claims.lowest_running
     if cached is not None and cached[0] == token:
         return cached[1]
-    queue = state.queue
+    queue = state.admission.queue
     prios = [t.job.priority for k, t in state.admission.jobs.items() if queue.is_running(k)]
     lowest = min(prios) if prios else None
-    state.lowest_running = (token, lowest)
+    state.claims.lowest_running = (token, lowest)
     return lowest
 
 
-def _quota_room(state: SchedulerState, key: Key) -> Callable[[list[Candidate]], bool] | None:
+def _quota_room(state: Preempting, key: Key) -> Callable[[list[Candidate]], bool] | None:
     """For a job its own quota blocks: whether stopping these jobs of that quota makes room in
     it and every quota above it (`used - freed + need <= runtime`); None when it is not such a job."""
     adm = state.admission
@@ -145,21 +146,22 @@ def _quota_room(state: SchedulerState, key: Key) -> Callable[[list[Candidate]], 
     return enough
 
 
-def preempt_for(state: SchedulerState, key: Key, *, quota_blocked: bool = False) -> list[Key]:
+def preempt_for(state: Preempting, key: Key, *, quota_blocked: bool = False) -> list[Key]:
     """Preempt for the waiting job `key` if a plan exists (see the module docstring); the victims.
     `quota_blocked`: its own quota has no room for it (it may take it from its quota's
     lower-priority jobs, as Kueue's `withinClusterQueue` preemption does)."""
-    if state.preempting.get(key):
+    claims, cache = state.claims, state.cache
+    if claims.preempting.get(key):
         return []  # its victims are still stopping: the room is nominated for it
     token = state.epoch()
-    if state.preempt_tried.get(key) == token:
+    if claims.preempt_tried.get(key) == token:
         return []
-    state.preempt_tried[key] = token
+    claims.preempt_tried[key] = token
     tracked = state.admission.jobs.get(key)
-    pg = state.objects.get_of(PodGroup, *key)
+    pg = cache.objects.get_of(PodGroup, *key)
     if tracked is None or not isinstance(pg, PodGroup):
         return []
-    cfg = state.queue.config_of(tracked.job.queue)
+    cfg = state.admission.queue.config_of(tracked.job.queue)
     me = Preemptor(tracked.job.priority, tracked.job.submit_time, policy=cfg.preemption_policy)
     if me.policy == "Never":
         return []
@@ -169,18 +171,18 @@ def preempt_for(state: SchedulerState, key: Key, *, quota_blocked: bool = False)
     candidates = _candidates(state, key, me)
     if not candidates:
         return []
-    members, waiting_for = state.groups.members(pg, lambda k: state.objects.get_of(PodGroup, *k))
+    members, waiting_for = cache.groups.members(pg, lambda k: cache.objects.get_of(PodGroup, *k))
     if waiting_for or len(members) > 1:
         return []  # gang groups are not preempted for (their placement spans PodGroups)
-    snap = state.snapshot
+    snap = cache.snapshot
     gang = build_gang(
-        members, placed={key: snap.placed_pods(key)}, classes=snap.class_names, cache=state.shapes
+        members, placed={key: snap.placed_pods(key)}, classes=snap.class_names, cache=cache.shapes
     )
     if not gang.parts:
         return []
     running = {c.key: (dict(c.labels), len(c.pods)) for c in candidates}
-    count = violation_counter(state.objects.list_of(PodDisruptionBudget), running)
-    held = state.holds.arrays(
+    count = violation_counter(cache.objects.list_of(PodDisruptionBudget), running)
+    held = claims.holds.arrays(
         snap.node_rows.index, snap.n, exclude={key}, priority=me.priority, submitted=tracked.job.submit_time
     )
     enough = _quota_room(state, key) if quota_blocked else None
@@ -223,19 +225,19 @@ def preempt_for(state: SchedulerState, key: Key, *, quota_blocked: bool = False)
             c + pp.shape.cpu_milli,
             m + pp.shape.mem_mib,
         )
-    state.holds.drop(key)
-    state.holds.set(
+    claims.holds.drop(key)
+    claims.holds.set(
         Hold(
             owner=key,
             cause="nomination",
             nodes=room,
-            until=state.now + state.nomination_seconds,
+            until=state.now + claims.nomination_seconds,
             priority=me.priority,
             submitted=tracked.job.submit_time,
             queue=tracked.job.queue,
         )
     )
-    state.preempting[key] = set(victims)
+    claims.preempting[key] = set(victims)
     state.recorder.status(
         pg,
         phase="Pending",

@@ -29,19 +29,14 @@ The scheduler never imports the operator; PodGroup status is the only channel.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, cast
 
 import structlog
 
 from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.scheduler.admission.gatekeeping import Admission
 from gpuyard.scheduler.admission.quota import ReclaimPlan, RunningJob, Victim, plan_reclaim
 from gpuyard.scheduler.admission.quota.resources import format_amount
-from gpuyard.scheduler.admission.recording import Recorder
-from gpuyard.scheduler.cache.objects import ObjectCache
-from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.gangs.outcomes import Placement
 from gpuyard.scheduler.gangs.requests import build_gang
 from gpuyard.scheduler.preemption.budgets import violation_counter
@@ -50,7 +45,7 @@ from gpuyard.scheduler.preemption.fitting import fits_without
 from gpuyard.scheduler.preemption.victims import Candidate, select_victims
 
 if TYPE_CHECKING:
-    from gpuyard.scheduler.core import SchedulerState
+    from gpuyard.scheduler.preemption.needs import Preempting
 
 __all__ = ["Reclaimer", "on_nodes"]
 
@@ -96,25 +91,12 @@ class Reclaimer:
             if not victims:
                 del self.evicting[quota]
 
-    def consider(
-        self,
-        adm: Admission,
-        key: Key,
-        *,
-        now: float,
-        utcnow: datetime,
-        epoch: int,
-        snapshot: Snapshot,
-        objects: ObjectCache,
-        recorder: Recorder,
-        owed: bool | None = None,
-        state: SchedulerState | None = None,
-    ) -> list[Key]:
+    def consider(self, state: Preempting, key: Key, *, owed: bool | None = None) -> list[Key]:
         """The waiting job `key` could not start: reclaim for it if it is owed and has waited
         `delay`. Returns the preempted jobs (empty when nothing was done). `owed` is
-        `adm.owed(key)` when the caller already knows it (same shape, same state). With the
-        core's `state`, the plan is checked on the real nodes (`on_nodes`) and carried out by
-        the shared `evicting.evict`."""
+        `adm.owed(key)` when the caller already knows it (same shape, same state). The plan is
+        checked on the real nodes (`on_nodes`) and carried out by the shared `evicting.evict`."""
+        adm, now, epoch = state.admission, state.now, state.epoch()
         if not (adm.owed(key) if owed is None else owed):
             self.forget(key)
             return []
@@ -128,35 +110,22 @@ class Reclaimer:
             return []  # one plan per quota per state of the cluster; none while room is coming
         self._tried_epoch[charge.quota] = epoch
         running = adm.running_jobs()
-        pg = objects.get_of(PodGroup, *key)
+        pg = state.cache.objects.get_of(PodGroup, *key)
         plan = plan_reclaim(adm.tree, owner=charge.quota, need=charge.usage, running=running)
         if not plan.feasible or not plan.victims:
             if plan.reason:
                 log.debug("reclaim.infeasible", job=f"{key[0]}/{key[1]}", reason=plan.reason)
             return []
-        if state is not None and isinstance(pg, PodGroup):
+        if isinstance(pg, PodGroup):
             found = on_nodes(state, pg, plan, running)
             if found is None:
                 log.debug("reclaim.no_room_on_nodes", job=f"{key[0]}/{key[1]}")
                 return []
             plan = found
-        return self._execute(
-            adm, key, plan, utcnow=utcnow, snapshot=snapshot, objects=objects, recorder=recorder, state=state
-        )
+        return self._execute(state, key, plan)
 
-    def _execute(
-        self,
-        adm: Admission,
-        owner_key: Key,
-        plan: ReclaimPlan,
-        *,
-        utcnow: datetime,
-        snapshot: Snapshot,
-        objects: ObjectCache,
-        recorder: Recorder,
-        state: SchedulerState | None = None,
-    ) -> list[Key]:
-        tree = adm.tree
+    def _execute(self, state: Preempting, owner_key: Key, plan: ReclaimPlan) -> list[Key]:
+        tree, snapshot, objects = state.admission.tree, state.cache.snapshot, state.cache.objects
         mins = ", ".join(
             f"min {format_amount(r, tree.min(plan.owner).get(r, 0))}"
             + ("" if r == "nvidia.com/gpu" else f" {r}")
@@ -165,80 +134,52 @@ class Reclaimer:
         done: list[Key] = []
         for victim in plan.victims:
             key = cast(Key, victim.job.key)  # running jobs are keyed by (namespace, name)
-            if state is None:
-                adm.requeue(key)
             done.append(key)
             message = (
                 f"reclaimed by quota {plan.owner} ({mins}) for {owner_key[0]}/{owner_key[1]}: {victim.reason}"
             )
-            pg = objects.get_of(PodGroup, *key)
-            if state is not None:
-                if snapshot.placed_pods(key):
-                    self.evicting.setdefault(plan.owner, set()).add(key)
-                evict(state, key, message=message, reason="reclaim")
-                continue
-            if isinstance(pg, PodGroup):
-                held = snapshot.placed_pods(key)
-                extra: dict[str, object] = {}
-                if held:  # the operator stops these pods, then releases their Reservations
-                    self.evicting.setdefault(plan.owner, set()).add(key)
-                    view = recorder.view(pg)
-                    view.evictions = {**view.evictions, **dict.fromkeys(held, message)}
-                    extra["evictions"] = dict(view.evictions)
-                recorder.status(
-                    pg,
-                    phase="Pending",
-                    reason="Preempted",
-                    message=message,
-                    placed=0,
-                    now=utcnow,
-                    extra=extra,
-                )
-                recorder.event(pg, reason="Preempted", message=message, type_="Warning", now=utcnow)
-            log.info(
-                "job.preempted",
-                job=f"{key[0]}/{key[1]}",
-                quota=plan.owner,
-                beneficiary=f"{owner_key[0]}/{owner_key[1]}",
-            )
+            if snapshot.placed_pods(key):
+                self.evicting.setdefault(plan.owner, set()).add(key)
+            evict(state, key, message=message, reason="reclaim")
         self.preempted += len(done)
         owner = objects.get_of(PodGroup, *owner_key)
         if isinstance(owner, PodGroup):
             names = ", ".join(f"{k[0]}/{k[1]}" for k in done)
-            recorder.event(
+            state.recorder.event(
                 owner,
                 reason="Reclaiming",
                 message=f"quota {plan.owner} ({mins}) takes back borrowed capacity: preempted {names}",
-                now=utcnow,
+                now=state.utcnow,
             )
         self.forget(owner_key)
         return done
 
 
 def on_nodes(
-    state: SchedulerState, pg: PodGroup, plan: ReclaimPlan, running: list[RunningJob]
+    state: Preempting, pg: PodGroup, plan: ReclaimPlan, running: list[RunningJob]
 ) -> ReclaimPlan | None:
     """The quota plan checked on the real nodes (the preemption engine's question): when the
     owner's gang does not fit with the plan's victims gone (their freed room lies where the gang
     cannot use it), the engine chooses among the borrowers' jobs a set that frees enough quota
     *and* lets the gang fit; None when there is none (then nothing is preempted)."""
     key = (pg.metadata.namespace, pg.metadata.name)
-    snap = state.snapshot
-    members, waiting_for = state.groups.members(pg, lambda k: state.objects.get_of(PodGroup, *k))
+    cache = state.cache
+    snap = cache.snapshot
+    members, waiting_for = cache.groups.members(pg, lambda k: cache.objects.get_of(PodGroup, *k))
     if waiting_for:
         return None
     gang = build_gang(
         members,
         placed={m.key[1:]: snap.placed_pods(m.key[1:]) for m in members},
         classes=snap.class_names,
-        cache=state.shapes,
+        cache=cache.shapes,
     )
     if not gang.parts:
         return plan
     tracked = state.admission.jobs.get(key)
     mine = tracked.job.priority if tracked is not None else None
     submitted = tracked.job.submit_time if tracked is not None else None
-    held = state.holds.arrays(
+    held = state.claims.holds.arrays(
         snap.node_rows.index,
         snap.n,
         exclude={key},
@@ -274,7 +215,7 @@ def on_nodes(
 
     labels = {k: dict(t.labels) for k in by_key if (t := state.admission.jobs.get(k)) is not None}
     budgets = violation_counter(
-        state.objects.list_of(PodDisruptionBudget),
+        cache.objects.list_of(PodDisruptionBudget),
         {k: (labels.get(k, {}), len(snap.placed_pods(k))) for k in by_key},
     )
     chosen = select_victims(

@@ -1,7 +1,7 @@
 """What the rescheduler reads from the scheduler's state, as the planner's plain data.
 
-`rescheduling.py` calls these at the start of a run; `rescheduling_plans.py` plans from what they
-return. All read the core's snapshot, object cache and recorded statuses; none changes anything.
+`rescheduler.py` calls these at the start of a run; `plans.py` plans from what they return. All
+read the cluster cache (objects and snapshot) and the recorded statuses; none changes anything.
 
 * :func:`node_rooms`: per Ready, schedulable, untainted node its free whole GPUs, CPU and memory;
 * :func:`waiting_jobs`: PodGroups with nothing placed whose last attempt failed for room
@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,12 +27,11 @@ from gpuyard.apis.core import GPU_RESOURCE, PodSpec
 from gpuyard.apis.durations import parse_duration
 from gpuyard.apis.quantity import to_int, to_milli
 from gpuyard.apis.scheduling import PodGroup, Reservation
-from gpuyard.scheduler.admission.recording import is_complete
+from gpuyard.scheduler.admission.recording import Recorder, is_complete
+from gpuyard.scheduler.cache.cluster import ClusterCache
+from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.gangs.requests import GPU_MILLI, MIB
 from gpuyard.scheduler.rescheduling.plans import Mover, MoverPod, NodeRoom, Waiting, migration_cost
-
-if TYPE_CHECKING:
-    from gpuyard.scheduler.core import SchedulerState
 
 __all__ = [
     "ANNOTATION_CHECKPOINT_INTERVAL",
@@ -52,20 +50,20 @@ NEXT_SUFFIX = ".next"
 
 
 def waiting_jobs(
-    state: SchedulerState, *, min_wait: float, skip: Container[Key] = ()
+    cache: ClusterCache, recorder: Recorder, *, utcnow: datetime, min_wait: float, skip: Container[Key] = ()
 ) -> list[tuple[Waiting, int]]:
     """Jobs waiting on room (not quota) for `min_wait` seconds or more whose pods each need
     several whole GPUs, with their priority: highest priority first, then the longest waiting."""
     out: list[tuple[float, str, Waiting, int]] = []
-    for pg in state.objects.list_of(PodGroup):
+    for pg in cache.objects.list_of(PodGroup):
         key = (pg.metadata.namespace, pg.metadata.name)
-        if pg.spec.suspend or key in skip or state.snapshot.placed_pods(key):
+        if pg.spec.suspend or key in skip or cache.snapshot.placed_pods(key):
             continue
-        view = state.recorder.view(pg)
+        view = recorder.view(pg)
         if view.reason != "Unschedulable":
             continue
         queued = view.queued_at or pg.status.queued_at or pg.metadata.creation_timestamp
-        waited = (state.utcnow - queued).total_seconds() if queued is not None else 0.0
+        waited = (utcnow - queued).total_seconds() if queued is not None else 0.0
         if waited < min_wait:
             continue
         shape = _pod_shape(pg)
@@ -86,26 +84,31 @@ def waiting_jobs(
 
 
 def movable_jobs(
-    state: SchedulerState, *, moved_too_often: Callable[[Key], bool], moved_at: Mapping[Key, datetime]
+    cache: ClusterCache,
+    recorder: Recorder,
+    *,
+    utcnow: datetime,
+    moved_too_often: Callable[[Key], bool],
+    moved_at: Mapping[Key, datetime],
 ) -> list[tuple[Mover, int]]:
     """Placed jobs that may move (see the module docstring), with their cost and priority;
     `moved_at`: when the rescheduler last moved a job (its run starts again then)."""
     out = []
-    for pg in state.objects.list_of(PodGroup):
+    for pg in cache.objects.list_of(PodGroup):
         key = (pg.metadata.namespace, pg.metadata.name)
         meta = pg.metadata
         if meta.annotations.get(ANNOTATION_MIGRATABLE, meta.labels.get(ANNOTATION_MIGRATABLE)) == "false":
             continue
         if moved_too_often(key) or pg.spec.suspend:
             continue
-        held = state.snapshot.placed_pods(key)
+        held = cache.snapshot.placed_pods(key)
         if not held or len(set(held.values())) != 1 or not is_complete(pg, held):
             continue
-        if state.recorder.view(pg).evictions or any(p.endswith(NEXT_SUFFIX) for p in held):
+        if recorder.view(pg).evictions or any(p.endswith(NEXT_SUFFIX) for p in held):
             continue
         pods = []
         for pod in held:
-            res = state.objects.get_of(Reservation, key[0], pod)
+            res = cache.objects.get_of(Reservation, key[0], pod)
             if not isinstance(res, Reservation) or not _movable(res):
                 break
             req = res.spec.requests
@@ -120,11 +123,11 @@ def movable_jobs(
             )
         else:
             gpus = sum(len(p.gpus) for p in pods)
-            started = state.recorder.view(pg).placed_at or pg.status.placed_at
+            started = recorder.view(pg).placed_at or pg.status.placed_at
             moved = moved_at.get(key)
             if moved is not None and (started is None or moved > started):
                 started = moved
-            runtime = (state.utcnow - started).total_seconds() if started is not None else 0.0
+            runtime = (utcnow - started).total_seconds() if started is not None else 0.0
             interval = _interval(pg)
             cost = migration_cost(gpus=gpus, runtime_s=runtime, checkpoint_interval_s=interval)
             out.append((Mover(key, tuple(pods), cost), pg.spec.priority))
@@ -170,9 +173,8 @@ def _pod_shape(pg: PodGroup) -> tuple[int, int, int] | None:
     return shapes.pop() if len(shapes) == 1 else None
 
 
-def node_rooms(state: SchedulerState) -> dict[str, NodeRoom]:
+def node_rooms(snap: Snapshot) -> dict[str, NodeRoom]:
     """Free whole GPUs, CPU and memory of every Ready, schedulable, untainted node."""
-    snap = state.snapshot
     ok = snap.alive & snap.ready & snap.schedulable & ~snap.tainted
     out = {}
     for row in np.flatnonzero(ok):

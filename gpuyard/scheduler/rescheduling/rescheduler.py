@@ -6,7 +6,7 @@ request (`POST /api/v1/scheduler:reschedule[?dryRun=true]`, `gpuyard reschedule 
 the scheduling loop hands the request over with :meth:`Rescheduler.ask`, and the run answers
 through the reply it was given). A run:
 
-1. reads the snapshot and the PodGroups into plain data (`rescheduling_inputs.py`): each node's
+1. reads the snapshot and the PodGroups into plain data (`inputs.py`): each node's
    free GPUs, CPU and memory;
    the jobs waiting `Unschedulable` for at least `min_wait` seconds whose pods need several whole
    GPUs each (oldest first); the *movers*: placed jobs with every pod on one node, whole GPUs,
@@ -14,7 +14,7 @@ through the reply it was given). A run:
    "false"`, of a priority no higher than the waiting job's, moved fewer than
    `max_migrations_per_job_per_hour` times in the last hour; their cost (`migration_cost`: GPUs
    x time since the last checkpoint, `gpuyard.io/checkpoint-interval`, else since they started);
-2. asks the pure planner (`rescheduling_plans.plan_defrag`) for the cheapest moves, within
+2. asks the pure planner (`plans.plan_defrag`) for the cheapest moves, within
    `max_migrations_per_cycle` jobs and `max_gpu_hours_lost_per_hour`;
 3. executes each move **reservation first**: a Reservation `<pod>.next` (label
    `gpuyard.io/migrating-pod`) at the new place is assumed and written, and only once it is
@@ -58,7 +58,7 @@ from gpuyard.scheduler.rescheduling.plans import DefragPlan, NodeRoom, plan_defr
 from gpuyard.state.config import ReschedulerConfig
 
 if TYPE_CHECKING:
-    from gpuyard.scheduler.core import SchedulerState
+    from gpuyard.scheduler.rescheduling.needs import Rescheduling
 
 __all__ = [
     "ANNOTATION_CHECKPOINT_INTERVAL",
@@ -125,11 +125,11 @@ class Rescheduler:
 
     # --- a run -------------------------------------------------------------------------------
 
-    def tick(self, state: SchedulerState) -> None:
+    def tick(self, state: Rescheduling) -> None:
         """Run the requests, then the periodic run if due; give up holds that timed out."""
         now = state.now
         for beneficiary, flight in list(self.inflight.items()):
-            if state.objects.get_of(PodGroup, *beneficiary) is None:  # gone: nobody to hold room for
+            if state.cache.objects.get_of(PodGroup, *beneficiary) is None:  # gone: nobody to hold room for
                 self._release(state, beneficiary)
             elif now - flight.since >= self.config.hold_timeout:
                 log.info("reschedule.hold_timeout", job=f"{beneficiary[0]}/{beneficiary[1]}")
@@ -140,7 +140,7 @@ class Rescheduler:
         if self.config.enabled and (self.last_run is None or now - self.last_run >= self.config.interval):
             self.run(state, dry_run=False)
 
-    def run(self, state: SchedulerState, *, dry_run: bool) -> Result:
+    def run(self, state: Rescheduling, *, dry_run: bool) -> Result:
         """Plan (and unless `dry_run`, execute) within the limits; the plan as plain JSON."""
         now = state.now
         if not dry_run:
@@ -170,20 +170,24 @@ class Rescheduler:
         )
         return {"dryRun": dry_run, "moves": moves, "beneficiaries": beneficiaries, "message": message}
 
-    def plan(self, state: SchedulerState) -> list[DefragPlan]:
+    def plan(self, state: Rescheduling) -> list[DefragPlan]:
         """The plans of one run, within the per-run, per-job and GPU-hour limits."""
-        cfg = self.config
-        nodes = node_rooms(state)
+        cfg, cache, rec = self.config, state.cache, state.recorder
+        nodes = node_rooms(cache.snapshot)
         limit = cfg.max_migrations_per_job_per_hour
         movers_all = movable_jobs(
-            state,
+            cache,
+            rec,
+            utcnow=state.utcnow,
             moved_too_often=lambda key: len(self.history.get(key, ())) >= limit,
             moved_at=self.moved_at,
         )
         budget_jobs = cfg.max_migrations_per_cycle
         budget_hours = cfg.max_gpu_hours_lost_per_hour - sum(h for _, h in self.lost)
         plans: list[DefragPlan] = []
-        for waiting, priority in waiting_jobs(state, min_wait=cfg.min_wait, skip=self.inflight):
+        for waiting, priority in waiting_jobs(
+            cache, rec, utcnow=state.utcnow, min_wait=cfg.min_wait, skip=self.inflight
+        ):
             if budget_jobs <= 0:
                 break
             movers = [m for m, prio in movers_all if prio <= priority]
@@ -222,15 +226,16 @@ class Rescheduler:
 
     # --- executing ---------------------------------------------------------------------------
 
-    def _execute(self, state: SchedulerState, plan: DefragPlan) -> None:
-        rec, snap, now, utcnow = state.recorder, state.snapshot, state.now, state.utcnow
+    def _execute(self, state: Rescheduling, plan: DefragPlan) -> None:
+        rec, cache, now, utcnow = state.recorder, state.cache, state.now, state.utcnow
+        snap = cache.snapshot
         ben = plan.beneficiary
         flight = self.inflight[ben] = _InFlight(pods=set(), since=now)
         per_job: dict[Key, list[Reservation]] = {}
         why: dict[Key, list[str]] = {}
         for move in plan.moves:
             ns = move.job[0]
-            old = state.objects.get_of(Reservation, ns, move.pod)
+            old = cache.objects.get_of(Reservation, ns, move.pod)
             row = snap.index.get(move.to_node)
             if not isinstance(old, Reservation) or row is None:
                 continue
@@ -258,10 +263,10 @@ class Rescheduler:
             flight.pods.add((ns, move.pod))
         costs = {m.job: m.cost for m in plan.moves if m.cost}
         for job, reservations in per_job.items():
-            pg = state.objects.get_of(PodGroup, *job)
+            pg = cache.objects.get_of(PodGroup, *job)
             if not isinstance(pg, PodGroup):
                 continue
-            state.assumed(reservations)
+            cache.assumed(reservations)
             decision = PlaceGang(key=job, members=(job,), reservations=reservations)
             reason = f"Migrated: moved to defragment GPUs for {ben[0]}/{ben[1]}"
             view = rec.view(pg)
@@ -304,7 +309,7 @@ class Rescheduler:
                 beneficiary=f"{ben[0]}/{ben[1]}",
                 cost=round(lost, 3),
             )
-        beneficiary = state.objects.get_of(PodGroup, *ben)
+        beneficiary = cache.objects.get_of(PodGroup, *ben)
         if isinstance(beneficiary, PodGroup) and per_job:
             names = ", ".join(f"{k[0]}/{k[1]}" for k in per_job)
             rec.event(
@@ -317,7 +322,7 @@ class Rescheduler:
         if not flight.pods:
             del self.inflight[ben]
 
-    def promote(self, state: SchedulerState, pg: PodGroup, held: dict[str, str]) -> dict[str, str]:
+    def promote(self, state: Rescheduling, pg: PodGroup, held: dict[str, str]) -> dict[str, str]:
         """Pods whose old Reservation is gone get their `.next` one under their own name (their
         eviction cleared first); the room they left is held for the beneficiary. The pods held now."""
         nexts = [n for n in held if n.endswith(NEXT_SUFFIX) and n.removesuffix(NEXT_SUFFIX) not in held]
@@ -325,11 +330,11 @@ class Rescheduler:
             return held
         ns = pg.metadata.namespace
         key = (ns, pg.metadata.name)
-        rec = state.recorder
+        rec, cache = state.recorder, state.cache
         created: list[Reservation] = []
         gone: list[Reservation] = []
         for name in nexts:
-            res = state.objects.get_of(Reservation, ns, name)
+            res = cache.objects.get_of(Reservation, ns, name)
             if not isinstance(res, Reservation):
                 continue  # not seen back from the store yet
             pod = name.removesuffix(NEXT_SUFFIX)
@@ -353,36 +358,36 @@ class Rescheduler:
         view = rec.view(pg)
         rec.evictions(pg, {p: w for p, w in view.evictions.items() if p not in done})  # before the new ones
         for res in gone:  # deleted below, after the new ones are written
-            state.snapshot.remove_reservation((ns, res.metadata.name))
+            cache.snapshot.remove_reservation((ns, res.metadata.name))
         for res in created:
-            state.snapshot.upsert_reservation(res)
-        state.assumed(created)
+            cache.snapshot.upsert_reservation(res)
+        cache.assumed(created)
         rec.out.append(PlaceGang(key=key, members=(key,), reservations=created))
         for res in gone:
-            state.forget_reservation(ns, res.metadata.name, res.metadata.uid)
-        return state.snapshot.placed_pods(key)
+            cache.forget_reservation(ns, res.metadata.name, res.metadata.uid)
+        return cache.snapshot.placed_pods(key)
 
-    def _hold(self, state: SchedulerState, ns: str, pod: str) -> None:
+    def _hold(self, state: Rescheduling, ns: str, pod: str) -> None:
         """The pod's old room (its Reservation is being deleted) is held for its beneficiary."""
         for ben, flight in list(self.inflight.items()):
             if (ns, pod) not in flight.pods:
                 continue
             flight.pods.discard((ns, pod))
-            old = state.objects.get_of(Reservation, ns, pod)
+            old = state.cache.objects.get_of(Reservation, ns, pod)
             if isinstance(old, Reservation) and not old.metadata.name.endswith(NEXT_SUFFIX):
                 hold = Reservation(
                     metadata=ObjectMeta(name=f"{ns}.{pod}", namespace=_HOLD_GROUP[0]),
                     spec=old.spec.model_copy(update={"pod_group": _HOLD_GROUP[1]}),
                 )
-                state.snapshot.upsert_reservation(hold)
+                state.cache.snapshot.upsert_reservation(hold)
                 flight.holds.append((_HOLD_GROUP[0], hold.metadata.name))
             if not flight.pods:
                 self._release(state, ben)
 
-    def _release(self, state: SchedulerState, beneficiary: Key) -> None:
+    def _release(self, state: Rescheduling, beneficiary: Key) -> None:
         """Give the held room back (all moves done, or the hold timed out)."""
         flight = self.inflight.pop(beneficiary, None)
         if flight is None:
             return
         for key in flight.holds:
-            state.snapshot.remove_reservation(key)
+            state.cache.snapshot.remove_reservation(key)

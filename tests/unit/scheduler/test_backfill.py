@@ -36,7 +36,7 @@ def held_for_a_2x4_head(cluster: Cluster) -> tuple[SchedulerState, str]:
     step(state, cluster)
     cluster.put(podgroup("head", role(replicas=2, gpus=4)))
     step(state, cluster, now=1.0)
-    hold = state.holds.get(("default", "head"))
+    hold = state.claims.holds.get(("default", "head"))
     assert hold is not None
     (node,) = hold.nodes
     return state, node
@@ -58,7 +58,7 @@ def test_a_2x4_head_does_not_block_a_1_gpu_job_of_another_namespace() -> None:
     assert placed(step(state, cluster, now=2.0)) == [("other", "small")]
     # it went where the head's planned placement does not need the room
     res = cluster.get("Reservation", "other", "small-worker-0")
-    held = state.holds.get(("default", "head"))
+    held = state.claims.holds.get(("default", "head"))
     assert held is not None and res.spec.node not in held.nodes
 
 
@@ -90,7 +90,7 @@ def test_a_job_that_would_take_the_heads_room_waits_and_says_why() -> None:
     cluster.delete("PodGroup", "default", blocker)
     out = step(state, cluster, now=3.0)
     assert ("default", "head") in placed(out)
-    assert state.holds.get(("default", "head")) is None
+    assert state.claims.holds.get(("default", "head")) is None
 
 
 def test_a_job_of_a_queue_ahead_by_fair_share_takes_held_room_only_when_nothing_else_fits() -> None:
@@ -113,6 +113,6 @@ def test_a_gang_no_empty_cluster_could_hold_says_it_can_never_fit() -> None:
     message = cluster.get("PodGroup", "default", "nine").status.message
     assert message.startswith("can never fit on this cluster: Worker needs 1 pod of 9 GPUs")
     assert "(the largest: 8 GPUs" in message
-    assert state.holds.get(("default", "nine")) is None
+    assert state.claims.holds.get(("default", "nine")) is None
     cluster.put(podgroup("small", role(gpus=2)))
     assert placed(step(state, cluster, now=2.0)) == [("default", "small")]

@@ -118,7 +118,7 @@ def test_a_gang_is_assumed_when_decided_so_the_next_job_sees_the_gpus_taken() ->
         "a-worker-0",
         "a-worker-1",
     ]
-    assert state.snapshot.reservation_count == 2  # assumed before anything was written
+    assert state.cache.snapshot.reservation_count == 2  # assumed before anything was written
     (status,) = [p for p in of(PatchStatus, placed.then) if p.name == "a"]
     assert status.changes["phase"] == "Placed" and status.changes["placed"] == 2
     assert [e.reason for e in of(RecordEvent, placed.then)] == ["Scheduled"]
@@ -131,7 +131,7 @@ def test_the_echo_of_its_own_writes_decides_nothing() -> None:
     state = core(cluster)
     step(state, cluster)
     assert step(state, cluster) == []  # the Reservation ADDED and the status-only PodGroup write
-    assert state.snapshot.reservation_count == 1 and state.placed_jobs == 1
+    assert state.cache.snapshot.reservation_count == 1 and state.placed_jobs == 1
 
 
 def test_a_failed_create_is_un_assumed_and_backed_off() -> None:
@@ -139,7 +139,7 @@ def test_a_failed_create_is_un_assumed_and_backed_off() -> None:
     state = core(cluster)
     (placed,) = of(PlaceGang, state.step(now=0.0, utcnow=T0))
     out = state.unassume(placed, error="disk full")
-    assert state.snapshot.reservation_count == 0 and state.placed_jobs == 0
+    assert state.cache.snapshot.reservation_count == 0 and state.placed_jobs == 0
     (status,) = of(PatchStatus, out)
     assert status.changes["reason"] == "AssumeFailed" and "disk full" in status.changes["message"]
     assert state.queue.is_held(("default", "a"))
@@ -180,7 +180,8 @@ def test_the_reservations_of_a_deleted_podgroup_are_collected() -> None:
     assert sorted(d.name for d in of(DeleteReservation, step(state, cluster))) == ["a-worker-0", "a-worker-1"]
     step(state, cluster)
     assert (
-        state.snapshot.reservation_count == 0 and cluster.get("Reservation", "default", "a-worker-0") is None
+        state.cache.snapshot.reservation_count == 0
+        and cluster.get("Reservation", "default", "a-worker-0") is None
     )
 
 
@@ -236,7 +237,7 @@ def test_reclaim_asks_for_evictions_and_keeps_the_room_until_released() -> None:
     cluster.put(podgroup("b1", role(gpus=8, cpu=None, memory=None), namespace="b"))
     step(state, cluster, now=1.0)
     step(state, cluster, now=1.0)
-    assert state.snapshot.reservation_count == 2  # b borrows a's idle min
+    assert state.cache.snapshot.reservation_count == 2  # b borrows a's idle min
     cluster.put(podgroup("a0", role(gpus=8, cpu=None, memory=None), namespace="a"))
     out = step(state, cluster, now=2.0)
     assert of(DeleteReservation, out) == [] and of(PlaceGang, out) == []  # the victim keeps its room
@@ -254,7 +255,7 @@ def test_reclaim_asks_for_evictions_and_keeps_the_room_until_released() -> None:
     assert [g.key for g in of(PlaceGang, out)] == [("a", "a0")]  # the room went to the owner
     assert cluster.get("PodGroup", "b", "b1").status.evictions == {}
     step(state, cluster, now=5.0)
-    assert state.snapshot.reservation_count == 2
+    assert state.cache.snapshot.reservation_count == 2
 
 
 def test_a_failed_deletion_holds_the_room_again_and_is_retried() -> None:
@@ -271,7 +272,7 @@ def test_a_failed_deletion_holds_the_room_again_and_is_retried() -> None:
     assert isinstance(delete, DeleteReservation) and isinstance(place_again, PlaceGang)
     state.write_failed(delete)  # the deletion was refused ...
     state.unassume(place_again, error="a-worker-1 already exists")  # ... so the name is still taken
-    assert state.snapshot.reservation_count == 2  # the old Reservation holds its room again
+    assert state.cache.snapshot.reservation_count == 2  # the old Reservation holds its room again
     out = state.step(now=1.0, utcnow=T0)
     assert of(DeleteReservation, out) == [DeleteReservation("default", "a-worker-1", old.metadata.uid)]
 

@@ -44,7 +44,7 @@ def test_an_elastic_job_loses_only_its_surplus_and_keeps_running() -> None:
     release(cluster, "t", "e")
     out = step(state, cluster, now=11.0) + step(state, cluster, now=12.0)
     assert ("u", "urgent") in [g.key for g in of(PlaceGang, out)]
-    assert set(state.snapshot.placed_pods(("t", "e"))) == {"e-worker-0", "e-worker-1"}
+    assert set(state.cache.snapshot.placed_pods(("t", "e"))) == {"e-worker-0", "e-worker-1"}
     assert state.queue.is_running(("t", "e"))
 
 

@@ -258,7 +258,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             port_range=PORTS,
             now=self.now,
             utcnow=T0 + timedelta(seconds=self.now),
-            claims=list(self.state.holds.by_owner.values()),
+            claims=list(self.state.claims.holds.by_owner.values()),
         )
         stuck = self.tracker.observe(fitting, cycle=self.cycle, now=self.now)
         assert not stuck, [f"{s}: {self._why(s.key)}" for s in stuck]

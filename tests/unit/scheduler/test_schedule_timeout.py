@@ -59,7 +59,7 @@ def test_a_gang_placed_in_time_is_unaffected() -> None:
     at(state, cluster, 100.0)
     status = cluster.get("PodGroup", "default", "quick").status
     assert status.phase == "Placed"
-    assert not state.deadlines.at
+    assert not state.memo.deadlines.at
 
 
 def test_without_a_timeout_a_gang_waits_for_ever() -> None:
