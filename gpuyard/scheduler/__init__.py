@@ -1,13 +1,15 @@
 """The gang scheduler: all-or-nothing placement of whole jobs on a vectorised cluster snapshot.
 
 Data flow: the operator writes a PodGroup per job → the scheduling loop (`running`) watches the
-store and feeds the changes to the synchronous core (`core.SchedulerState`), which keeps a NumPy
-`Snapshot` of free capacity current, takes PodGroups from the tenant queues under quota
-(`gatekeeping`), builds plain gang requests (`gang_requests`), decides with the pure
-`place(snapshot, gang, profile)` (`placing`: filters, scores, fill, GPU chooser — all plugins
-of a `Profile`, `framework`/`profiles`), *assumes* the result in the snapshot (`assuming`) and
-returns decisions (`decisions`); the loop writes them through the context's writer: one
-Reservation per pod, the PodGroup status, events. The operator turns reservations into pods.
+store and feeds the changes to the synchronous core (`core.SchedulerState`, composed of parts
+that own their state: the cluster cache with its NumPy `Snapshot` of free capacity, admission,
+preemption's claims, the cycle's memo), which keeps the snapshot current, takes PodGroups from
+the tenant queues under quota (`gatekeeping`), builds plain gang requests (`gang_requests`),
+decides with the pure `place(snapshot, gang, profile)` (`placing`: filters, scores, fill, GPU
+chooser — all plugins of a `Profile`, `framework`/`profiles`), *assumes* the result in the
+snapshot (`assuming`) and returns decisions (`decisions`); the loop, which owns the clock and
+the metrics, writes them through the context's writer: one Reservation per pod, the PodGroup
+status, events. The operator turns reservations into pods.
 
 Entry point for the runtime: :func:`components` — the scheduling loop (an object with `name`
 and `async run()`) and the default-ResourceClass reconciler (run through ControllerRunner).
