@@ -145,8 +145,11 @@ async def test_patch_flavours_and_a_stale_version_in_a_patch(rest: Rest) -> None
         content_type="application/merge-patch+json",
     )
     assert code == 409
-    code, unsupported = await rest("PATCH", f"{base}/a", {}, content_type="application/apply-patch+yaml")
+    code, unsupported = await rest("PATCH", f"{base}/a", {}, content_type="application/x-unknown-patch")
     assert code == 415 and unsupported["reason"] == "UnsupportedMediaType"
+    # server-side apply is answered (tests/kubernetes/test_apiserver_apply.py), but needs a manager
+    code, no_manager = await rest("PATCH", f"{base}/a", {}, content_type="application/apply-patch+yaml")
+    assert code == 400 and no_manager["message"] == "fieldManager is required for apply requests"
 
 
 async def test_delete_options_orphan_foreground_and_preconditions(

@@ -47,6 +47,8 @@ class Resource:
     crd: str | None = None  # the name of the CustomResourceDefinition serving it
     printer_columns: tuple[dict[str, Any], ...] = ()
     selectable_fields: frozenset[str] = frozenset()  # field labels beyond metadata.name/namespace
+    # a custom resource's `openAPIV3Schema` (its CRD version's), for the OpenAPI documents
+    schema: dict[str, Any] | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -236,6 +238,7 @@ class Catalog:
                 selectable_fields=frozenset(
                     str(f.get("jsonPath", "")).lstrip(".") for f in v.get("selectableFields") or ()
                 ),
+                schema=(v.get("schema") or {}).get("openAPIV3Schema"),
             )
             self.resources[(res.group, res.version, res.plural)] = res
             out.append(res)

@@ -11,6 +11,8 @@ subresource, `pods/binding` and `pods/eviction`, with the metadata rules of a re
 - delete: by the rules of `deleting.py` (DeleteOptions, finalizers, graceful pod deletion, garbage
   collection); an update removing the last finalizer of a deleted object removes it.
 - `CustomResourceDefinition`s register (and, deleted, unregister) their resources in the catalog.
+- server-side apply (`apply`, a PATCH of `application/apply-patch+yaml`) and `managedFields`: by the
+  rules of `applying.py`.
 
 Everything here is synchronous: one write is one atomic step of the event loop.
 """
@@ -23,9 +25,10 @@ import json
 import re
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpuyard.testing.apiserver.applying import APPLY, apply_configuration, record_update
 from gpuyard.testing.apiserver.catalog import Catalog, Resource
 from gpuyard.testing.apiserver.deleting import CRDS, NAMESPACES, PODS, Deletion, now_iso
 from gpuyard.testing.apiserver.errors import ApiError
@@ -156,7 +159,15 @@ class ObjectApi:
 
     # --- create -----------------------------------------------------------------------------------
 
-    def create(self, res: Resource, body: Any, *, namespace: str | None = None) -> dict[str, Any]:
+    def create(
+        self,
+        res: Resource,
+        body: Any,
+        *,
+        namespace: str | None = None,
+        managed_fields: Sequence[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """POST of a new object; `managed_fields` (a server-side apply's) are kept, any other dropped."""
         obj = self._check_body(res, body)
         meta = dict(_meta(obj))
         name = meta.get("name") or ""
@@ -177,6 +188,8 @@ class ObjectApi:
         for f in _SYSTEM_FIELDS:
             meta.pop(f, None)
         meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_iso(), generation=1)
+        if managed_fields:
+            meta["managedFields"] = [dict(e) for e in managed_fields]
         if ns:
             meta["namespace"] = ns
         else:
@@ -243,9 +256,17 @@ class ObjectApi:
     # --- update -----------------------------------------------------------------------------------
 
     def replace(
-        self, res: Resource, name: str, *, body: Any, namespace: str | None = None, status: bool = False
+        self,
+        res: Resource,
+        name: str,
+        *,
+        body: Any,
+        namespace: str | None = None,
+        status: bool = False,
+        manager: str | None = None,
     ) -> dict[str, Any]:
-        """PUT of the object (`status=False`) or of its `status` subresource."""
+        """PUT of the object (`status=False`) or of its `status` subresource; `manager` (the
+        `fieldManager`) is recorded in `managedFields` where the object has them."""
         current = self.get(res, name, namespace=namespace)
         new = self._check_body(res, body)
         given = _meta(new)
@@ -264,7 +285,7 @@ class ObjectApi:
             )
         if given_rv not in (None, "") and str(given_rv) != _meta(current).get("resourceVersion"):
             raise ApiError.conflict(res.plural, name, group=res.group)
-        return self._write(res, current=current, new=new, status=status)
+        return self._write(res, current=current, new=new, status=status, manager=manager)
 
     def patch(
         self,
@@ -275,17 +296,89 @@ class ObjectApi:
         content_type: str,
         namespace: str | None = None,
         status: bool = False,
+        manager: str | None = None,
+        force: bool = False,
     ) -> dict[str, Any]:
+        """PATCH of the object or its `status`: merge, JSON or strategic merge patch (`patching.py`),
+        or server-side apply (`apply`), which `force`s conflicts when asked."""
+        if content_type.split(";")[0].strip().lower() == APPLY:
+            return self.apply(
+                res, name, config=patch, namespace=namespace, status=status, manager=manager, force=force
+            )
         current = self.get(res, name, namespace=namespace)
         patched = apply_patch(current, patch, content_type=content_type, strategic_ok=res.crd is None)
         given_rv = _meta(patched).get("resourceVersion")
         if given_rv not in (None, "") and str(given_rv) != _meta(current).get("resourceVersion"):
             raise ApiError.conflict(res.plural, name, group=res.group)
-        return self._write(res, current=current, new=self._check_body(res, patched), status=status)
+        return self._write(
+            res, current=current, new=self._check_body(res, patched), status=status, manager=manager
+        )
+
+    def apply(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        config: Any,
+        namespace: str | None = None,
+        status: bool = False,
+        manager: str | None,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        """Server-side apply of `config` by `manager` (`applying.py`): creates the object when it
+        does not exist (not through `/status`), else merges into it."""
+        body = self._check_body(res, config)
+        given = _meta(body)
+        if given.get("name") and given["name"] != name:
+            raise ApiError.bad_request(
+                f"the name of the object ({given['name']}) does not match the name on the URL ({name})"
+            )
+        ns = (namespace or "") if res.namespaced else ""
+        current = self.storage.get(res.key, name, namespace=ns)
+        if current is None and status:
+            raise ApiError.not_found(res.plural, name, group=res.group)
+        applied = apply_configuration(
+            current,
+            body,
+            manager=manager,
+            force=force,
+            api_version=res.api_version,
+            has_status=res.has_status,
+            status=status,
+            now=now_iso(),
+        )
+        if current is None:
+            meta = dict(_meta(applied))
+            managed = meta.pop("managedFields", None)
+            meta["name"] = name
+            return self.create(
+                res, {**applied, "metadata": meta}, namespace=namespace, managed_fields=managed
+            )
+        given_rv = given.get("resourceVersion")
+        if given_rv not in (None, "") and str(given_rv) != _meta(current).get("resourceVersion"):
+            raise ApiError.conflict(res.plural, name, group=res.group)
+        return self._write(res, current=current, new=applied, status=status, applied=True)
 
     def _write(
-        self, res: Resource, *, current: dict[str, Any], new: dict[str, Any], status: bool
+        self,
+        res: Resource,
+        *,
+        current: dict[str, Any],
+        new: dict[str, Any],
+        status: bool,
+        manager: str | None = None,
+        applied: bool = False,
     ) -> dict[str, Any]:
+        if not applied:
+            record_update(
+                current,
+                new,
+                manager=manager,
+                api_version=res.api_version,
+                has_status=res.has_status,
+                status=status,
+                now=now_iso(),
+            )
         cur_meta = _meta(current)
         if status:
             obj = {**current}
@@ -293,6 +386,11 @@ class ObjectApi:
                 obj["status"] = new["status"]
             else:
                 obj.pop("status", None)
+            managed = _meta(new).get("managedFields")
+            if managed != cur_meta.get("managedFields"):  # the fields this status write took
+                obj["metadata"] = {**cur_meta, "managedFields": managed}
+                if not managed:
+                    obj["metadata"].pop("managedFields")
         else:
             meta = dict(_meta(new))
             for f in (

@@ -2,7 +2,7 @@
 and strategic merge patch, treated as a merge patch whose lists replace the stored ones (the
 `$`-directives kubectl adds, such as `$setElementOrder/containers`, are dropped); custom resources
 refuse strategic merge patches with a 415, as on a real server. Server-side apply
-(`application/apply-patch+yaml`) is answered 415.
+(`application/apply-patch+yaml`) is not a patch of the stored object: `applying.py` answers it.
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ def apply_patch(
     else:
         raise ApiError(
             415,
-            f"the body of the request was in an unknown format - accepted media types include: {JSON_PATCH}, {MERGE}, {STRATEGIC}",
+            "the body of the request was in an unknown format - accepted media types include: "
+            f"{JSON_PATCH}, {MERGE}, {STRATEGIC}, application/apply-patch+yaml",
             reason="UnsupportedMediaType",
         )
     if not isinstance(out, dict):

@@ -5,6 +5,7 @@ a watch (`watching.py`).
     /api/v1[/namespaces/{ns}]/{plural}[/{name}[/{subresource}]]
     /apis/{group}/{version}[/namespaces/{ns}]/{plural}[/{name}[/{subresource}]]
 
+`pods/{name}/log` is answered from the kubelet of the pod's node (`podlogs.py`).
 Also served: discovery (`/api`, `/apis`, `/api/v1`, `/apis/{group}[/{version}]`, in the legacy and the
 aggregated form), `/version`, `/healthz`, `/livez`, `/readyz`, `/openapi/v3` (`openapi.py`) and `/openapi/v2`
 (empty), and the test endpoints under `/_gpuyard/` (faults, audit),
@@ -22,10 +23,12 @@ import yaml
 from aiohttp import web
 from pydantic import ValidationError
 
+from gpuyard.testing.apiserver.applying import APPLY, manager_from_user_agent
 from gpuyard.testing.apiserver.catalog import Resource
 from gpuyard.testing.apiserver.errors import ApiError, status_body
 from gpuyard.testing.apiserver.faults import FaultRequest
 from gpuyard.testing.apiserver.openapi import group_version_document, root_document
+from gpuyard.testing.apiserver.podlogs import serve_pod_log
 from gpuyard.testing.apiserver.selecting import Matcher, field_selector, label_selector
 from gpuyard.testing.apiserver.tables import table, wants_table
 from gpuyard.testing.apiserver.watching import WatchRequest, serve_watch
@@ -55,7 +58,8 @@ SERVER_VERSION = {
 class AuditRecord:
     """One resource request as RBAC sees it (verb, group, resource, subresource, namespace, name),
     with its answer's code and who asked: the bearer token presented (this server trusts any token
-    unless started with one, so a test may give each client its own to tell their calls apart)."""
+    unless started with one, so a test may give each client its own to tell their calls apart), and
+    the `fieldManager` a write named (as a real server records it in `managedFields`)."""
 
     verb: str
     group: str
@@ -65,6 +69,7 @@ class AuditRecord:
     name: str
     code: int
     user: str = ""
+    manager: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +288,7 @@ class Handler:
                         target.name or "",
                         code,
                         user,
+                        request.query.get("fieldManager", ""),
                     )
                 )
                 if code < 300 and verb in ("create", "update", "patch") and target.sub is None:
@@ -402,6 +408,8 @@ class Handler:
                     )
                 )
             return _json(listed)
+        if verb == "get" and target.sub == "log" and res.key == ("", "pods"):
+            return await serve_pod_log(request, self.server, res, name or "", ns)
         if verb == "get":
             return self._answer(request, res, obj=objects.get(res, name or "", namespace=ns))
         body = await self._body(request)
@@ -435,18 +443,28 @@ class Handler:
                 405, f"{request.method} is not allowed on {request.path}", reason="MethodNotAllowed"
             )
         status = target.sub == "status"
+        # the field manager of managedFields: the request's, else (not for an apply) its User-Agent's
+        manager = q.get("fieldManager") or manager_from_user_agent(request.headers.get("User-Agent", ""))
         if verb == "update":
-            return self._answer(
-                request, res, obj=objects.replace(res, name, body=body, namespace=ns, status=status)
-            )
-        if verb == "patch":
             return self._answer(
                 request,
                 res,
-                obj=objects.patch(
-                    res, name, patch=body, content_type=request.content_type, namespace=ns, status=status
-                ),
+                obj=objects.replace(res, name, body=body, namespace=ns, status=status, manager=manager),
             )
+        if verb == "patch":
+            apply = request.content_type == APPLY
+            created = apply and objects.storage.get(res.key, name, namespace=ns or "") is None
+            obj = objects.patch(
+                res,
+                name,
+                patch=body,
+                content_type=request.content_type,
+                namespace=ns,
+                status=status,
+                manager=q.get("fieldManager") if apply else manager,
+                force=_truthy(q.get("force")),
+            )
+            return self._answer(request, res, obj=obj, status=201 if created else 200)
         options = body if isinstance(body, dict) else {}
         if "propagationPolicy" in q:
             options = {**options, "propagationPolicy": q["propagationPolicy"]}
