@@ -362,7 +362,9 @@ async def test_the_implicit_default_quota_is_got_and_listed_until_stored(client,
     r = await client.get("/api/v1/quotas/koordinator-default-quota", headers=ROOT)
     assert r.status == 404
     assert (
-        await client.put("/api/v1/quotas/team-a", data=json.dumps(quota("team-a", gmin=4, gmax=8)), headers=ROOT)
+        await client.put(
+            "/api/v1/quotas/team-a", data=json.dumps(quota("team-a", gmin=4, gmax=8)), headers=ROOT
+        )
     ).status == 201
     r = await client.get("/api/v1/quotas/koordinator-default-quota", headers=ROOT)
     assert r.status == 200
