@@ -5,11 +5,13 @@ share nothing by import and tests build a context from plain parts (`Context.for
 Components read `store` and write only through `writer`: the backend factory
 (`gpuyard.platform.backends`) sets it to the running backend's writer; until then (unit tests
 without a backend) it is a :class:`~gpuyard.state.writing.StoreWriter` over the store.
+`ctx.for_component(identity)` is the same context whose writer writes as that component
+(`gpuyard.state.ownership`): a package's `components(ctx)` hands it to what it builds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
@@ -18,7 +20,7 @@ from gpuyard.state.clock import Clock, VirtualClock
 from gpuyard.state.config import Settings
 from gpuyard.state.kinds import register_kinds
 from gpuyard.state.store import Store
-from gpuyard.state.writing import StoreWriter, Writer
+from gpuyard.state.writing import StoreWriter, Writer, identified
 
 if TYPE_CHECKING:
     from gpuyard.state.backend import ClusterBackend
@@ -40,6 +42,12 @@ class Context:
     def __post_init__(self) -> None:
         if self.writer is None:
             self.writer = StoreWriter(self.store, journal=self.journal)
+
+    def for_component(self, identity: str) -> Context:
+        """This context (same store, clock, settings, registry, backend), its writer writing as
+        `identity` (`identified`)."""
+        assert self.writer is not None  # set in __post_init__
+        return replace(self, writer=identified(self.writer, identity))
 
     @classmethod
     def for_tests(cls, *, settings: Settings | None = None, clock: Clock | None = None) -> Context:

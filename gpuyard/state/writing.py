@@ -17,13 +17,27 @@ Conflicts are typed (:class:`~gpuyard.state.store.Conflict`); a caller re-reads,
 retries (:func:`retry_on_conflict`). :class:`StoreWriter` implements the interface over the
 in-memory store (the fake backend's API server): a write is answered after the journal has made
 it durable, when a journal is attached (one group commit for all writes of a loop iteration).
+
+**Who writes.** Every write carries the identity of the component that makes it, as a Kubernetes
+request carries its `fieldManager`: a component writes through `identified(writer, identity)`
+(the identities are in :mod:`gpuyard.state.ownership`), or runs a block `with acting_as(identity)`
+(a backend's own tasks: the fake kubelet, the Kubernetes backend's sweeps). The identity travels
+with the call in a context variable, so a writer that wraps another (fault injection in tests)
+passes it on untouched; the innermost identity wins. The backend reads it with
+:func:`writer_identity`: the Kubernetes writer sends it as `fieldManager`, and
+:class:`StoreWriter` hands every write, as a :class:`WriteRecord` (identity, verb, kind, the parts
+touched), to its `audit` hook when one is set (the ownership tests check each against
+:data:`gpuyard.state.ownership.OWNERSHIP`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, cast, runtime_checkable
+import contextvars
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -32,12 +46,17 @@ from gpuyard.state.store import Conflict, NotFound, Store
 
 __all__ = [
     "Durability",
+    "IdentifiedWriter",
     "StoreWriter",
+    "WriteRecord",
     "Writer",
+    "acting_as",
     "create_all",
+    "identified",
     "patchable_status",
     "retry_on_conflict",
     "write_together",
+    "writer_identity",
 ]
 
 R = TypeVar("R", bound=Resource)
@@ -65,6 +84,112 @@ class Writer(Protocol):
     async def delete(
         self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
     ) -> None: ...
+
+
+# --- who writes ---------------------------------------------------------------------------------
+
+_IDENTITY: contextvars.ContextVar[str] = contextvars.ContextVar("gpuyard_writer_identity", default="")
+
+Verb = Literal["create", "update", "patch_status", "delete"]
+
+
+def writer_identity() -> str:
+    """The identity of the component making the current write ("" when none said who it is)."""
+    return _IDENTITY.get()
+
+
+@contextmanager
+def acting_as(identity: str) -> Iterator[None]:
+    """Writes made inside the block (and by tasks started inside it) carry `identity`."""
+    token = _IDENTITY.set(identity)
+    try:
+        yield
+    finally:
+        _IDENTITY.reset(token)
+
+
+class IdentifiedWriter:
+    """A :class:`Writer` whose every write carries `identity` (see the module docstring). Other
+    attributes are the wrapped writer's (read-only here)."""
+
+    __slots__ = ("identity", "inner")
+
+    def __init__(self, inner: Writer, identity: str) -> None:
+        self.inner = inner
+        self.identity = identity
+
+    async def create(self, obj: R) -> R:
+        with acting_as(self.identity):
+            return await self.inner.create(obj)
+
+    async def update(self, obj: R) -> R:
+        with acting_as(self.identity):
+            return await self.inner.update(obj)
+
+    async def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        changes: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
+    ) -> Resource:
+        with acting_as(self.identity):
+            return await self.inner.patch_status(
+                kind, namespace, name, changes, resource_version=resource_version
+            )
+
+    async def delete(
+        self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
+    ) -> None:
+        with acting_as(self.identity):
+            await self.inner.delete(kind, namespace, name, resource_version=resource_version)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"IdentifiedWriter({self.inner!r}, {self.identity!r})"
+
+
+def identified(writer: Writer, identity: str) -> IdentifiedWriter:
+    """`writer` with `identity` on every write (an identified writer is re-identified, not nested)."""
+    if isinstance(writer, IdentifiedWriter):
+        writer = writer.inner
+    return IdentifiedWriter(writer, identity)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRecord:
+    """One write as the store's writer saw it: who made it and what it touched.
+
+    `parts`: for `create`, the object's top-level fields that are set (`metadata`, `spec`,
+    `status`, or a kind's own top-level fields such as an Event's `reason`); for `update`, the
+    top-level fields that changed (never `status`: a subresource); for `patch_status`, `status`
+    and `status.<field>` for each field given; for `delete`, none.
+    """
+
+    identity: str
+    verb: Verb
+    kind: str
+    namespace: str
+    name: str
+    parts: frozenset[str]
+
+
+def _top_level(obj: Resource) -> dict[str, Any]:
+    data = obj.model_dump(exclude={"kind", "api_version"}, exclude_defaults=True, by_alias=False)
+    return {k: v for k, v in data.items() if v not in (None, {}, [])}
+
+
+def _changed(old: Resource, new: Resource) -> frozenset[str]:
+    a = old.model_dump(exclude={"kind", "api_version", "status"}, by_alias=False)
+    b = new.model_dump(exclude={"kind", "api_version", "status"}, by_alias=False)
+    for data in (a, b):  # what the server sets is nobody's write
+        for key in ("resource_version", "generation", "uid", "creation_timestamp"):
+            (data.get("metadata") or {}).pop(key, None)
+    return frozenset(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
 class Durability(Protocol):
@@ -102,9 +227,19 @@ class StoreWriter:
         self.store = store
         self.journal = journal
         self._flush: asyncio.Future[None] | None = None
+        # every write that reached the store, with who made it (tests of the ownership table)
+        self.audit: Callable[[WriteRecord], None] | None = None
+
+    def _audited(self, verb: Verb, obj: Resource, parts: frozenset[str]) -> None:
+        audit = self.audit
+        if audit is not None:
+            meta = obj.metadata
+            audit(WriteRecord(writer_identity(), verb, obj.kind, meta.namespace, meta.name, parts))
 
     async def create(self, obj: R) -> R:
         stored = self.store.create(obj)
+        if self.audit is not None:
+            self._audited("create", stored, frozenset(_top_level(obj)))
         await self._durable(stored.kind)
         return stored
 
@@ -120,6 +255,8 @@ class StoreWriter:
             # status is a subresource; `current` is of the same kind, so it has the field too
             obj = obj.model_copy(update={"status": cast(_WithStatus, current).status})
         stored = self.store.update(obj)
+        if self.audit is not None:
+            self._audited("update", stored, _changed(current, stored))
         await self._durable(stored.kind)
         return stored
 
@@ -142,13 +279,18 @@ class StoreWriter:
         status = patchable_status(current, changes)
         new = current.model_copy(update={"status": status.model_copy(update=dict(changes))})
         stored = self.store.update(new)
+        if self.audit is not None:
+            self._audited("patch_status", stored, frozenset({"status", *(f"status.{k}" for k in changes)}))
         await self._durable(kind)
         return stored
 
     async def delete(
         self, kind: str, namespace: str, name: str, *, resource_version: str | None = None
     ) -> None:
+        gone = self.store.get(kind, namespace, name) if self.audit is not None else None
         self.store.delete(kind, namespace, name, resource_version=resource_version)
+        if gone is not None:
+            self._audited("delete", gone, frozenset())
         await self._durable(kind)
 
     async def _durable(self, kind: str) -> None:
