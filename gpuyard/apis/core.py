@@ -312,7 +312,9 @@ class Service(Resource):
 
 
 class Event(Resource):
-    """A Kubernetes-style event about an object (`involvedObject`)."""
+    """A Kubernetes-style event about an object (`involvedObject`): `core/v1`'s fields, written by
+    the one Event recorder (`gpuyard.state.events`). `source.component` and `reportingComponent`
+    name the component that reported it (and is its one writer); `reportingInstance` the replica."""
 
     KIND = "Event"
     API_VERSION = "v1"
@@ -325,3 +327,5 @@ class Event(Resource):
     first_timestamp: datetime | None = None
     last_timestamp: datetime | None = None
     source: dict[str, str] = Field(default_factory=dict)
+    reporting_component: str | None = None
+    reporting_instance: str | None = None
