@@ -44,10 +44,15 @@ from gpuyard.apis.meta import dns_label_problem, metadata_problems
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION
 
 __all__ = [
+    "INVALID_SPEC",
     "JobValidationError",
     "load_documents",
     "parse_job",
 ]
+
+INVALID_SPEC = "InvalidSpec"
+"""The reason of the `Failed` condition and the Warning Event of a job object stored on a Kubernetes
+API server that gpuyard cannot accept (the Kubernetes backend keeps it out of the store)."""
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME = 52  # leaves room for "-<role>-<index>" within a 63-character DNS label

@@ -32,11 +32,12 @@ from gpuyard.controllers.observing import job_owner_uid
 from gpuyard.controllers.planning import Plan
 from gpuyard.controllers.podgroups import PodGroupChange, changed_pod_group
 from gpuyard.controllers.reporting import EventNote
-from gpuyard.controllers.statuses import record_event
 from gpuyard.state.backend import BackendError
+from gpuyard.state.events import EventRecorder
+from gpuyard.state.ownership import OPERATOR
 from gpuyard.state.store import AlreadyExists, NotFound, Store
 from gpuyard.state.workqueues import ObjectKey, Requeue
-from gpuyard.state.writing import Writer, retry_on_conflict
+from gpuyard.state.writing import Writer, identified, retry_on_conflict
 
 __all__ = ["Applier"]
 
@@ -44,11 +45,13 @@ log = structlog.get_logger(__name__)
 
 
 class Applier:
-    """Writes a job's plans through `writer`; reads the store only to re-decide a conflicting write."""
+    """Writes a job's plans through `writer` (as the operator, `OPERATOR`); reads the store only to
+    re-decide a conflicting write."""
 
     def __init__(self, *, store: Store, writer: Writer, metrics: JobMetrics) -> None:
         self.store = store
-        self.writer = writer
+        self.writer = identified(writer, OPERATOR)
+        self.events = EventRecorder(component=OPERATOR, store=store, writer=writer)
         self.metrics = metrics
         self.create_failures: dict[ObjectKey, int] = {}
 
@@ -218,15 +221,23 @@ class Applier:
     # --- events and deletes ----------------------------------------------------------------------
 
     async def _record(self, job: TrainingJob, events: Iterable[EventNote], *, now: datetime) -> None:
+        labels = {LABEL_JOB_NAME: job.metadata.name}
         for ev in events:
-            await record_event(
+            await self.events.record(
                 job,
-                store=self.store,
-                writer=self.writer,
                 reason=ev.reason,
                 message=ev.message,
-                now=now,
-                warning=ev.warning,
+                type="Warning" if ev.warning else "Normal",
+                labels=labels,
+                at=now,
+            )
+            log.info(
+                "job.event",
+                job=f"{job.metadata.namespace}/{job.metadata.name}",
+                kind=job.kind,
+                reason=ev.reason,
+                message=ev.message,
+                type="Warning" if ev.warning else "Normal",
             )
 
     async def _delete(self, kind: str, ns: str, name: str) -> None:

@@ -1,4 +1,4 @@
-"""Job status bookkeeping: conditions as Kubeflow sets them, the derived phase, and Events.
+"""Job status bookkeeping: conditions as Kubeflow sets them, and the derived phase.
 
 Conditions follow Kubeflow's `setCondition`: a condition of the same type, status and reason is
 left alone (only its message refreshed); otherwise the old one is removed and the new one
@@ -7,32 +7,19 @@ Queuing / Running / Restarting / Suspended / Succeeded / Failed true turns the o
 set false, and a condition turned false says so in its message ("No longer queuing: TFJob x is
 running."), never keeping the text that described it while true; Created stays true. `status.phase` mirrors the current condition for listing.
 
-Events are Kubernetes Events about the job (`involvedObject`), labelled `job-name` so the API
-lists them cheaply; a repeat of the same reason and message bumps `count`, as the Kubernetes
-event recorder aggregates. They are written through the writer (`record_event`).
+The job's Events are written by the applier through the one Event recorder
+(`gpuyard.state.events`).
 """
 
 from __future__ import annotations
 
-import functools
 from datetime import datetime
 
-import structlog
-
-from gpuyard.apis.core import Event
-from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobspecs import JobCondition, JobStatus
-from gpuyard.apis.meta import ObjectMeta
-from gpuyard.apis.scheduling import LABEL_JOB_NAME
-from gpuyard.state.store import Store
-from gpuyard.state.writing import Writer, retry_on_conflict
 
-__all__ = ["EXCLUSIVE", "current_phase", "record_event", "set_condition"]
-
-log = structlog.get_logger(__name__)
+__all__ = ["EXCLUSIVE", "current_phase", "set_condition"]
 
 EXCLUSIVE = ("Queuing", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
-COMPONENT = "gpuyard-job-operator"
 
 
 def current_phase(status: JobStatus) -> str:
@@ -76,68 +63,3 @@ def set_condition(
     status.conditions = conditions
     status.phase = current_phase(status)
     return True
-
-
-async def record_event(
-    job: TrainingJob,
-    *,
-    store: Store,
-    writer: Writer,
-    reason: str,
-    message: str,
-    now: datetime,
-    warning: bool = False,
-) -> None:
-    """Write (or aggregate into) a Kubernetes-style Event about the job, through `writer`."""
-    ns = job.metadata.namespace or "default"
-    name = job.metadata.name
-    for ev in store.list("Event", namespace=ns, selector={LABEL_JOB_NAME: name}):
-        assert isinstance(ev, Event)
-        if (
-            ev.reason == reason
-            and ev.message == message
-            and ev.involved_object.get("uid") == job.metadata.uid
-        ):
-            key = (ns, ev.metadata.name)
-            bumped = await retry_on_conflict(
-                functools.partial(_bump, key, store=store, writer=writer, now=now)
-            )
-            if bumped is not None:
-                return
-    await writer.create(
-        Event(
-            metadata=ObjectMeta(generate_name=f"{name}.", namespace=ns, labels={LABEL_JOB_NAME: name}),
-            involved_object={
-                "apiVersion": job.api_version,
-                "kind": job.kind,
-                "namespace": ns,
-                "name": name,
-                "uid": job.metadata.uid,
-            },
-            reason=reason,
-            message=message,
-            type="Warning" if warning else "Normal",
-            count=1,
-            first_timestamp=now,
-            last_timestamp=now,
-            source={"component": COMPONENT},
-        )
-    )
-    log.info(
-        "job.event",
-        job=f"{ns}/{name}",
-        kind=job.kind,
-        reason=reason,
-        message=message,
-        type="Warning" if warning else "Normal",
-    )
-
-
-async def _bump(key: tuple[str, str], *, store: Store, writer: Writer, now: datetime) -> Event:
-    """One more occurrence of a recorded Event (NotFound when it went meanwhile)."""
-    current = store.must_get("Event", *key)
-    assert isinstance(current, Event)
-    copy = current.clone()
-    copy.count += 1
-    copy.last_timestamp = now
-    return await writer.update(copy)

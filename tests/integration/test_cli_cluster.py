@@ -20,8 +20,9 @@ from gpuyard.apis.devicematching import LABEL_BLOCK, LABEL_SPINE
 from gpuyard.apis.jobspecs import JobCondition
 from gpuyard.cli.client import ApiClient
 from gpuyard.cli.cluster import register
-from gpuyard.controllers.statuses import record_event
 from gpuyard.state.context import Context
+from gpuyard.state.events import EventRecorder
+from gpuyard.state.ownership import OPERATOR
 from tests.builders import make_node
 from tests.integration.serving import clean_cli_env, serving
 from tests.unit.api.test_dashboard import build_app, make_ctx
@@ -194,10 +195,11 @@ async def test_watch_jobs_lines_up_shows_the_last_condition_and_skips_unchanged_
 async def test_events_and_follow(live: Live) -> None:
     job = next(iter(live.ctx.store.list("PyTorchJob", namespace="team-a")))
     ref = f"team-a/{job.metadata.name}"
-    now = live.ctx.clock.utcnow()
-    await record_event(
-        job, store=live.ctx.store, writer=live.ctx.writer, reason="JobCreated", message="created", now=now
+    events = EventRecorder(
+        component=OPERATOR, store=live.ctx.store, writer=live.ctx.writer, now=live.ctx.clock.utcnow
     )  # type: ignore[arg-type]
+    labels = {"job-name": job.metadata.name}
+    await events.record(job, reason="JobCreated", message="created", labels=labels)
     r = await live.cli("events", "--job", ref)
     assert r.exit_code == 0, r.output
     assert r.output.splitlines()[0].split() == ["TIME", "TYPE", "REASON", "COUNT", "MESSAGE"]
@@ -207,9 +209,7 @@ async def test_events_and_follow(live: Live) -> None:
         live.cli("events", "--job", ref, "--follow", "--max-events", "1", "-o", "json")
     )
     await asyncio.sleep(0.5)
-    await record_event(
-        job, store=live.ctx.store, writer=live.ctx.writer, reason="JobRunning", message="is running", now=now
-    )  # type: ignore[arg-type]
+    await events.record(job, reason="JobRunning", message="is running", labels=labels)
     r = await asyncio.wait_for(task, 20)
     assert r.exit_code == 0, r.output
     followed = [json.loads(line) for line in r.output.splitlines()]

@@ -19,6 +19,7 @@ from gpuyard.apis.jobs import load_documents
 from gpuyard.apis.quota import parse_quota_document
 from gpuyard.platform.runtime import Platform
 from gpuyard.state.clock import VirtualClock
+from gpuyard.state.ownership import SCHEDULER
 from tests.integration.virtual_platform import virtual_platform
 from tests.unit.controllers.fakes import ROOT, job_from
 
@@ -69,10 +70,12 @@ class Demo:
         return {"used": dict(st.used), "runtime": dict(st.runtime), "request": dict(st.request)}
 
     def events(self, ns: str, name: str) -> dict[str, str]:
+        """The scheduler's Events about the job: reason -> message (the operator reports a
+        preemption too, as the job's queuing again)."""
         return {
             e.reason: e.message
             for e in self.store.list("Event", namespace=ns)
-            if e.involved_object.get("name") == name
+            if e.involved_object.get("name") == name and e.source.get("component") == SCHEDULER
         }
 
     async def until(self, cond, timeout: float = 300.0) -> None:  # type: ignore[no-untyped-def]

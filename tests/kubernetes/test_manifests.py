@@ -28,9 +28,10 @@ from gpuyard.cli import main
 from gpuyard.cli.install import API_RULES, DELEGATE_RULES, RULES, manifests, write_manifests
 from gpuyard.controllers.delegating import PodScheduling
 from gpuyard.controllers.materializing import build_pod, build_service
-from gpuyard.controllers.statuses import record_event
 from gpuyard.controllers.workloads.registry import plugin_for
+from gpuyard.state.events import EventRecorder
 from gpuyard.state.kinds import register_kinds
+from gpuyard.state.ownership import OPERATOR
 from gpuyard.state.store import Store
 from gpuyard.state.writing import StoreWriter
 from tests.unit.controllers.fakes import JOBS, load_job, reserve
@@ -272,20 +273,19 @@ async def test_job_events_validate() -> None:
     job = load_job("tf-dist-mnist")
     job.metadata.uid = "2f1c7f4e-0000-4000-8000-000000000002"
     now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-    await record_event(job, store=store, writer=writer, reason="TFJobRunning", message="running", now=now)
-    await record_event(
-        job, store=store, writer=writer, reason="TFJobRestarting", message="again", now=now, warning=True
-    )
-    await record_event(
-        job, store=store, writer=writer, reason="TFJobRestarting", message="again", now=now, warning=True
-    )
-    events = store.list_of(Event)
-    assert sorted((e.reason, e.count) for e in events) == [("TFJobRestarting", 2), ("TFJobRunning", 1)]
-    for event in events:
+    events = EventRecorder(component=OPERATOR, store=store, writer=writer, now=lambda: now)
+    labels = {"job-name": job.metadata.name}
+    await events.record(job, reason="TFJobRunning", message="running", labels=labels)
+    await events.record(job, reason="TFJobRestarting", message="again", type="Warning", labels=labels)
+    await events.record(job, reason="TFJobRestarting", message="again", type="Warning", labels=labels)
+    stored = store.list_of(Event)
+    assert sorted((e.reason, e.count) for e in stored) == [("TFJobRestarting", 2), ("TFJobRunning", 1)]
+    for event in stored:
         body = event.to_dict()
         involved = body["involvedObject"]
         assert set(involved) >= {"apiVersion", "kind", "name", "namespace", "uid"}
         assert body["source"]["component"] and body["firstTimestamp"] and body["lastTimestamp"]
+        assert body["reportingComponent"] == body["source"]["component"] == OPERATOR
         validate(body)
 
 
