@@ -30,17 +30,15 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
+from functools import cached_property
 from typing import Any
 from weakref import WeakKeyDictionary
 
 import structlog
 
-from gpuyard.apis.core import Event
-from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.scheduler.admission.gatekeeping import Admission
 from gpuyard.scheduler.admission.quota import FairQueue
-from gpuyard.scheduler.cache.assuming import COMPONENT
 from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.core import WATCHED, SchedulerState
 from gpuyard.scheduler.decisions import (
@@ -57,8 +55,10 @@ from gpuyard.scheduler.placement.profiles import profile_from_settings
 from gpuyard.scheduler.rescheduling.rescheduler import Rescheduler, Result
 from gpuyard.state.config import SchedulerConfig
 from gpuyard.state.context import Context
+from gpuyard.state.events import EventRecorder
+from gpuyard.state.ownership import SCHEDULER
 from gpuyard.state.store import AlreadyExists, Gone, NotFound, Store, WatchEvent
-from gpuyard.state.writing import StoreWriter, Writer, retry_on_conflict
+from gpuyard.state.writing import StoreWriter, Writer
 
 __all__ = ["ReschedulerService", "SchedulerLoop", "service_for"]
 
@@ -362,7 +362,7 @@ class SchedulerLoop:
             elif isinstance(decision, DeleteReservation):
                 await self._delete_reservation(decision)
             elif isinstance(decision, RecordEvent):
-                await retry_on_conflict(lambda: self._record(decision))
+                await self._record(decision)
         except NotFound:
             self.state.write_failed(decision)
         except Exception:  # the next cycle writes it again
@@ -381,32 +381,22 @@ class SchedulerLoop:
             resource_version=current.metadata.resource_version,
         )
 
+    @cached_property
+    def _events(self) -> EventRecorder:
+        return EventRecorder(component=SCHEDULER, store=self.store, writer=self.writer, now=self.clock.utcnow)
+
     async def _record(self, ev: RecordEvent) -> None:
-        """One Event per (object, reason): created once, then its count and message updated."""
-        old = self.store.get("Event", ev.namespace, ev.name)
-        if isinstance(old, Event):
-            count = old.count + 1
-            await self.writer.update(
-                old.model_copy(update={"count": count, "message": ev.message, "last_timestamp": ev.at})
-            )
-            return
-        try:
-            await self.writer.create(
-                Event(
-                    metadata=ObjectMeta(
-                        name=ev.name, namespace=ev.namespace, labels={LABEL_JOB_NAME: ev.job}
-                    ),
-                    involved_object=ev.involved,
-                    reason=ev.reason,
-                    message=ev.message,
-                    type=ev.type,
-                    first_timestamp=ev.at,
-                    last_timestamp=ev.at,
-                    source={"component": COMPONENT},
-                )
-            )
-        except AlreadyExists:
-            await self._record(ev)
+        """One Event per (object, reason), named by the decision, through the one Event recorder:
+        created once, then its count, message and time updated."""
+        await self._events.record(
+            ev.involved,
+            reason=ev.reason,
+            message=ev.message,
+            type=ev.type,
+            labels={LABEL_JOB_NAME: ev.job},
+            name=ev.name,
+            at=ev.at,
+        )
 
 
 def _targets(decision: Decision) -> set[tuple[str, str, str]]:
