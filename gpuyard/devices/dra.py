@@ -10,7 +10,8 @@ Pure builders of plain dicts (no Kubernetes client here; the Kubernetes backend 
   gpuyard-fake nodes publish these so DRA mode runs without hardware;
 - :func:`match_slice_devices` -- a published slice matched to the topology by UUID, else PCI bus id;
   devices that match no GPU are returned apart (the backend reports them, never uses them), and
-  :func:`unmatched_event` is the `core/v1` Event on the node that reports them;
+  :func:`unmatched_message` is what the Warning Event on the node (reason :data:`UNMATCHED`) says,
+  recorded through the one Event recorder (`gpuyard.state.events`);
 - :func:`claim_template` -- one ResourceClaimTemplate per job role (`count` GPUs of device class
   `gpu.nvidia.com`, with the CEL selectors of the role's ResourceClass);
 - :func:`resource_claim` -- the claim of one placed pod: `status.allocation.devices.results` names
@@ -38,6 +39,7 @@ __all__ = [
     "API_VERSION",
     "DEVICE_CLASS",
     "DRIVER",
+    "UNMATCHED",
     "SliceMatch",
     "UnsupportedSelector",
     "cel_selectors",
@@ -46,7 +48,8 @@ __all__ = [
     "match_slice_devices",
     "resource_claim",
     "resource_slice",
-    "unmatched_event",
+    "unmatched_message",
+    "unmatched_reference",
 ]
 
 API_VERSION = "resource.k8s.io/v1"
@@ -172,30 +175,21 @@ def match_slice_devices(topology: NodeTopology, slice_obj: dict[str, Any]) -> Sl
     return SliceMatch(found, unmatched)
 
 
-def unmatched_event(
-    node: str, slice_name: str, unmatched: Sequence[str], *, now: str, namespace: str = "default"
-) -> dict[str, Any]:
-    """A Warning Event on the node: these published devices match no GPU of its NodeTopology
-    (`now` is an RFC 3339 time). gpuyard does not allocate them."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": _dns_name(node, "unmatched-devices", str(len(unmatched))),
-            "namespace": namespace,
-        },
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node},
-        "type": "Warning",
-        "reason": "UnmatchedDevices",
-        "message": (
-            f"ResourceSlice {slice_name} publishes {', '.join(unmatched)}, which match no GPU of NodeTopology "
-            f"{node} by UUID or PCI bus id; gpuyard does not allocate them"
-        )[:1024],
-        "source": {"component": "gpuyard"},
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
+UNMATCHED = "UnmatchedDevices"  # the reason of the Warning Event on the node
+
+
+def unmatched_reference(node: str) -> dict[str, str]:
+    """The `involvedObject` of the Event that reports a node's unmatched devices."""
+    return {"apiVersion": "v1", "kind": "Node", "name": node}
+
+
+def unmatched_message(node: str, slice_name: str, unmatched: Sequence[str]) -> str:
+    """What the Warning Event on the node says: these published devices match no GPU of its
+    NodeTopology, and gpuyard does not allocate them."""
+    return (
+        f"ResourceSlice {slice_name} publishes {', '.join(unmatched)}, which match no GPU of NodeTopology "
+        f"{node} by UUID or PCI bus id; gpuyard does not allocate them"
+    )
 
 
 # --- ResourceClass selectors as CEL ---------------------------------------------------------------

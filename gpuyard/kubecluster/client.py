@@ -10,6 +10,10 @@ a part of a resource (Events labelled `job-name`, Leases in `kube-node-lease`). 
 timeouts, a refused connection, 4xx such as 403/422) :class:`ApiError`, a
 :class:`~gpuyard.state.backend.BackendError` with the HTTP status.
 
+Every POST, PUT and PATCH carries the writing component's identity as `fieldManager`
+(`gpuyard.state.writing.writer_identity`, e.g. `gpuyard-scheduler`), so the API server's
+`managedFields` name the component that owns each field (`gpuyard.state.ownership`).
+
 `connect()` loads the kubeconfig the way kubectl does: the given file (or `$KUBECONFIG`), else
 the in-cluster service account, else `~/.kube/config`.
 """
@@ -30,11 +34,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpuyard.apis.resources import ApiResource, resource_for
 from gpuyard.state.backend import BackendError
 from gpuyard.state.store import AlreadyExists, Conflict, Gone, NotFound
+from gpuyard.state.writing import writer_identity
 
 __all__ = ["ApiError", "Json", "KubeClient", "WatchSilent", "load_configuration"]
 
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
+_FIELD_MANAGED = ("POST", "PUT", "PATCH")  # the verbs that take `fieldManager`
 
 
 class ApiError(BackendError):
@@ -162,7 +168,11 @@ class KubeClient:
         content_type: str = "application/json",
         creating: bool = False,
     ) -> Json:
-        """One request answered with JSON; a non-2xx answer raises the mapped error."""
+        """One request answered with JSON; a non-2xx answer raises the mapped error. A write
+        carries the writing component's identity as `fieldManager` (unless `query` names one)."""
+        manager = writer_identity()
+        if manager and method in _FIELD_MANAGED and "fieldManager" not in (query or {}):
+            query = {**(query or {}), "fieldManager": manager}
         resp = await self._open(method, path, query=query, body=body, content_type=content_type)
         try:
             data = await resp.read()

@@ -6,16 +6,21 @@ PriorityClasses, and gpuyard's custom resources: the job kinds of the configured
 PodGroups, Reservations, ResourceClasses, NodeTopologies, Queues, ElasticQuotas; in delegate mode
 the PodGroups of the configured gang scheduler), two scoped informers (`informer_scope`): the
 Events gpuyard wrote about jobs (label `job-name`: a new process or leader finds them, so a repeat
-is aggregated, `describe job` shows them and a deleted job's are deleted) and the nodes'
+is aggregated, `describe job` shows them, and the operator deletes a deleted job's, even one
+deleted while no leader ran: `controllers/eventcleaning.py`) and the nodes'
 heartbeat Leases in `node_lease_namespace` (a stale one makes its node NotReady in gpuyard's
 view: `heartbeats.py`); then the leader elector (it stands for the lead only once every
 informer has listed), the lost-node watcher, the sweep of pods a dead leader created but never
-bound (`orphans.py`), the sweep of Events of jobs deleted while no leader ran (`jobevents.py`)
-and the reporter of job custom resources that fail validation (`invalid.py`), and sets `synced`
-once every informer has listed. `healthy()` is False while any watch is broken. With `dra` on or
+bound (`orphans.py`) and the reporter of job custom resources that fail validation
+(`invalid.py`), and sets `synced` once every informer has listed. `healthy()` is False while any watch is broken. With `dra` on or
 auto, the writer gives placed pods ResourceClaims (`dra.py`). The store is the informers' cache:
 objects keep the API server's resourceVersions, and nothing is journaled (the API server is the
 store of record).
+
+What the backend writes itself (the lost-node and unhealthy-GPU pod failures, the orphan sweep,
+DRA claims, the reports of invalid jobs, its Events through `events`, an Event recorder) it
+writes as `BACKEND` (`state.ownership`): its tasks run `acting_as(BACKEND)`, so every such request
+carries `fieldManager: gpuyard-backend`.
 
 The writer (:class:`~gpuyard.kubecluster.writing.KubeWriter`) exists from construction, but its
 client is connected in `run()`: a write before that fails with `BackendError`. `leadership` is
@@ -36,7 +41,6 @@ from gpuyard.kubecluster.client import ApiError, KubeClient
 from gpuyard.kubecluster.dra import DraAllocator
 from gpuyard.kubecluster.informing import Informer, Mirror
 from gpuyard.kubecluster.invalid import InvalidJobs
-from gpuyard.kubecluster.jobevents import JobEventSweeper
 from gpuyard.kubecluster.leading import LeaderElector
 from gpuyard.kubecluster.nodes import NodeModel
 from gpuyard.kubecluster.orphans import OrphanSweeper
@@ -44,6 +48,9 @@ from gpuyard.kubecluster.writing import KubeWriter
 from gpuyard.state.backend import BackendError, FaultInjector, Leadership
 from gpuyard.state.config import KubernetesConfig
 from gpuyard.state.context import Context
+from gpuyard.state.events import EventRecorder
+from gpuyard.state.ownership import BACKEND
+from gpuyard.state.writing import acting_as
 
 __all__ = ["KubeCluster", "informer_scope", "watched_resources"]
 
@@ -126,15 +133,10 @@ class KubeCluster:
         self.orphans = OrphanSweeper(
             store=ctx.store, writer=self.writer, clock=ctx.clock, is_leader=self._is_leader
         )
-        self.job_events = JobEventSweeper(
-            store=ctx.store,
-            writer=self.writer,
-            clock=ctx.clock,
-            judged=self._listed,
-            ready=self._leading_and_synced,
-            is_leader=self._is_leader,
+        self.events = EventRecorder(
+            component=BACKEND, store=ctx.store, writer=self.writer, now=ctx.clock.utcnow
         )
-        self.invalid_jobs = InvalidJobs(clock=ctx.clock, may_write=self._why_not_write)
+        self.invalid_jobs = InvalidJobs(clock=ctx.clock, may_write=self._why_not_write, events=self.events)
         self.invalid_jobs.revisit = self._revisit
         self._refetches: set[asyncio.Task[None]] = set()
         self.informers: list[Informer] = []
@@ -150,18 +152,6 @@ class KubeCluster:
 
     def _is_leader(self) -> bool:
         return self.elector is None or self.elector.is_leader()
-
-    def _listed(self, kind: str, api_version: str) -> bool:
-        """Whether the informer of that resource has listed (its objects are all in the cache)."""
-        return any(
-            i.resource.kind == kind and i.resource.api_version == api_version and i.synced.is_set()
-            for i in self.informers
-        )
-
-    async def _leading_and_synced(self) -> None:
-        await self.synced.wait()
-        if self.elector is not None:
-            await self.elector.wait_leading()
 
     def _why_not_write(self) -> str | None:
         if self.elector is None or self.elector.is_leader():
@@ -185,7 +175,9 @@ class KubeCluster:
         cfg = self.config
         self.writer.client = client
         if cfg.dra_mode != "off":
-            self.writer.dra = DraAllocator(client=client, store=self.store, mode=cfg.dra_mode)
+            self.writer.dra = DraAllocator(
+                client=client, store=self.store, mode=cfg.dra_mode, events=self.events
+            )
         if cfg.gpu_resource == "nvidia.com/gpu":
             log.warning(
                 "kube.gpu_resource.count_only",
@@ -264,16 +256,16 @@ class KubeCluster:
         self._build(client)
         log.info("kube.connected", host=client.host, watching=[i.name for i in self.informers])
         try:
-            async with asyncio.TaskGroup() as tg:
-                for informer in self.informers:
-                    tg.create_task(informer.run(), name=f"informer:{informer.name}")
-                tg.create_task(self._wait_synced(), name="kube:synced")
-                tg.create_task(self.nodes.run(), name="kube:node-lost")
-                tg.create_task(self.orphans.run(), name="kube:orphan-pods")
-                tg.create_task(self.job_events.run(), name="kube:job-events")
-                tg.create_task(self.invalid_jobs.run(), name="kube:invalid-jobs")
-                if self.elector is not None:
-                    tg.create_task(self._campaign(self.elector), name="kube:leader-election")
+            with acting_as(BACKEND):  # the tasks below inherit it: what they write is the backend's
+                async with asyncio.TaskGroup() as tg:
+                    for informer in self.informers:
+                        tg.create_task(informer.run(), name=f"informer:{informer.name}")
+                    tg.create_task(self._wait_synced(), name="kube:synced")
+                    tg.create_task(self.nodes.run(), name="kube:node-lost")
+                    tg.create_task(self.orphans.run(), name="kube:orphan-pods")
+                    tg.create_task(self.invalid_jobs.run(), name="kube:invalid-jobs")
+                    if self.elector is not None:
+                        tg.create_task(self._campaign(self.elector), name="kube:leader-election")
         finally:
             if owned:
                 await client.close()

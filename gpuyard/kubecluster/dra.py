@@ -20,8 +20,11 @@ slice yet (a node that just joined may have published one since; in `auto` mode 
 there without a claim would ask the device plugin instead), and again at the next pod once the
 last LIST is older than `max_age` seconds (a driver that republished its devices is seen within
 that). They are matched to the node's NodeTopology by UUID / PCI bus id (`devices.dra.match_slice_devices`); a
-published device that matches no GPU is reported once as a Warning Event on the node
-(`devices.dra.unmatched_event`) and never allocated.
+published device that matches no GPU is reported once as a Warning Event on the node (reason
+`UnmatchedDevices`, through the backend's Event recorder) and never allocated.
+
+Claims and Events are the backend's writes (`BACKEND`, `state.ownership`), although a claim is
+written while the operator's pod create is under way.
 """
 
 from __future__ import annotations
@@ -30,19 +33,28 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
 from gpuyard.apis.core import GPU_RESOURCE, Pod
 from gpuyard.apis.devices import NodeTopology
-from gpuyard.apis.resources import ApiResource, resource_for
+from gpuyard.apis.resources import ApiResource
 from gpuyard.apis.scheduling import pod_gpus
-from gpuyard.devices.dra import DRIVER, match_slice_devices, resource_claim, unmatched_event
+from gpuyard.devices.dra import (
+    DRIVER,
+    UNMATCHED,
+    match_slice_devices,
+    resource_claim,
+    unmatched_message,
+    unmatched_reference,
+)
 from gpuyard.kubecluster.client import ApiError, Json, KubeClient
 from gpuyard.state.backend import BackendError
+from gpuyard.state.events import EventRecorder
+from gpuyard.state.ownership import BACKEND
 from gpuyard.state.store import AlreadyExists, NotFound, Store
+from gpuyard.state.writing import acting_as
 
 __all__ = [
     "CLAIM_REQUEST",
@@ -111,12 +123,13 @@ class PendingClaim:
         ]
         status = body.pop("status")
         api = self.allocator.client
-        try:
-            await api.create(RESOURCE_CLAIMS, body)
-        except AlreadyExists:  # a claim left by an earlier pod of the same name: replace it
-            await api.delete(RESOURCE_CLAIMS, self.namespace, self.name)
-            await api.create(RESOURCE_CLAIMS, body)
-        await api.patch(RESOURCE_CLAIMS, self.namespace, self.name, {"status": status}, sub="status")
+        with acting_as(BACKEND):
+            try:
+                await api.create(RESOURCE_CLAIMS, body)
+            except AlreadyExists:  # a claim left by an earlier pod of the same name: replace it
+                await api.delete(RESOURCE_CLAIMS, self.namespace, self.name)
+                await api.create(RESOURCE_CLAIMS, body)
+            await api.patch(RESOURCE_CLAIMS, self.namespace, self.name, {"status": status}, sub="status")
         self.allocator.claims_written += 1
 
 
@@ -129,10 +142,13 @@ class DraAllocator:
         client: KubeClient,
         store: Store,
         mode: str,
+        events: EventRecorder | None = None,
         now: Callable[[], float] = time.monotonic,
         max_age: float = 60.0,
     ) -> None:
+        """`events`: the backend's Event recorder (None: unmatched devices are only logged)."""
         self.client = client
+        self.events = events
         self.store = store
         self.mode = mode
         self.now = now
@@ -186,13 +202,17 @@ class DraAllocator:
         key = (node, tuple(match.unmatched))
         if match.unmatched and key not in self.reported:
             self.reported.add(key)
-            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            event = unmatched_event(node, slice_obj["metadata"]["name"], match.unmatched, now=now)
             log.warning("kube.dra.unmatched_devices", node=node, devices=match.unmatched)
-            try:
-                await self.client.create(resource_for("Event"), event)
-            except AlreadyExists:
-                pass
+            if self.events is not None:
+                try:
+                    await self.events.record(
+                        unmatched_reference(node),
+                        reason=UNMATCHED,
+                        message=unmatched_message(node, slice_obj["metadata"]["name"], match.unmatched),
+                        type="Warning",
+                    )
+                except (ApiError, BackendError) as exc:  # a report: never fails the pod's create
+                    log.warning("kube.dra.unmatched_event_failed", node=node, error=str(exc))
         return match.by_device
 
     async def prepare(self, pod: Pod, body: Json, node: str) -> PendingClaim | None:

@@ -9,7 +9,13 @@ to the API server, on the leader only:
 - a `Failed` condition (reason `InvalidSpec`, the message naming the field and what is wrong, the
   shape the operator writes) through the `status` subresource, with the object's resourceVersion
   as precondition (a fix made meanwhile wins), and `status.phase: Failed`;
-- a Warning `core/v1` Event on the job with the same reason and message.
+- a Warning `core/v1` Event on the job with the same reason and message, through the Event
+  recorder (`gpuyard.state.events`: one Event per job, its count bumped by a later report).
+
+These are the one write to a job's status that is not the operator's (`state.ownership`,
+`docs/architecture.md`): the object never reaches the store, so the operator never sees it. They
+are written as the backend (`BACKEND`, the `fieldManager` of the status patch and the Event's
+`source.component`).
 
 A job whose kind, namespace and name are taken by a job of the other group gpuyard reconciles
 (KubeDL's `training.kubedl.io` and Kubeflow's `kubeflow.org` both define TFJob, ...; both would own
@@ -23,8 +29,9 @@ nothing more is written. A fixed object validates again; :meth:`InvalidJobs.clea
 the `InvalidSpec` condition from what the store receives and removes it on the API server, so the
 operator picks the job up as new.
 
-Writes go straight through the :class:`~gpuyard.kubecluster.client.KubeClient`: the object is not
-in the store, so the store-based write path cannot address it.
+The status patch goes straight through the :class:`~gpuyard.kubecluster.client.KubeClient`: the
+object is not in the store, so the store-based write path cannot address it (the Event can be: it
+goes through the backend's writer).
 """
 
 from __future__ import annotations
@@ -38,20 +45,23 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from gpuyard.apis.jobs import JobValidationError, parse_job
+from gpuyard.apis.jobs import INVALID_SPEC, JobValidationError, parse_job
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import ApiResource, resource_for
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.kubecluster.client import ApiError, Json, KubeClient
+from gpuyard.state.backend import BackendError
 from gpuyard.state.clock import Clock
-from gpuyard.state.store import AlreadyExists, Conflict, NotFound
+from gpuyard.state.events import EventRecorder
+from gpuyard.state.ownership import BACKEND
+from gpuyard.state.store import Conflict, NotFound
+from gpuyard.state.writing import acting_as
 
 __all__ = ["REASON", "InvalidJobs", "problem_text"]
 
 log = structlog.get_logger(__name__)
 
-REASON = "InvalidSpec"
-COMPONENT = "gpuyard-job-operator"
+REASON = INVALID_SPEC
 # The job conditions of which at most one is True (the operator's `EXCLUSIVE`).
 EXCLUSIVE = ("Queuing", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
@@ -111,9 +121,12 @@ class InvalidJobs:
         clock: Clock,
         may_write: Callable[[], str | None],
         client: KubeClient | None = None,
+        events: EventRecorder | None = None,
         retry: float = 1.0,
     ) -> None:
+        """`events`: the backend's Event recorder (None: no Events, only the condition)."""
         self.client = client
+        self.events = events
         self.clock = clock
         self.may_write = may_write
         self.retry = retry
@@ -209,7 +222,8 @@ class InvalidJobs:
             for key in list(self._pending):
                 item = self._pending.pop(key)
                 try:
-                    await self._write(self.client, item)
+                    with acting_as(BACKEND):
+                        await self._write(self.client, item)
                 except (NotFound, Conflict):
                     pass  # gone or changed meanwhile: its next version is noted afresh
                 except ApiError as exc:
@@ -253,37 +267,31 @@ class InvalidJobs:
             log.info("job.invalid_cleared", job=f"{ns}/{name}", kind=item.resource.kind)
             return
         self.conditions_written += 1
-        await self._event(client, item, ns=ns, name=name, now=now)
+        await self._event(item, ns=ns, name=name, now=now)
         log.warning("job.invalid", job=f"{ns}/{name}", kind=item.resource.kind, problem=item.message)
 
-    async def _event(self, client: KubeClient, item: _Pending, *, ns: str, name: str, now: datetime) -> None:
+    async def _event(self, item: _Pending, *, ns: str, name: str, now: datetime) -> None:
+        if self.events is None:
+            return
         meta = item.raw.get("metadata") or {}
-        event: Json = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "generateName": f"{name}.",
-                "namespace": ns or "default",
-                "labels": {LABEL_JOB_NAME: name},
-            },
-            "involvedObject": {
-                "apiVersion": item.resource.api_version,
-                "kind": item.resource.kind,
-                "namespace": ns,
-                "name": name,
-                "uid": str(meta.get("uid") or ""),
-                "resourceVersion": str(meta.get("resourceVersion") or ""),
-            },
-            "reason": REASON,
-            "message": item.message,
-            "type": "Warning",
-            "count": 1,
-            "firstTimestamp": _iso(now),
-            "lastTimestamp": _iso(now),
-            "source": {"component": COMPONENT},
+        involved = {
+            "apiVersion": item.resource.api_version,
+            "kind": item.resource.kind,
+            "namespace": ns,
+            "name": name,
+            "uid": str(meta.get("uid") or ""),
+            "resourceVersion": str(meta.get("resourceVersion") or ""),
         }
         try:
-            await client.create(resource_for("Event"), event)
-        except AlreadyExists:
+            await self.events.record(
+                involved,
+                reason=REASON,
+                message=item.message,
+                type="Warning",
+                labels={LABEL_JOB_NAME: name},
+                at=now,
+            )
+        except (ApiError, BackendError) as exc:  # the condition says it; the Event is a courtesy
+            log.warning("job.invalid_event_failed", job=f"{ns}/{name}", error=str(exc))
             return
         self.events_written += 1

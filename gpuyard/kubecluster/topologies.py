@@ -5,7 +5,9 @@ writer per node), gpuyard's informers read it. :class:`KubeTopologySink` is the 
 :class:`~gpuyard.devices.agent.running.TopologySink` for that: it creates the object, or replaces it
 with the stored resourceVersion (a 409 from a concurrent write is read again and retried once), and
 turns every failure into a :class:`~gpuyard.devices.agent.running.SinkError` naming the server, so
-the agent logs one line and retries with its backoff. Reached through `platform.backends`.
+the agent logs one line and retries with its backoff. Its writes carry the agent's identity
+(`fieldManager: gpuyard-node-agent`, `state.ownership.NODE_AGENT`). Reached through
+`platform.backends`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.resources import resource_for
 from gpuyard.devices.agent.running import SinkError
 from gpuyard.kubecluster.client import ApiError, KubeClient
+from gpuyard.state.ownership import NODE_AGENT
 from gpuyard.state.store import AlreadyExists, Conflict, NotFound
+from gpuyard.state.writing import acting_as
 
 __all__ = ["KubeTopologySink"]
 
@@ -32,6 +36,10 @@ class KubeTopologySink:
         return cls(await KubeClient.connect(kubeconfig=kubeconfig, context=context))
 
     async def put(self, topology: NodeTopology) -> None:
+        with acting_as(NODE_AGENT):
+            await self._put(topology)
+
+    async def _put(self, topology: NodeTopology) -> None:
         body = topology.to_dict()
         body["metadata"] = {
             "name": topology.metadata.name,

@@ -10,8 +10,10 @@ over the API server.
   un-assumes the placement). In DRA mode (`dra.py`) the pod references a ResourceClaim instead of
   requesting `nvidia.com/gpu`, and the claim, allocated to the chosen GPUs, is written between the
   create and the binding. A status given at create is written with a status PATCH after it
-  (the API server drops it from a create), except for pods, whose status is the kubelet's, and
-  the kinds of `CLUSTER_OWNED_STATUS`.
+  (the API server drops it from a create), except for pods, whose status is the kubelet's, the
+  kinds of `CLUSTER_OWNED_STATUS`, and a status that is only its model's defaults (a new PodGroup's
+  `phase: Pending`, a new job's empty conditions): the object reads back the same without it, and
+  the status stays the subresource of the one component that owns it (`state.ownership`).
 * `update(obj)` -> PUT with the object's resourceVersion: 409 -> `Conflict` (the caller's
   `retry_on_conflict` re-reads the cache and decides again). Status is a subresource: a PUT of
   the object never changes it, as in the store's own writer.
@@ -148,6 +150,8 @@ class KubeWriter:
         elif not meta.get("namespace"):
             meta["namespace"] = "default"
         status = body.pop("status", None)
+        if status and status == _default_status(obj):
+            status = None  # nothing to write: the object reads back with these defaults
         if isinstance(obj, Pod):
             return cast(R, await self._create_pod(obj, body))
         try:
@@ -305,6 +309,17 @@ class KubeWriter:
             self._mirror(self.store.kind_class(kind), raw)  # terminating: the kubelet finishes it
         else:
             self.store.forget(kind, namespace, name)
+
+
+def _default_status(obj: Resource) -> Json | None:
+    """The JSON of a new object's status of that kind (None: its status has no defaults)."""
+    status = getattr(obj, "status", None)
+    if not isinstance(status, BaseModel):
+        return None
+    try:
+        return to_json(type(status)())
+    except ValueError:  # a status model with required fields
+        return None
 
 
 def rename_gpu_requests(body: Json, *, to: str) -> None:

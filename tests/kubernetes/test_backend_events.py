@@ -5,7 +5,8 @@ Events the old one wrote about jobs, so
     (its count goes up) instead of a second Event being created;
 (b) the new process's HTTP API (what `gpuyard describe job` reads) shows the job's earlier Events;
 (c) a job deleted while the new leader runs takes its earlier Events with it, and so does a job
-    deleted while no replica ran (the server's garbage collector took its pods; `jobevents.py`).
+    deleted while no replica ran (the server's garbage collector took its pods; the operator's
+    `controllers/eventcleaning.py`).
 
 And the informer is scoped: Events without the label (the ones written about nodes) never reach
 the cache.
@@ -23,14 +24,15 @@ from gpuyard.apis.core import Event
 from gpuyard.apis.jobkinds import TrainingJob, find_job
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.resources import resource_for
-from gpuyard.controllers.statuses import record_event
+from gpuyard.controllers.eventcleaning import orphaned
 from gpuyard.kubecluster.client import KubeClient
 from gpuyard.kubecluster.informing import Informer
-from gpuyard.kubecluster.jobevents import orphaned_events
 from gpuyard.kubecluster.writing import to_json
 from gpuyard.platform.runtime import Platform
 from gpuyard.state.clock import RealClock
+from gpuyard.state.events import EventRecorder
 from gpuyard.state.kinds import register_kinds
+from gpuyard.state.ownership import OPERATOR
 from gpuyard.state.store import Store
 from tests.builders import make_node
 from tests.kubernetes.conftest_backend import FakeApiServerView, served
@@ -114,17 +116,16 @@ async def test_a_new_leader_aggregates_shows_and_deletes_the_earlier_events(
                 assert resp.status == 200
                 shown = {e["metadata"]["name"] for e in (await resp.json())["items"]}
             assert set(earlier) <= shown
-            # (a) a repeat of an earlier reason and message is aggregated on the API server
-            first = next(iter(earlier.values()))
+            # (a) the operator's repeat of an earlier reason is aggregated on the API server
+            first = next(e for e in earlier.values() if e["source"]["component"] == OPERATOR)
             job = b.store.get("TFJob", "default", "mnist")
             assert isinstance(job, TrainingJob)
-            await record_event(
+            await EventRecorder(component=OPERATOR, store=b.store, writer=b.writer).record(
                 job,
-                store=b.store,
-                writer=b.writer,
                 reason=first["reason"],
                 message=first["message"],
-                now=b.clock.utcnow(),
+                labels={"job-name": "mnist"},
+                at=b.clock.utcnow(),
             )
             same = [
                 e
@@ -167,7 +168,6 @@ async def test_a_job_deleted_while_no_replica_ran_loses_its_events_to_the_next_l
             await eventually(lambda: leads(b), what="b leads", timeout=10)
             await eventually(lambda: not events_of(served, "gone"), what="gone's Events deleted")
             assert kept <= {e["metadata"]["name"] for e in events_of(served, "kept")}
-            assert b.backend.job_events.deleted >= 1
     finally:
         await client.close()
 
@@ -257,5 +257,9 @@ def test_only_events_of_jobs_that_are_gone_are_orphaned() -> None:
     store.create(event("about-live", uid=live.metadata.uid, reason="TFJobRunning"))
     store.create(event("about-gone", uid="uid-earlier", reason="TFJobRunning"))
     store.create(event("about-invalid", uid="uid-other-group", reason="InvalidSpec"))
-    orphans = orphaned_events(store, judged=lambda kind, api_version: True)
-    assert {name for _, name, _ in orphans} == {"about-gone"}
+    groups = {job.api_version.split("/")[0]}
+    orphans = {e.metadata.name for e in store.list_of(Event) if orphaned(store, e, groups=groups)}
+    assert orphans == {"about-gone"}
+    assert not any(orphaned(store, e, groups={"training.kubedl.io"}) for e in store.list_of(Event)), (
+        "a job group gpuyard does not reconcile is never judged"
+    )

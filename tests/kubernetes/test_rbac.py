@@ -24,6 +24,12 @@ Then
 Both read the roles from :func:`gpuyard.cli.install.manifests`, so a rule added to `RULES` is
 checked at once: exercise it in the scenario of the mode that needs it (add one to `SCENARIOS`
 when the mode is new), or remove the verb nobody uses.
+
+The same calls are checked against the ownership table (`gpuyard.state.ownership.OWNERSHIP`): every
+write gpuyard made names its component as `fieldManager` (the server records it,
+`AuditRecord.manager`), and that component is the one the table lets write that part of that kind
+on Kubernetes; a DELETE names no field manager, so a delete is only checked to be one some gpuyard
+component may make. The scenarios run once for both tests.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
+import gpuyard.scheduler
 from gpuyard.apis.crds import crds
 from gpuyard.apis.gangs import GANG_API_VERSIONS, GANG_KIND
 from gpuyard.apis.resources import API_RESOURCES, resource_for
@@ -52,6 +60,8 @@ from gpuyard.kubecluster.writing import to_json
 from gpuyard.platform.api.auth import hash_token
 from gpuyard.platform.runtime import Platform
 from gpuyard.state.config import Settings, TokenConfig
+from gpuyard.state.context import Context
+from gpuyard.state.ownership import IDENTITIES, SCHEDULER, Part, allowed
 from gpuyard.testing.apiserver import AuditRecord, FakeApiServer
 from gpuyard.testing.apiserver.crds import minimal_crd
 from tests.builders import make_node
@@ -604,23 +614,89 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-async def test_the_shipped_rbac_grants_exactly_what_gpuyard_calls(tmp_path: Path) -> None:
+_AUDITED: dict[str, list[AuditRecord]] = {}
+
+
+@pytest.fixture
+def scheduler_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler's components write as `SCHEDULER` (its factory does not name it yet)."""
+    components = gpuyard.scheduler.components
+
+    def named(ctx: Context) -> list[Any]:
+        return components(ctx.for_component(SCHEDULER))
+
+    monkeypatch.setattr(gpuyard.scheduler, "components", named)
+
+
+async def gpuyards_calls(tmp: Path) -> dict[str, list[AuditRecord]]:
+    """Per scenario, the calls that presented gpuyard's token (the scenarios run once per session)."""
+    if not _AUDITED:
+        audited: dict[str, list[AuditRecord]] = {}
+        for name, scenario in SCENARIOS.items():
+            async with serving(tmp / name.replace(" ", "-")) as run:
+                await scenario.drive(run)
+                audited[name] = [r for r in run.server.audit or [] if r.user == GPUYARD]
+                assert audited[name], f"{name}: no call presented gpuyard's token"
+        _AUDITED.update(audited)
+    return _AUDITED
+
+
+@pytest.mark.usefixtures("scheduler_named")
+async def test_the_shipped_rbac_grants_exactly_what_gpuyard_calls(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     denied: dict[str, set[Call]] = {}
     used: set[Call] = set()
     granted: set[Call] = set()
-    for name, scenario in SCENARIOS.items():
-        grants = shipped_grants(scenario.gang_scheduler)
+    for name, ours in (await gpuyards_calls(tmp_path_factory.mktemp("rbac"))).items():
+        grants = shipped_grants(SCENARIOS[name].gang_scheduler)
         granted |= {family(c) for c in grants.all()}
-        async with serving(tmp_path / name.replace(" ", "-")) as run:
-            await scenario.drive(run)
-            ours = [r for r in run.server.audit or [] if r.user == GPUYARD]
-            assert ours, f"{name}: no call presented gpuyard's token"
-            if refused := {call_of(r) for r in ours if not grants.allows(r)}:
-                denied[name] = refused
-            used |= {family(call_of(r)) for r in ours}
+        if refused := {call_of(r) for r in ours if not grants.allows(r)}:
+            denied[name] = refused
+        used |= {family(call_of(r)) for r in ours}
     assert not denied, f"calls gpuyard made that the shipped roles do not grant, per scenario: {denied}"
     unused = sorted(granted - used)
     assert not unused, (
         "granted by the shipped roles but never called by gpuyard in any scenario (remove the verb "
         f"from RULES, or exercise it in the scenario of the mode that uses it): {unused}"
     )
+
+
+KINDS = {(r.group, r.plural): r.kind for r in (*API_RESOURCES, RESOURCE_CLAIMS)}
+
+
+def part_of(record: AuditRecord) -> Part | None:
+    """The part of its object a call writes (None: a read, or the server's own record of an
+    owner reference's `finalizers` check)."""
+    sub = record.subresource
+    if record.verb == "delete" and not sub:
+        return "delete"
+    if record.verb == "create" and sub in ("", "binding"):
+        return "create"
+    if record.verb in ("update", "patch") and sub == "status":
+        return "status"
+    if record.verb in ("update", "patch") and not sub:
+        return "update"
+    return None
+
+
+@pytest.mark.usefixtures("scheduler_named")
+async def test_every_write_gpuyard_makes_is_its_owners(tmp_path_factory: pytest.TempPathFactory) -> None:
+    wrong: list[str] = []
+    managers: set[str] = set()
+    for name, ours in (await gpuyards_calls(tmp_path_factory.mktemp("rbac"))).items():
+        for r in ours:
+            part = part_of(r)
+            if part is None or not 200 <= r.code < 300:
+                continue
+            kind = KINDS[(r.group, r.resource)]
+            where = f"{name}: {r.verb} {r.group}/{r.resource}{'/' + r.subresource if r.subresource else ''}"
+            if part == "delete":
+                if not any(allowed(i, kind, part, backend="kubernetes") for i in IDENTITIES):
+                    wrong.append(f"{where} {r.namespace}/{r.name}: no gpuyard component may")
+                continue
+            managers.add(r.manager)
+            if not allowed(r.manager, kind, part, backend="kubernetes"):
+                wrong.append(f"{where} {r.namespace}/{r.name} by {r.manager or '<no fieldManager>'}")
+    assert not wrong, "writes the ownership table gives to another writer:\n" + "\n".join(wrong)
+    assert set(IDENTITIES) - {"gpuyard-node-agent"} <= managers, managers

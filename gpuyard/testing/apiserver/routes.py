@@ -56,7 +56,8 @@ SERVER_VERSION = {
 class AuditRecord:
     """One resource request as RBAC sees it (verb, group, resource, subresource, namespace, name),
     with its answer's code and who asked: the bearer token presented (this server trusts any token
-    unless started with one, so a test may give each client its own to tell their calls apart)."""
+    unless started with one, so a test may give each client its own to tell their calls apart), and
+    the `fieldManager` a write named (as a real server records it in `managedFields`)."""
 
     verb: str
     group: str
@@ -66,6 +67,7 @@ class AuditRecord:
     name: str
     code: int
     user: str = ""
+    manager: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +286,7 @@ class Handler:
                         target.name or "",
                         code,
                         user,
+                        request.query.get("fieldManager", ""),
                     )
                 )
                 if code < 300 and verb in ("create", "update", "patch") and target.sub is None:

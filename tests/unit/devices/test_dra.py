@@ -4,6 +4,7 @@ schema (kubernetes-validate, 1.34 and the newest it ships)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import kubernetes_validate
@@ -13,14 +14,19 @@ from gpuyard.apis.devicematching import DeviceRequirement, DeviceSelector
 from gpuyard.devices import get_preset
 from gpuyard.devices.dra import (
     DRIVER,
+    UNMATCHED,
     UnsupportedSelector,
     cel_selectors,
     claim_template,
     match_slice_devices,
     resource_claim,
     resource_slice,
-    unmatched_event,
+    unmatched_message,
+    unmatched_reference,
 )
+from gpuyard.state.context import Context
+from gpuyard.state.events import EventRecorder
+from gpuyard.state.ownership import BACKEND
 
 VERSIONS = ("1.34.0", kubernetes_validate.utils.latest_version())
 
@@ -72,7 +78,7 @@ def test_slices_are_published_as_nvidias_driver_does(preset: str) -> None:
     assert first["capacity"]["memory"] == {"value": f"{gpu.memory_mib}Mi"}
 
 
-def test_slice_devices_match_by_uuid_or_bus_id_and_strangers_are_reported() -> None:
+async def test_slice_devices_match_by_uuid_or_bus_id_and_strangers_are_reported() -> None:
     node = get_preset("dgx-a100", node_name="a100-0")
     published = resource_slice(node)
     devices = published["spec"]["devices"]
@@ -81,11 +87,18 @@ def test_slice_devices_match_by_uuid_or_bus_id_and_strangers_are_reported() -> N
     match = match_slice_devices(node, published)
     assert match.by_device["gpu-2"] == 2 and len(match.by_device) == 8
     assert match.unmatched == ["gpu-99"]
-    event = unmatched_event(
-        "a100-0", published["metadata"]["name"], match.unmatched, now="2026-01-01T00:00:00Z"
+    ctx = Context.for_tests()
+    recorder = EventRecorder(component=BACKEND, store=ctx.store, writer=ctx.writer)  # type: ignore[arg-type]
+    message = unmatched_message("a100-0", published["metadata"]["name"], match.unmatched)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    event = await recorder.record(
+        unmatched_reference("a100-0"), reason=UNMATCHED, message=message, type="Warning", at=at
     )
-    valid(event)
-    assert event["involvedObject"]["name"] == "a100-0" and "gpu-99" in event["message"]
+    assert event is not None
+    body = event.model_dump(by_alias=True, exclude_none=True, mode="json")
+    valid(body)
+    assert body["involvedObject"]["name"] == "a100-0" and "gpu-99" in body["message"]
+    assert body["source"] == {"component": BACKEND} and body["reportingComponent"] == BACKEND
 
 
 def test_resource_class_selectors_become_cel_in_a_valid_template() -> None:
