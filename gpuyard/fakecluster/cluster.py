@@ -7,6 +7,10 @@ unhealthy fails the pods using it). Components create pods, already bound by the
 placement, through `writer` (:class:`~gpuyard.fakecluster.writing.FakeWriter`, the fake API
 server); `faults` (:class:`~gpuyard.fakecluster.faulting.FakeFaults`) injects failures;
 `pod_log()` reads the short log the kubelet keeps per container (`podlogs.py`).
+
+What the fake cluster writes itself (its nodes and topologies, pod phases, GPU health, injected
+faults) it writes as `BACKEND` (`state.ownership`), as a real cluster's kubelets and node
+controllers write theirs.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from gpuyard.fakecluster.kubelet import FakeKubelet
 from gpuyard.fakecluster.podlogs import StorePodLogs
 from gpuyard.fakecluster.writing import FakeWriter
 from gpuyard.state.context import Context
+from gpuyard.state.ownership import BACKEND
 from gpuyard.state.workqueues import ControllerRunner
+from gpuyard.state.writing import acting_as, identified
 
 __all__ = ["FakeCluster"]
 
@@ -42,11 +48,10 @@ class FakeCluster:
         self.scenario = scenario
         self.synced = asyncio.Event()
         self.writer = FakeWriter(ctx.store, journal=ctx.journal)
+        own = identified(self.writer, BACKEND)  # what the cluster itself writes
         self.faults = FakeFaults(store=ctx.store, writer=self.writer, clock=ctx.clock)
-        self.kubelet = FakeKubelet(
-            store=ctx.store, writer=self.writer, clock=ctx.clock, defaults=scenario.kubelet
-        )
-        self.device_health = DeviceHealth(store=ctx.store, writer=self.writer, clock=ctx.clock)
+        self.kubelet = FakeKubelet(store=ctx.store, writer=own, clock=ctx.clock, defaults=scenario.kubelet)
+        self.device_health = DeviceHealth(store=ctx.store, writer=own, clock=ctx.clock)
         self.logs = StorePodLogs(ctx.store)
 
     leadership = None  # one process: it always leads
@@ -71,8 +76,9 @@ class FakeCluster:
             if self.store.get("NodeTopology", "", t.metadata.name) is None
         ]
         nodes = [n for n in self.scenario.nodes() if self.store.get("Node", "", n.metadata.name) is None]
-        await asyncio.gather(*(self.writer.create(t) for t in topologies))
-        await asyncio.gather(*(self.writer.create(n) for n in nodes))
+        with acting_as(BACKEND):
+            await asyncio.gather(*(self.writer.create(t) for t in topologies))
+            await asyncio.gather(*(self.writer.create(n) for n in nodes))
         return len(nodes)
 
     async def run(self) -> None:

@@ -6,7 +6,8 @@ cluster's writer, exactly as the real failure would be reported: a failed node t
 and its pods fail with reason `NodeLost`; a crashed pod fails with an exit code (`OOMKilled` <->
 137; exit code 0 ends it Succeeded with reason `Completed`, any other code is an `Error`) or a
 reason (`Evicted`); a failed GPU turns unhealthy (node annotation and NodeTopology
-health) and the pods using it fail with `DeviceUnhealthy`.
+health) and the pods using it fail with `DeviceUnhealthy`. The writes are the backend's
+(`BACKEND`), whoever asked for the fault.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from gpuyard.fakecluster.health import active_pods_on, fail_pod, fail_pods_on_gp
 from gpuyard.fakecluster.writing import FakeWriter
 from gpuyard.state.backend import FaultError
 from gpuyard.state.clock import Clock
+from gpuyard.state.ownership import BACKEND
 from gpuyard.state.store import Store
-from gpuyard.state.writing import retry_on_conflict
+from gpuyard.state.writing import identified, retry_on_conflict
 
 __all__ = ["EXIT_CODES", "FakeFaults"]
 
@@ -43,7 +45,8 @@ class FakeFaults:
 
     def __init__(self, *, store: Store, writer: FakeWriter, clock: Clock) -> None:
         self.store = store
-        self.writer = writer
+        self.writer = writer  # the fake API server (its injected create failures)
+        self._writes = identified(writer, BACKEND)  # what a fault writes
         self.clock = clock
 
     def fail_next_creates(self, count: int = 1) -> None:
@@ -59,7 +62,7 @@ class FakeFaults:
             message=message,
             last_transition_time=self.clock.utcnow(),
         )
-        await self.writer.patch_status("Node", "", name, {"conditions": [condition]})
+        await self._writes.patch_status("Node", "", name, {"conditions": [condition]})
 
     async def fail_node(self, name: str, *, reason: str = "NodeLost") -> int:
         """Turn the node NotReady; fail its running pods with `NodeLost`. Returns pods failed."""
@@ -67,7 +70,7 @@ class FakeFaults:
         pods = active_pods_on(self.store, name)
         for pod in pods:
             await fail_pod(
-                self.writer,
+                self._writes,
                 pod,
                 exit_code=None,
                 reason="NodeLost",
@@ -98,7 +101,7 @@ class FakeFaults:
         if reason is None and exit_code is not None:
             reason = exit_reason(exit_code)  # 0 Completed, 137 OOMKilled, else Error
         return await fail_pod(
-            self.writer,
+            self._writes,
             pod,
             exit_code=exit_code,
             reason=reason or "Error",
@@ -139,7 +142,7 @@ class FakeFaults:
         async def write() -> R:
             copy = self.store.must_get_of(cls, "", name).clone()
             if change(copy):
-                return await self.writer.update(copy)
+                return await self._writes.update(copy)
             return copy
 
         await retry_on_conflict(write)
@@ -151,7 +154,7 @@ class FakeFaults:
         # the pods using it now: the device-health reconciler may fail some of them first
         failed = sum(1 for p in active_pods_on(self.store, node) if index in pod_gpus(p))
         await self._set_unhealthy(node, gpus)
-        await fail_pods_on_gpus(self.store, self.writer, node=node, gpus=[index], clock=self.clock)
+        await fail_pods_on_gpus(self.store, self._writes, node=node, gpus=[index], clock=self.clock)
         log.info("fakecluster.gpu_failed", node=node, gpu=index, pods_failed=failed)
         return failed
 

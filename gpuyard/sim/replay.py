@@ -53,6 +53,8 @@ from gpuyard.scheduler.placement.packing import GPU_MILLI
 from gpuyard.sim.replay_trace import Trace, TraceJob
 from gpuyard.state.clock import VirtualClock, settle
 from gpuyard.state.config import Settings
+from gpuyard.state.ownership import USER
+from gpuyard.state.writing import identified
 
 __all__ = [
     "JOB_KIND",
@@ -301,9 +303,9 @@ async def run_replay(
     given = {(d.KIND, d.metadata.name) for d in documents}
     for doc in queue_documents(policy, trace.queues):
         if ("Queue", doc["metadata"]["name"]) not in given:
-            await platform.writer.create(_queue(doc))
+            await identified(platform.writer, USER).create(_queue(doc))
     for obj in documents:
-        await platform.writer.create(obj)
+        await identified(platform.writer, USER).create(obj)
     task = asyncio.create_task(platform.run(), name="gpuyard-replay-platform")
     watcher: asyncio.Task[None] | None = None
     try:
@@ -436,7 +438,7 @@ async def _submit(
     if problems:
         record.phase, record.message = "Rejected", "; ".join(f"{p.field}: {p.reason}" for p in problems)
         return
-    await platform.writer.create(parsed)
+    await identified(platform.writer, USER).create(parsed)
     record.phase = "Created"
     rec.unfinished += 1
 

@@ -33,8 +33,9 @@ from gpuyard.platform.runtime import Platform
 from gpuyard.state.backend import ClusterBackend, FaultError, FaultInjector
 from gpuyard.state.clock import VirtualClock, settle
 from gpuyard.state.config import Settings
+from gpuyard.state.ownership import USER
 from gpuyard.state.store import AlreadyExists, Store
-from gpuyard.state.writing import Writer, create_all
+from gpuyard.state.writing import Writer, create_all, identified
 from gpuyard.testing.asserting import Assertions
 from gpuyard.testing.checking import InvariantWatch, checks_enabled
 from gpuyard.testing.flaky import METHODS, FlakyWrites, Mode
@@ -109,7 +110,7 @@ class Cluster:
         platform = Platform(
             built, scenario=parsed, clock=VirtualClock(), serve_http=serve_http, drive_clock=False
         )
-        await _create_policies(platform.writer, policies)
+        await _create_policies(identified(platform.writer, USER), policies)
         cluster = cls(platform)
         if checks_enabled() if check_invariants is None else check_invariants:
             cluster.invariants = InvariantWatch(platform)
@@ -190,7 +191,8 @@ class Cluster:
 
     @property
     def writer(self) -> Writer:
-        """The one write path (the backend's), as every component uses it."""
+        """The one write path (the backend's), as every component uses it (`submit` and `delete`
+        write through it as a user, `identified(writer, USER)`)."""
         return self.platform.writer
 
     @property
@@ -225,7 +227,7 @@ class Cluster:
             detail = [f"{k} already exists; job names are unique in a namespace" for k in taken]
             detail += [f"{k} is given twice in this submission" for k in twice]
             raise BadInput("job manifest rejected: " + "; ".join(detail))
-        created = await create_all(self.writer, jobs)
+        created = await create_all(identified(self.writer, USER), jobs)
         await settle()
         self._checkpoint(f"after submitting {len(created)} job(s) at t={self.now:g}s")
         return created
@@ -240,7 +242,7 @@ class Cluster:
 
     async def delete(self, job: JobRef) -> None:
         found = self.job(job)
-        await self.writer.delete(found.kind, found.metadata.namespace, found.metadata.name)
+        await identified(self.writer, USER).delete(found.kind, found.metadata.namespace, found.metadata.name)
         await settle()
         self._checkpoint(
             f"after deleting {found.metadata.namespace}/{found.metadata.name} at t={self.now:g}s"

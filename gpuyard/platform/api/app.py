@@ -30,8 +30,9 @@ from gpuyard.platform.api.redaction import NamespaceIndex, make_redaction_middle
 from gpuyard.platform.metrics import exposition
 from gpuyard.state.backend import BackendError
 from gpuyard.state.context import Context
+from gpuyard.state.ownership import USER
 from gpuyard.state.store import AlreadyExists, Conflict, NotFound
-from gpuyard.state.writing import Writer
+from gpuyard.state.writing import Writer, identified
 
 __all__ = ["CTX", "NAMESPACES", "READY", "delete_object", "make_app", "stored", "writer_of"]
 
@@ -123,9 +124,10 @@ def stored(
 
 
 def writer_of(ctx: Context) -> Writer:
-    """The one write path (the backend's writer); handlers never write the store themselves."""
+    """The one write path (the backend's writer), writing as the users it serves (`USER`);
+    handlers never write the store themselves."""
     assert ctx.writer is not None, "Context always has a writer"
-    return ctx.writer
+    return identified(ctx.writer, USER)
 
 
 T = TypeVar("T")
