@@ -57,6 +57,7 @@ __all__ = ["FakeNodes"]
 
 log = structlog.get_logger(__name__)
 DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
+MERGE_PATCH = "application/merge-patch+json"
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -146,8 +147,9 @@ class FakeNodes:
             except ApiException as exc:
                 if exc.status != 409:
                     raise
+                merge: dict[str, Any] = {"_content_type": MERGE_PATCH}  # else a dict goes as a JSON patch
                 await self.custom.patch_cluster_custom_object(
-                    DRA_GROUP, DRA_VERSION, "resourceslices", name, {"spec": body["spec"]}
+                    DRA_GROUP, DRA_VERSION, "resourceslices", name, {"spec": body["spec"]}, **merge
                 )
             published += 1
         return published
@@ -202,6 +204,8 @@ class FakeNodes:
                 await asyncio.sleep(1.0)
             finally:
                 stream.stop()
+                with contextlib.suppress(Exception):
+                    await stream.close()  # its own ApiClient, else left open
 
     async def _relist(self) -> str:
         """List every pod (in pages); forget those gone; see the rest oldest first, as a kubelet
