@@ -11,6 +11,12 @@ HTTP endpoint on 127.0.0.1 takes fault injection:
     POST /nodes/{node}/gpus/{i}/recover
 
 each answering `{"podsFailed": n}` (404 with a JSON error naming the known nodes otherwise).
+
+The nodes' kubelet port (the API server reads pod logs there: `kubectl logs`, `gpuyard logs` on
+the Kubernetes backend) listens on `--kubelet-address` (default 127.0.0.1; also each Node's
+InternalIP, so it must be an address the API server can reach) and `--kubelet-port` (default: a
+free port; each Node names it), over HTTPS with a self-signed certificate; `--no-kubelet-port`
+serves none.
 """
 
 from __future__ import annotations
@@ -97,12 +103,20 @@ async def _run(
     admin_port: int | None,
     heartbeat: float,
     pod_duration: str | None,
+    kubelet_address: str | None = "127.0.0.1",
+    kubelet_port: int = 0,
 ) -> None:
     from gpuyard.cli.serving import resolve_path
     from gpuyard.platform.backends import start_fake_nodes
 
     scenario = _with_duration(load_scenario(resolve_path(cluster)), pod_duration)
-    nodes = await start_fake_nodes(kubeconfig=kubeconfig, scenario=scenario, heartbeat=heartbeat)
+    nodes = await start_fake_nodes(
+        kubeconfig=kubeconfig,
+        scenario=scenario,
+        heartbeat=heartbeat,
+        kubelet_address=kubelet_address,
+        kubelet_port=kubelet_port,
+    )
     runner = None
     if admin_port is not None:
         runner = web.AppRunner(admin_app(nodes))
@@ -133,8 +147,29 @@ async def _run(
     help="How long a pod without a fake.gpuyard.io/duration annotation runs (30s, 5m, forever); "
     "default: the scenario's kubelet.duration, else 30s.",
 )
+@click.option(
+    "--kubelet-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Where the nodes' kubelet port (pod logs) listens; each Node's InternalIP, so the API server must reach it.",
+)
+@click.option(
+    "--kubelet-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="The kubelet port (HTTPS); 0: a free one. Each Node names it in status.daemonEndpoints.",
+)
+@click.option("--no-kubelet-port", is_flag=True, help="Serve no kubelet port (pod logs then fail).")
 def fake_nodes(
-    kubeconfig: str | None, cluster: str, admin_port: int | None, heartbeat: float, pod_duration: str | None
+    kubeconfig: str | None,
+    cluster: str,
+    admin_port: int | None,
+    heartbeat: float,
+    pod_duration: str | None,
+    kubelet_address: str,
+    kubelet_port: int,
+    no_kubelet_port: bool,
 ) -> None:
     """Register a scenario's GPU nodes on an API server and play their kubelets (KWOK-like)."""
     configure_logging(level="info", fmt="auto")
@@ -146,6 +181,8 @@ def fake_nodes(
                 admin_port=admin_port,
                 heartbeat=heartbeat,
                 pod_duration=pod_duration,
+                kubelet_address=None if no_kubelet_port else kubelet_address,
+                kubelet_port=kubelet_port,
             )
         )
     except ScenarioError as exc:

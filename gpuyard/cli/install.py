@@ -62,6 +62,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "Pod": (*WATCH, "create", "delete"),  # the operator creates and stops pods
     "Pod/binding": ("create",),  # the scheduler binds pods to the node it chose
     "Pod/status": ("patch",),  # the backend fails the pods of a lost node (NodeLost)
+    "Pod/log": ("get",),  # the pod log route reads it (gpuyard logs, the dashboard's job page)
     "Service": ("get", *WATCH, "create", "update", "delete"),  # update: written back when it differs
     # the Events about jobs (label job-name) are watched; update bumps a repeat's count, delete goes
     # with the job (or the sweep of a deleted job's Events)

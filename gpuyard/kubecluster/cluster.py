@@ -30,9 +30,11 @@ the Lease elector (or None when `leader_election.enabled` is false: a single rep
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import structlog
 
+from gpuyard.apis.core import Pod
 from gpuyard.apis.leases import Lease
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import API_RESOURCES, ApiResource
@@ -44,6 +46,7 @@ from gpuyard.kubecluster.invalid import InvalidJobs
 from gpuyard.kubecluster.leading import LeaderElector
 from gpuyard.kubecluster.nodes import NodeModel
 from gpuyard.kubecluster.orphans import OrphanSweeper
+from gpuyard.kubecluster.podlogs import open_pod_log
 from gpuyard.kubecluster.writing import KubeWriter
 from gpuyard.state.backend import BackendError, FaultInjector, Leadership
 from gpuyard.state.config import KubernetesConfig
@@ -149,6 +152,23 @@ class KubeCluster:
 
     def healthy(self) -> bool:
         return bool(self.informers) and all(i.healthy for i in self.informers)
+
+    async def pod_log(
+        self, pod: Pod, *, container: str, follow: bool = False, tail_lines: int | None = None
+    ) -> AsyncIterator[str]:
+        """The container's log through the API server's `pods/log` (`PodLogs`, `podlogs.py`)."""
+        client = self.writer.client
+        if client is None:
+            raise ApiError("pod logs: not connected to the API server yet")
+        return await open_pod_log(
+            client.api,
+            pod.metadata.namespace,
+            pod.metadata.name,
+            container=container,
+            follow=follow,
+            tail_lines=tail_lines,
+            timeout=self.config.request_timeout,
+        )
 
     def _is_leader(self) -> bool:
         return self.elector is None or self.elector.is_leader()

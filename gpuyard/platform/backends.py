@@ -84,13 +84,20 @@ def build_backend(ctx: Context, plan: BackendPlan) -> ClusterBackend:
 
 
 async def start_fake_nodes(
-    *, kubeconfig: str | None, scenario: Scenario, heartbeat: float = 10.0
+    *,
+    kubeconfig: str | None,
+    scenario: Scenario,
+    heartbeat: float = 10.0,
+    kubelet_address: str | None = None,
+    kubelet_port: int = 0,
 ) -> FakeNodes:
     """`gpuyard fake-nodes`: the scenario's nodes and kubelets for the API server of `kubeconfig`
-    (imported here, lazily: the Kubernetes extra may be absent where only the fake cluster runs)."""
-    from gpuyard.kubecluster.fakenodes import FakeNodes, connect
+    (imported here, lazily: the Kubernetes extra may be absent where only the fake cluster runs),
+    with their kubelet port (pod logs) on `kubelet_address`:`kubelet_port` unless the address is None."""
+    from gpuyard.kubecluster.fakenodes import FakeNodes, KubeletEndpoint, connect
 
-    return FakeNodes(await connect(kubeconfig), scenario=scenario, heartbeat=heartbeat)
+    kubelet = None if kubelet_address is None else KubeletEndpoint(kubelet_address, kubelet_port)
+    return FakeNodes(await connect(kubeconfig), scenario=scenario, heartbeat=heartbeat, kubelet=kubelet)
 
 
 async def agent_topology_sink(*, kubeconfig: str | None, context: str | None = None) -> TopologySink:

@@ -192,7 +192,10 @@ async def _true(value: bool) -> bool:
 
 def test_everything_fake_nodes_writes_validates() -> None:
     pod = Pod.model_validate(pod_body("w-0", "dgx1-0"))
-    for node in node_objects(SCENARIO, now=NOW):
+    # with the kubelet port (pod logs): its address and port
+    for node in node_objects(SCENARIO, now=NOW) + node_objects(
+        SCENARIO, now=NOW, kubelet=("127.0.0.1", 10250)
+    ):
         for version in VERSIONS:
             kubernetes_validate.validate(node, version, strict=True)
     for status in (

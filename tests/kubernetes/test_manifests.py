@@ -151,6 +151,7 @@ def test_cluster_role_is_least_privilege() -> None:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
     assert granted[("", "pods/binding")] == {"create"}
     assert granted[("", "pods/status")] == {"patch"}
+    assert granted[("", "pods/log")] == {"get"}  # the pod log route, also on a read-only replica
     assert granted[("", "nodes")] == {"list", "watch"}
     assert "create" not in granted[("", "nodes")]
     for r in API_RESOURCES:  # every kind the backend watches is readable (the Lease: by a Role)

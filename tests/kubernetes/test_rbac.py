@@ -552,6 +552,17 @@ async def api_writes(run: Run) -> None:
         taken_once(run, TFJOBS.path(namespace="default"))
         await api.call("POST", "/api/v1/jobs", json=job, token="api-tenant", expect=409)
         await api.call("POST", "/api/v1/jobs", json=job, token="api-tenant", expect=201)
+        # the pod log route (a read) gets pods/log; no kubelet serves the test's node: 502
+        (pod,) = await until(
+            lambda: [x for x in run.pods_of("api") if x["spec"].get("nodeName")], what="api's pod bound"
+        )
+        name = pod["metadata"]["name"]
+        await run.kubelet("api", "Running")
+        await until(
+            lambda: (x := p.store.get("Pod", "default", name)) is not None and x.status.phase == "Running",
+            what="api's pod Running in gpuyard's cache",
+        )
+        await api.call("GET", f"/api/v1/namespaces/default/pods/{name}/log", token="api-viewer", expect=502)
         labels = {"metadata": {"labels": {"team": "vision"}}}
         path = "/api/v1/namespaces/default/jobs/api"
         patch = {"data": json.dumps(labels), "headers": {"Content-Type": "application/merge-patch+json"}}

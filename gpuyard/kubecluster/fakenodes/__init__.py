@@ -9,8 +9,9 @@ from kubernetes_asyncio.client import ApiClient
 
 from gpuyard.kubecluster.client import load_configuration
 from gpuyard.kubecluster.fakenodes.kubelets import FakeNodes
+from gpuyard.kubecluster.fakenodes.kubeletserver import KubeletEndpoint
 
-__all__ = ["FakeNodes", "connect"]
+__all__ = ["FakeNodes", "KubeletEndpoint", "connect"]
 
 
 async def connect(kubeconfig: str | None, *, context: str | None = None) -> ApiClient:

@@ -17,7 +17,12 @@ KWOK does this for plain nodes; these nodes carry GPUs and RDMA NICs. :class:`Fa
 4. takes fault injection: :meth:`FakeNodes.fail_node` (NotReady, its pods fail with `NodeLost`),
    :meth:`FakeNodes.recover_node`, :meth:`FakeNodes.fail_gpu` (the GPU's health in the node's
    NodeTopology and its `gpuyard.io/unhealthy-gpus` annotation; the pods holding that GPU fail
-   with `DeviceUnhealthy`).
+   with `DeviceUnhealthy`);
+5. with `kubelet` (a :class:`KubeletEndpoint`), serves the kubelet port the API server reads pod
+   logs from (`kubeletserver.py`: `/containerLogs/...`, the same short log per container as the
+   fake cluster's kubelet), started before the nodes register so that each names its address and
+   port; where it cannot be served (the address taken, no `cryptography`) the nodes run without
+   it, with a warning, and `kubectl logs` fails for them.
 
 It speaks the API server through `kubernetes_asyncio` and nothing else; the CLI
 (`gpuyard/cli/fakenodes.py`) adds the admin HTTP port for faults.
@@ -42,6 +47,7 @@ from gpuyard.apis.scheduling import pod_gpus
 from gpuyard.devices.fakepods import exit_reason, pod_script
 from gpuyard.devices.scenarios import Scenario
 from gpuyard.kubecluster.fakenodes.admission import Rejection, admit, rejected_status
+from gpuyard.kubecluster.fakenodes.kubeletserver import KubeletEndpoint, KubeletServer
 from gpuyard.kubecluster.fakenodes.objects import (
     NODE_LEASE_NAMESPACE,
     node_lease,
@@ -75,6 +81,7 @@ class FakeNodes:
         scenario: Scenario,
         heartbeat: float = 10.0,
         now: Callable[[], datetime] = _utcnow,
+        kubelet: KubeletEndpoint | None = None,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -92,12 +99,21 @@ class FakeNodes:
         self.admitted: set[tuple[str, str]] = set()  # pods admitted to their node (and not rejected)
         self.rejected = 0
         self.registered = asyncio.Event()
+        self.kubelet = kubelet
+        self.kubelet_server: KubeletServer | None = None  # serving, once run() has started it
+        self._changed = asyncio.Event()  # set (and replaced) at every change of a pod seen
 
     # --- nodes -----------------------------------------------------------------------------------
 
+    def kubelet_location(self) -> tuple[str, int] | None:
+        """(address, port) of the kubelet port being served, or None."""
+        server = self.kubelet_server
+        return None if server is None else (server.endpoint.address, server.port)
+
     async def register(self) -> None:
         """Create the nodes (or refresh the status of those that exist) and their topologies."""
-        for node in node_objects(self.scenario, now=self.now()):
+        kubelet = self.kubelet_location()
+        for node in node_objects(self.scenario, now=self.now(), kubelet=kubelet):
             name = node["metadata"]["name"]
             body: Any = node  # the client takes plain dicts as well as its models
             try:
@@ -106,6 +122,11 @@ class FakeNodes:
                 if exc.status != 409:
                     raise
                 await self.core.patch_node_status(name, body={"status": body["status"]})
+                if kubelet is not None:  # a strategic merge keeps old addresses: replace them
+                    addresses: Any = [
+                        {"op": "add", "path": "/status/addresses", "value": body["status"]["addresses"]}
+                    ]
+                    await self.core.patch_node_status(name, body=addresses)
         for body in topology_objects(self.scenario):
             try:
                 await self.custom.create_cluster_custom_object(
@@ -226,7 +247,18 @@ class FakeNodes:
             self._seen("ADDED", pod)
         return version
 
+    def pod_changes(self) -> asyncio.Event:
+        """An event set at the next change of any pod seen (the kubelet port's follow waits on it)."""
+        return self._changed
+
+    def played_pod(self, namespace: str, name: str) -> Pod | None:
+        """The pod as last seen, if it is bound to one of these nodes."""
+        pod = self.pods.get((namespace, name))
+        return pod if pod is not None and pod.spec.node_name in self.names else None
+
     def _seen(self, kind: str, pod: Pod) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
         key = (pod.metadata.namespace, pod.metadata.name)
         if kind == "DELETED" or pod.spec.node_name not in self.names:
             task = self.playing.pop(key, None)
@@ -379,13 +411,38 @@ class FakeNodes:
 
     # --- the whole ---------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Register the nodes, then keep their heartbeats and kubelets going until cancelled."""
-        await self.register()
+    async def serve_kubelet(self) -> bool:
+        """Start the kubelet port of `kubelet` (once); whether it is served."""
+        if self.kubelet is None or self.kubelet_server is not None:
+            return self.kubelet_server is not None
+        server = KubeletServer(self.kubelet, pod=self.played_pod, changes=self.pod_changes)
         try:
+            await server.start()
+        except (OSError, ImportError) as exc:
+            log.warning(
+                "fakenodes.no_kubelet_port",
+                address=self.kubelet.address,
+                port=self.kubelet.port,
+                error=str(exc)[:200],
+                hint="pod logs (kubectl logs, gpuyard logs) fail for these nodes; "
+                "pick another --kubelet-port, or install the kubernetes extra",
+            )
+            return False
+        self.kubelet_server = server
+        return True
+
+    async def run(self) -> None:
+        """Serve the kubelet port (if asked), register the nodes, then keep their heartbeats and
+        kubelets going until cancelled."""
+        await self.serve_kubelet()
+        try:
+            await self.register()
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.heartbeats(), name="fake-nodes heartbeats")
                 group.create_task(self.watch_pods(), name="fake-nodes kubelets")
         finally:
             for task in list(self.playing.values()):
                 task.cancel()
+            if self.kubelet_server is not None:
+                server, self.kubelet_server = self.kubelet_server, None
+                await server.stop()

@@ -53,8 +53,17 @@ def ready_condition(*, ready: bool, now: datetime, reason: str = "", message: st
     }
 
 
-def node_objects(scenario: Scenario, *, now: datetime) -> list[dict[str, Any]]:
-    """The scenario's Node objects, Ready, with their addresses and a fake kubelet's node info."""
+def node_objects(
+    scenario: Scenario, *, now: datetime, kubelet: tuple[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """The scenario's Node objects, Ready, with their addresses and a fake kubelet's node info.
+
+    `kubelet`: (address, port) of the kubelet port serving these nodes (`kubeletserver.py`). Each
+    node then gives that address as its only address (InternalIP: kube-apiserver dials the first of
+    its `--kubelet-preferred-address-types` a node has, Hostname first by default) and the port in
+    `status.daemonEndpoints.kubeletEndpoint.Port`; without it, a made-up InternalIP and the node's
+    name as Hostname, which no one can dial.
+    """
     out = []
     for node in scenario.nodes():
         body = node.to_dict()
@@ -66,10 +75,14 @@ def node_objects(scenario: Scenario, *, now: datetime) -> list[dict[str, Any]]:
         }
         status = body["status"]
         status["conditions"] = [ready_condition(ready=True, now=now)]
-        status["addresses"] = [
-            {"type": "InternalIP", "address": node_ip(meta["name"])},
-            {"type": "Hostname", "address": meta["name"]},
-        ]
+        if kubelet is None:
+            status["addresses"] = [
+                {"type": "InternalIP", "address": node_ip(meta["name"])},
+                {"type": "Hostname", "address": meta["name"]},
+            ]
+        else:
+            status["addresses"] = [{"type": "InternalIP", "address": kubelet[0]}]
+            status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": kubelet[1]}}
         status["nodeInfo"] = {
             "architecture": "amd64",
             "bootID": "",

@@ -5,6 +5,7 @@ a watch (`watching.py`).
     /api/v1[/namespaces/{ns}]/{plural}[/{name}[/{subresource}]]
     /apis/{group}/{version}[/namespaces/{ns}]/{plural}[/{name}[/{subresource}]]
 
+`pods/{name}/log` is answered from the kubelet of the pod's node (`podlogs.py`).
 Also served: discovery (`/api`, `/apis`, `/api/v1`, `/apis/{group}[/{version}]`, in the legacy and the
 aggregated form), `/version`, `/healthz`, `/livez`, `/readyz`, `/openapi/v3` (`openapi.py`) and `/openapi/v2`
 (empty), and the test endpoints under `/_gpuyard/` (faults, audit),
@@ -27,6 +28,7 @@ from gpuyard.testing.apiserver.catalog import Resource
 from gpuyard.testing.apiserver.errors import ApiError, status_body
 from gpuyard.testing.apiserver.faults import FaultRequest
 from gpuyard.testing.apiserver.openapi import group_version_document, root_document
+from gpuyard.testing.apiserver.podlogs import serve_pod_log
 from gpuyard.testing.apiserver.selecting import Matcher, field_selector, label_selector
 from gpuyard.testing.apiserver.tables import table, wants_table
 from gpuyard.testing.apiserver.watching import WatchRequest, serve_watch
@@ -406,6 +408,8 @@ class Handler:
                     )
                 )
             return _json(listed)
+        if verb == "get" and target.sub == "log" and res.key == ("", "pods"):
+            return await serve_pod_log(request, self.server, res, name or "", ns)
         if verb == "get":
             return self._answer(request, res, obj=objects.get(res, name or "", namespace=ns))
         body = await self._body(request)
