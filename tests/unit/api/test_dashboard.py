@@ -85,7 +85,16 @@ async def test_index_and_static_files_are_public(client) -> None:
     assert r.status == 200
     html = await r.text()
     assert '<script type="module" src="/static/app.js">' in html
-    for name in ("app.js", "api.js", "dom.js", "overview.js", "job.js", "topology.js", "style.css"):
+    for name in (
+        "app.js",
+        "api.js",
+        "dom.js",
+        "overview.js",
+        "job.js",
+        "logs.js",
+        "topology.js",
+        "style.css",
+    ):
         r = await client.get(f"/static/{name}")
         assert r.status == 200, name
     r = await client.get("/static/app.js")

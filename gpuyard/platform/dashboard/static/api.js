@@ -1,4 +1,4 @@
-// The dashboard's access to the gpuyard HTTP API: bearer token, JSON calls, SSE watches.
+// The dashboard's access to the gpuyard HTTP API: bearer token, JSON calls, SSE watches, streamed lines.
 // EventSource cannot send an Authorization header, so watches read the SSE stream with fetch.
 
 const TOKEN_KEY = "gpuyard.token";
@@ -144,4 +144,34 @@ export function watch(resource, onEvent, onState = () => {}) {
       if (controller) controller.abort();
     },
   };
+}
+
+// GET a path that answers text/plain lines as they come (a followed pod log); call onLine(text)
+// per line until the server ends the answer or `signal` aborts it. An error answer (JSON) throws
+// HttpError with the server's one-line message, as api() does.
+export async function streamLines(path, onLine, signal) {
+  const resp = await fetch(path, { headers: headers({ Accept: "text/plain" }), signal });
+  if (!resp.ok) {
+    let data = null;
+    try {
+      data = JSON.parse(await resp.text());
+    } catch {
+      data = null;
+    }
+    throw new HttpError(resp.status, errorLine(resp.status, data), data);
+  }
+  if (!resp.body) return;
+  const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    let cut;
+    while ((cut = buffer.indexOf("\n")) >= 0) {
+      onLine(buffer.slice(0, cut));
+      buffer = buffer.slice(cut + 1);
+    }
+  }
+  if (buffer) onLine(buffer);
 }

@@ -1,8 +1,10 @@
-// One job: summary, conditions, why it is (not) placed, pods with env (secrets masked), events.
+// One job: summary, conditions, why it is (not) placed, pods with env (secrets masked), a pod's log
+// (logs.js), events.
 
 import { deleteButton } from "./actions.js";
 import { api, optional } from "./api.js";
 import { age, h, jobColor, maskEnv, phaseBadge, placeholder, section } from "./dom.js";
+import { logsPanel } from "./logs.js";
 import { queueLink } from "./queue.js";
 
 export async function loadJob(ns, name) {
@@ -109,5 +111,5 @@ export function renderJob({ job, pods, events, explain }) {
       ),
     ),
   );
-  return [head, placement, conditions, podsPanel, eventsPanel];
+  return [head, placement, conditions, podsPanel, logsPanel(ns, name, pods), eventsPanel];
 }
