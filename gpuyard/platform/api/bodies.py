@@ -283,7 +283,15 @@ async def off_loop(fn: Callable[..., T], /, *args: object, timeout_s: float, **k
             _trim_later.cancel()
         _trim_later = loop.call_later(1.0, lambda: loop.run_in_executor(_pool(), _trim_now))
     try:
-        return await asyncio.wait_for(future, timeout_s)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await future
+        finally:
+            # A refusal's traceback holds this frame: without `future` (which holds the refusal)
+            # there is no cycle (`asyncio.wait_for` would keep one in its own frame), and the
+            # frames, the body's text and request among them, are freed with the answer rather
+            # than when the garbage collector next runs.
+            del future
     except TimeoutError:
         raise ApiError(
             422,
