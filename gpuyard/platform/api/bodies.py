@@ -13,14 +13,28 @@ for every write (any method but GET, HEAD, OPTIONS), *before a byte of the body 
    same limit while it is read.
 
 Handlers then read the body with :func:`read_text` (within `server.body_timeout_seconds`, else
-408) and decode it with :func:`off_loop`: YAML and JSON are decoded (and job documents
-validated) in a small pool of worker threads, never on the event loop, and an answer that takes
-longer than `server.decode_timeout_seconds` is a 422 naming that limit
-(`apis.decoding` bounds the work itself: nodes, depth, aliases, merge keys, integers).
+408) and decode it with :func:`off_loop`, never on the event loop, in one of two places:
 
-Memory: after decoding a body over :data:`TRIM_AFTER_BYTES`, the thread asks glibc to give
-freed heap pages back (`malloc_trim`, at most once a second), so a burst of bodies at the size
-limit does not leave the server's resident set hundreds of MiB higher (:func:`return_memory`).
+* a body over :data:`PROCESS_AFTER_BYTES` (256 KiB) in a worker process
+  (:mod:`gpuyard.platform.api.decoders`, :data:`~gpuyard.platform.api.decoders.DECODE_PROCESSES`
+  of them): a parse there never holds the server's interpreter lock, which a thread of the server
+  parsing a 4 MiB body does for most of the parse, making the event loop wait for it again and
+  again. The worker applies the same function (limits, job validation) and sends back the
+  decoded value or the same error. The pool starts with the first such body (or a
+  `Content-Length` announcing one) in the background; until a worker is up, and for a call that
+  does not pickle, the body is decoded in a thread as below;
+* a smaller body in a small pool of threads of the server (:data:`DECODE_THREADS`), which is
+  cheaper than a round trip to another process.
+
+Either way an answer that takes longer than `server.decode_timeout_seconds` (waiting for a free
+worker included) is a 422 naming that limit, and a worker still decoding then is killed and
+replaced, so the body burns no more CPU (`apis.decoding` bounds the work itself: nodes, depth,
+aliases, merge keys, integers). A worker that ends while decoding (killed from outside, out of
+memory) is a 500 and is replaced.
+
+Memory: after a body over :data:`TRIM_AFTER_BYTES`, freed heap pages are given back to the system
+(glibc's `malloc_trim`, at most once a second, and again a second later: :func:`return_memory`),
+by the decoding thread, or by the worker process in its own heap.
 """
 
 from __future__ import annotations
@@ -39,6 +53,7 @@ from typing import TypeVar
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from gpuyard.platform.api import decoders
 from gpuyard.platform.api.auth import Action, principal_of
 from gpuyard.platform.api.errors import ApiError, error_response
 from gpuyard.state.config import ServerConfig
@@ -46,6 +61,7 @@ from gpuyard.state.config import ServerConfig
 __all__ = [
     "DOCUMENT_TYPES",
     "PATCH_TYPES",
+    "PROCESS_AFTER_BYTES",
     "ROUTES",
     "RoutePolicy",
     "body_limit",
@@ -181,6 +197,8 @@ def make_body_guard_middleware(server: ServerConfig) -> Middleware:
             if request.body_exists:  # the body is not read: close rather than read it to the end
                 response.force_close()
             return response
+        if policy.content_types and (request.content_length or 0) > PROCESS_AFTER_BYTES:
+            await _warm_decoders()  # the workers start while the body arrives
         bounded = request.clone(client_max_size=limit)
         bounded[_LIMIT] = (limit, policy.limit_name)
         return await handler(bounded)
@@ -272,29 +290,59 @@ def _decode_then_trim(call: Callable[[], T], size: int) -> T:
             return_memory()
 
 
+PROCESS_AFTER_BYTES = 256 * 1024
+"""A body longer than this (in characters) is decoded in a worker process (`decoders`)."""
+
+
+async def _warm_decoders() -> decoders.DecoderPool | None:
+    if decoders.DECODE_PROCESSES <= 0:
+        return None
+    pool = await decoders.decoder_pool(decoders.DECODE_PROCESSES)
+    pool.warm()
+    return pool
+
+
+def _overran(timeout_s: float) -> ApiError:
+    return ApiError(
+        422,
+        f"the body took more than {timeout_s:g} s to decode and check (server.decode_timeout_seconds)",
+        details=[{"field": "<body>", "reason": f"decoding time: at most {timeout_s:g} s"}],
+    )
+
+
 async def off_loop(fn: Callable[..., T], /, *args: object, timeout_s: float, **kwargs: object) -> T:
-    """`fn(*args, **kwargs)` in a decoding thread; a 422 naming the limit after `timeout_s`."""
+    """`fn(*args, **kwargs)` off the event loop: in a worker process when `args[0]` (the body) is
+    over :data:`PROCESS_AFTER_BYTES` and a worker is up, else in a decoding thread; a 422 naming
+    the limit after `timeout_s`."""
     loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
     size = len(args[0]) if args and isinstance(args[0], str | bytes) else 0
-    future = loop.run_in_executor(_pool(), _decode_then_trim, functools.partial(fn, *args, **kwargs), size)
     if size > TRIM_AFTER_BYTES:  # once the burst's buffers are freed too: trim again a second later
         global _trim_later
         if _trim_later is not None:
             _trim_later.cancel()
         _trim_later = loop.call_later(1.0, lambda: loop.run_in_executor(_pool(), _trim_now))
     try:
+        if size > PROCESS_AFTER_BYTES:
+            workers = await _warm_decoders()
+            if workers is not None and workers.ready:
+                try:
+                    result: T = await workers.run(fn, args, kwargs, deadline=deadline)
+                    return result
+                except decoders.NotPortable:
+                    pass  # decoded in a thread below
+                except decoders.WorkerLost as exc:
+                    raise ApiError(
+                        500,
+                        f"the process decoding the body ended before it answered ({exc}); nothing was stored",
+                    ) from None
+        future = loop.run_in_executor(
+            _pool(), _decode_then_trim, functools.partial(fn, *args, **kwargs), size
+        )
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout_at(deadline):
                 return await future
         finally:
-            # A refusal's traceback holds this frame: without `future` (which holds the refusal)
-            # there is no cycle (`asyncio.wait_for` would keep one in its own frame), and the
-            # frames, the body's text and request among them, are freed with the answer rather
-            # than when the garbage collector next runs.
-            del future
+            del future  # it holds a refusal whose traceback holds this frame: no cycle (decoders.run)
     except TimeoutError:
-        raise ApiError(
-            422,
-            f"the body took more than {timeout_s:g} s to decode and check (server.decode_timeout_seconds)",
-            details=[{"field": "<body>", "reason": f"decoding time: at most {timeout_s:g} s"}],
-        ) from None
+        raise _overran(timeout_s) from None
