@@ -108,7 +108,7 @@ async def test_an_event_created_meanwhile_elsewhere_is_found_and_counted() -> No
     )
 
     class Late(StoreWriter):
-        async def create(self, obj):  # type: ignore[no-untyped-def, override]
+        async def create(self, obj):
             if obj.kind == "Event" and self.store.get("Event", "team-a", name) is None:
                 self.store.create(earlier)
                 raise AlreadyExists("taken meanwhile")
