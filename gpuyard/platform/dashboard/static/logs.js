@@ -82,7 +82,7 @@ function createPanel(ns, key) {
       }
       containerSelect.hidden = names.length <= 1;
       lines.textContent = (log.lines || []).map((l) => `${l}\n`).join("");
-      lines.dataset.pod = pod;
+      lines.dataset.logPod = pod;
       if (!(log.lines || []).length && log.phase === "Pending") say("Pending: not started yet (Follow waits for it)");
       else {
         const ended = log.phase === "Succeeded" || log.phase === "Failed" ? ": the container has finished" : "";
@@ -109,7 +109,7 @@ function createPanel(ns, key) {
     panel.reading += 1; // a read under way is stale now
     followButton.textContent = "Stop";
     lines.textContent = "";
-    lines.dataset.pod = pod;
+    lines.dataset.logPod = pod;
     say("following…");
     try {
       await streamLines(logPath(ns, pod, containerSelect.value, true), (line) => lines.append(`${line}\n`), controller.signal);
@@ -159,7 +159,7 @@ export function logsPanel(ns, name, pods) {
       }
     };
     window.addEventListener("hashchange", away);
-    mine.el.dataset.job = key;
+    mine.el.dataset.logJob = key;
   }
   const panel = current;
   const names = pods.map((p) => p.metadata.name);
@@ -181,7 +181,7 @@ export function logsPanel(ns, name, pods) {
   }
   const pod = pods.find((p) => p.metadata.name === panel.podSelect.value);
   const phase = (pod && pod.summary && pod.summary.phase) || "";
-  if (panel.phases[panel.podSelect.value] !== phase || panel.lines.dataset.pod !== panel.podSelect.value) {
+  if (panel.phases[panel.podSelect.value] !== phase || panel.lines.dataset.logPod !== panel.podSelect.value) {
     panel.phases[panel.podSelect.value] = phase;
     if (!panel.follow) panel.refresh(); // a new pod, or its phase changed: read its log again
   }
