@@ -4,9 +4,11 @@ wait for them), used through the API, and gone with the server's event loop."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import os
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -173,3 +175,37 @@ async def test_an_overrun_through_the_api_is_422_and_the_worker_is_replaced(
     assert "server.decode_timeout_seconds" in error["message"]
     await until(lambda: not alive(first[0]), 10)
     await until(lambda: pool.ready and pool.pids() != first)
+
+
+@pytest.mark.parametrize("processes", [0, 1], ids=["thread", "worker"])
+async def test_a_refused_body_is_freed_with_its_answer_not_by_the_garbage_collector(
+    aiohttp_client: Any, ctx: Context, monkeypatch: pytest.MonkeyPatch, processes: int
+) -> None:
+    """No reference cycle (a refusal's traceback holding a frame that holds the refusal) keeps
+    the handler's frames, and with them the body's text and request, after the answer."""
+    monkeypatch.setattr(decoders, "DECODE_PROCESSES", processes)
+    http = await aiohttp_client(make_app(ctx))
+    if processes:
+        pool = await decoders.decoder_pool(1)
+        pool.warm()
+        await until(lambda: pool.ready)
+    gc.collect()
+    gc.disable()
+    try:
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        r = await http.post(
+            "/api/v1/jobs", data=io.BytesIO(FLAT.encode()), headers={"Content-Type": "application/yaml"}
+        )
+        assert r.status == 422
+        await asyncio.sleep(0.1)
+        gc.collect()
+        kept = sorted(
+            o.f_code.co_name
+            for o in gc.garbage
+            if isinstance(o, types.FrameType) and "gpuyard" in o.f_code.co_filename
+        )
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert kept == []
