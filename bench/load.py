@@ -17,7 +17,13 @@ Phase three (`hostile`, issue 26) starts a server with tokens and times single h
 integer, an XML body, a tenant's system priority class), then has `--tenants` tenants each send
 3 bodies at the size limit at once (YAML of 350,000 keys and 4 MiB of JSON) while `/healthz` is
 polled from a process of its own: its p99 during the burst (target < 50 ms), and the server's
-RSS (VmRSS) before and 2 s after the burst (target: within 50 MiB).
+RSS (VmRSS) before and 2 s after the burst (target: within 50 MiB), with the RSS of its body
+decoding processes (`worker_rss_*_mib`; the burst starts once they are up and idle:
+`waited_for_idle_decoders_s`). Then a valid body of 1,500 jobs (~720 KiB of JSON,
+refused after decoding for an unknown priority class: nothing stored) is sent 3 times: answer
+times and `/healthz` during them (`valid_body`), and what sending its decoded jobs back from a
+decoding process costs, measured in this process (`decoded_transfer`: the pickle's size, the
+worker's `dumps`, the server's `loads`, against decoding it in a thread of the server).
 
 Usage: `python bench/load.py [--jobs 10000] [--clients 50] [--small] [--hostile-only]` (prints JSON).
 """
@@ -102,6 +108,46 @@ class Server:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0
+
+    def children_rss_mib(self) -> dict[int, float]:
+        """The resident set (VmRSS, MiB) of each child process of the server (its body decoders)."""
+        assert self.proc is not None
+        out: dict[int, float] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) != self.proc.pid:
+                    continue
+                for line in (entry / "status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        out[int(entry.name)] = round(int(line.split()[1]) / 1024, 1)
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+        return out
+
+    def wait_for_idle_children(self, count: int, *, timeout_s: float = 20.0) -> float:
+        """Wait until the server has `count` child processes (its body decoders) using no CPU for
+        0.3 s (up and waiting for bodies, not importing); the seconds waited."""
+        started = time.perf_counter()
+        while time.perf_counter() - started < timeout_s:
+            before = self._children_cpu()
+            time.sleep(0.3)
+            after = self._children_cpu()
+            if len(after) >= count and after == before:
+                break
+        return round(time.perf_counter() - started, 1)
+
+    def _children_cpu(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for pid in self.children_rss_mib():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[pid] = int(fields[11]) + int(fields[12])  # utime + stime
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None:
@@ -426,6 +472,88 @@ async def _burst(server: Server, *, tenants: int, per_tenant: int, limit: int) -
     }
 
 
+def _decode_processes() -> int:
+    """How many decoding processes the server starts (0 for a version without them)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from gpuyard.platform.api.decoders import DECODE_PROCESSES
+    except ImportError:
+        return 0
+    return DECODE_PROCESSES
+
+
+VALID_JOBS = 1500
+
+
+def _valid_jobs(jobs: int = VALID_JOBS) -> bytes:
+    """A JSON list of valid jobs in namespace t0 naming a priority class that does not exist: the
+    whole body is decoded and validated, then refused (422), nothing stored."""
+    docs = []
+    for i in range(jobs):
+        doc = job(f"v{i:05d}")
+        doc["metadata"]["namespace"] = "t0"
+        doc["spec"]["runPolicy"] = {"schedulingPolicy": {"priorityClass": "no-such-class"}}
+        docs.append(doc)
+    return json.dumps(docs).encode()
+
+
+async def _valid_body(server: Server, body: bytes, *, sends: int = 3) -> dict[str, Any]:
+    statuses: list[int] = []
+    durations: list[float] = []
+    apart = HealthPoller(server.url)
+    await asyncio.sleep(0.5)
+    headers = {"Authorization": f"Bearer {TENANT_TOKENS[0]}", "Content-Type": "application/json"}
+    async with httpx.AsyncClient(timeout=120, headers=headers) as client:
+        for _ in range(sends):
+            started = time.perf_counter()
+            r = await client.post(f"{server.url}/api/v1/jobs", content=body)
+            durations.append(time.perf_counter() - started)
+            statuses.append(r.status_code)
+    await asyncio.sleep(0.3)
+    health = await asyncio.to_thread(apart.stop)
+    return {
+        "jobs": VALID_JOBS,
+        "body_kib": len(body) // 1024,
+        "statuses": sorted(set(statuses)),
+        "answer_ms": [round(d * 1000) for d in durations],
+        "healthz_p50_ms": round(_pct(health, 0.50) * 1000, 1),
+        "healthz_p99_ms": round(_pct(health, 0.99) * 1000, 1),
+        "healthz_max_ms": round(max(health) * 1000, 1) if health else 0.0,
+        "healthz_samples": len(health),
+    }
+
+
+def _decoded_transfer(body: bytes, *, repeat: int = 3) -> dict[str, Any]:
+    """The cost of the decoded jobs' round trip, in this process: the best of `repeat`."""
+    import pickle
+
+    sys.path.insert(0, str(ROOT))
+    from gpuyard.platform.api.jobs import _decode_jobs
+
+    text = body.decode()
+    decode, dumps, loads = [], [], []
+    data = b""
+    for _ in range(repeat):
+        started = time.perf_counter()
+        decoded = _decode_jobs(
+            text, json_body=True, max_bytes=4 * 1024 * 1024, limit_name="server.max_body_bytes"
+        )
+        decode.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        data = pickle.dumps((True, decoded), protocol=pickle.HIGHEST_PROTOCOL)
+        dumps.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        pickle.loads(data)
+        loads.append(time.perf_counter() - started)
+    return {
+        "jobs": VALID_JOBS,
+        "decode_ms": round(min(decode) * 1000, 1),
+        "result_kib": len(data) // 1024,
+        "worker_dumps_ms": round(min(dumps) * 1000, 1),
+        "server_loads_ms": round(min(loads) * 1000, 1),
+    }
+
+
 def _hostile(base: Path, log: Path, *, tenants: int) -> dict[str, Any]:
     server = Server(base / "hostile", log=log, env=_tokens_env(tenants))
     server.start()
@@ -449,17 +577,26 @@ def _hostile(base: Path, log: Path, *, tenants: int) -> dict[str, Any]:
                 ]
             )
         time.sleep(1.0)
-        rss_before = server.rss_mib()
+        waited = server.wait_for_idle_children(_decode_processes())
+        rss_before, workers_before = server.rss_mib(), server.children_rss_mib()
         burst = asyncio.run(_burst(server, tenants=tenants, per_tenant=3, limit=4 * 1024 * 1024))
         time.sleep(2.0)
-        rss_after = server.rss_mib()
+        rss_after, workers_after = server.rss_mib(), server.children_rss_mib()
+        valid = _valid_jobs()
+        valid_body = asyncio.run(_valid_body(server, valid))
         return {
             "refusals": refusals,
             "stored_after_refusals": stored,
             "burst": burst,
+            "waited_for_idle_decoders_s": waited,
             "rss_before_mib": round(rss_before, 1),
             "rss_after_mib": round(rss_after, 1),
             "rss_growth_mib": round(rss_after - rss_before, 1),
+            "worker_rss_before_mib": sorted(workers_before.values()),
+            "worker_rss_after_mib": sorted(workers_after.values()),
+            "worker_pids_kept": sorted(set(workers_before) & set(workers_after)) == sorted(workers_after),
+            "valid_body": valid_body,
+            "decoded_transfer": _decoded_transfer(valid),
         }
     finally:
         server.kill()
@@ -526,6 +663,7 @@ def _hostile_ok(hostile: dict[str, Any]) -> bool:
         refused
         and hostile["stored_after_refusals"] == 0
         and all(s >= 400 for s in hostile["burst"]["statuses"])
+        and hostile["valid_body"]["statuses"] == [422]
     )
 
 
