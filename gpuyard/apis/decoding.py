@@ -23,7 +23,9 @@ stops at the limit (the C parser holds the interpreter's lock until it is done).
 All of these raise :class:`DocumentLimitError`, which carries the HTTP status (422, or 413 for
 size) and names the limit. Syntax errors are raised as before (`yaml.YAMLError`,
 `json.JSONDecodeError`). The functions are synchronous and hold no state: the API calls them
-in a worker thread (`platform.api.bodies`), so a large body never holds the event loop.
+off the event loop (`platform.api.bodies`), in a worker process for a body over 256 KiB
+(`platform.api.decoders`: a parse there never holds the server's interpreter lock) and in a
+thread for a smaller one.
 """
 
 from __future__ import annotations
