@@ -30,6 +30,7 @@ from gpuyard.scheduler.admission.recording import Key, is_complete
 from gpuyard.scheduler.cache.assuming import assume
 from gpuyard.scheduler.cache.holds import HeldArrays
 from gpuyard.scheduler.cycle.backfilling import Capacity, never_fits, plan_head
+from gpuyard.scheduler.cycle.faults import FAULT_REASON, fault_of
 from gpuyard.scheduler.cycle.memo import GangSignature, Walk
 from gpuyard.scheduler.decisions import PlaceGang
 from gpuyard.scheduler.gangs.outcomes import Placement, Refusal, Unschedulable
@@ -197,9 +198,14 @@ def never_placed(state: Cycling, key: Key, pg: PodGroup) -> Unschedulable | None
     return result
 
 
-def waiting(state: Cycling, pg: PodGroup, code: str, cause: str, *, held: int) -> None:
-    """Why a queued job waits: its position and queue share, then the first blocking cause."""
+def waiting(state: Cycling, pg: PodGroup, code: str, cause: str, *, held: int, never: bool = False) -> None:
+    """Why a queued job waits: its position and queue share, then the first blocking cause. The
+    most fundamental reason comes first: "can never fit" (`never`), then a failed node or GPU its
+    pods must move off (`faults`), then quota or room (`cause`)."""
     key = (pg.metadata.namespace, pg.metadata.name)
+    fault = None if never else fault_of(state.cache.snapshot, pg)
+    if fault is not None:
+        code, cause = FAULT_REASON, f"{fault}; {cause}"
     where = None
     if state.admission.tenancy:
         job = state.admission.queue.get(key)
@@ -435,7 +441,7 @@ def _not_placed(
             state.memo.partial[key] = epoch
         held = len(state.cache.snapshot.placed_pods(key))
         state.recorder.attempted(m)
-        waiting(state, m, result.reason, cause, held=held)
+        waiting(state, m, result.reason, cause, held=held, never=result.never)
 
 
 def _signature(gang: GangRequest) -> GangSignature | None:

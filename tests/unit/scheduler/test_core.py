@@ -297,3 +297,50 @@ def test_quota_used_is_left_to_a_gang_scheduler_that_maintains_it() -> None:
         (status,) = [d for d in of(PatchStatus, out) if d.kind == "ElasticQuota" and d.name == "b"]
         assert ("used" in status.changes) is writes_used
         assert "runtime" in status.changes and "request" in status.changes
+
+
+def _moving(gpu_failed: bool) -> tuple[SchedulerState, Cluster]:
+    """Job a's two 8-GPU pods fill n1 and n2; then a-worker-0 must move off its node (released,
+    with that node as its preferred node), either because GPU 3 of it failed (then it cannot be
+    placed: 7 healthy GPUs there, the other node full) or, with the node healthy, for another
+    reason (e.g. its host ports)."""
+    cluster = Cluster(
+        make_node("n1", gpus=8), make_node("n2", gpus=8), podgroup("a", role(replicas=2, gpus=8))
+    )
+    state = core(cluster)
+    step(state, cluster)
+    step(state, cluster)
+    placed = cluster.get("Reservation", "default", "a-worker-0")
+    node = placed.spec.node
+    if gpu_failed:
+        cluster.spec(
+            "Node", "", node, lambda n: n.metadata.annotations.update({"gpuyard.io/unhealthy-gpus": "3"})
+        )
+
+    def move(pg: Any) -> None:
+        pg.spec.release["a-worker-0"] = placed.metadata.uid
+        pg.spec.preferred_nodes["a-worker-0"] = node
+
+    cluster.spec("PodGroup", "default", "a", move)
+    return state, cluster
+
+
+def test_a_job_moving_off_a_failed_gpu_says_so_before_any_other_reason() -> None:
+    """The most fundamental reason wins: the failed GPU its pod must move off, not the room."""
+    state, cluster = _moving(gpu_failed=True)
+    node = cluster.get("PodGroup", "default", "a").spec.preferred_nodes["a-worker-0"]
+    out = step(state, cluster)
+    (status,) = [p for p in of(PatchStatus, out) if p.name == "a" and "reason" in p.changes]
+    assert status.changes["reason"] == "NodeFault"
+    assert status.changes["message"].startswith(f"pod a-worker-0 must move off {node} (GPU 3 unhealthy); ")
+    assert status.changes["phase"] == "Placed" and status.changes["placed"] == 1  # the other pod runs on
+
+
+def test_a_pod_moving_off_a_healthy_node_is_no_fault() -> None:
+    """Moving for another reason (host ports), off a healthy node: placed again, its room free."""
+    state, cluster = _moving(gpu_failed=False)
+    out = step(state, cluster)
+    (again,) = of(PlaceGang, out)
+    assert [r.metadata.name for r in again.reservations] == ["a-worker-0"]
+    (status,) = [p for p in of(PatchStatus, out) if p.name == "a" and "reason" in p.changes]
+    assert status.changes["reason"] == "Placed" and "must move" not in status.changes["message"]
