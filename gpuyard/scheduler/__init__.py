@@ -38,6 +38,7 @@ from gpuyard.scheduler.placement.registry import DuplicatePluginError, PluginReg
 from gpuyard.scheduler.running import SchedulerLoop
 from gpuyard.state.components import Reconciler, Runnable
 from gpuyard.state.context import Context
+from gpuyard.state.ownership import SCHEDULER
 
 __all__ = [
     "CycleState",
@@ -72,5 +73,7 @@ __all__ = [
 
 
 def components(ctx: Context) -> list[Runnable | Reconciler]:
-    """The scheduler's components: the scheduling loop and the default-ResourceClass reconciler."""
+    """The scheduler's components: the scheduling loop and the default-ResourceClass reconciler,
+    both writing as the scheduler (`state.ownership.SCHEDULER`, its field manager)."""
+    ctx = ctx.for_component(SCHEDULER)
     return [SchedulerLoop(ctx), DefaultClassReconciler(ctx)]

@@ -58,7 +58,7 @@ from gpuyard.state.context import Context
 from gpuyard.state.events import EventRecorder
 from gpuyard.state.ownership import SCHEDULER
 from gpuyard.state.store import AlreadyExists, Gone, NotFound, Store, WatchEvent
-from gpuyard.state.writing import StoreWriter, Writer
+from gpuyard.state.writing import StoreWriter, Writer, unidentified
 
 __all__ = ["ReschedulerService", "SchedulerLoop", "service_for"]
 
@@ -131,7 +131,7 @@ class SchedulerLoop:
         self.writer: Writer = ctx.writer
         # A write is answered at once by the in-memory writer without a journal; otherwise (a
         # journal's group commit, an API server) it waits, and independent writes go together.
-        self._together = ctx.journal is not None or not isinstance(ctx.writer, StoreWriter)
+        self._together = ctx.journal is not None or not isinstance(unidentified(ctx.writer), StoreWriter)
         port_lo, port_hi = ctx.settings.operator.host_port_range
         self.state = SchedulerState(
             profile=profile or profile_from_settings(ctx.settings),

@@ -55,6 +55,7 @@ __all__ = [
     "identified",
     "patchable_status",
     "retry_on_conflict",
+    "unidentified",
     "write_together",
     "writer_identity",
 ]
@@ -151,6 +152,11 @@ class IdentifiedWriter:
 
     def __repr__(self) -> str:
         return f"IdentifiedWriter({self.inner!r}, {self.identity!r})"
+
+
+def unidentified(writer: Writer) -> Writer:
+    """The writer under an identity (`writer` itself when it carries none): what really writes."""
+    return writer.inner if isinstance(writer, IdentifiedWriter) else writer
 
 
 def identified(writer: Writer, identity: str) -> IdentifiedWriter:

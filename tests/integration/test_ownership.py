@@ -3,10 +3,6 @@ submitted, placed and run, one preempted by a more urgent job, a GPU failed unde
 a pod crashed, a job finishing, jobs deleted), the fake API server records every write with the
 identity of the component that made it (`StoreWriter.audit`), and each write is checked against
 the ownership table (`gpuyard.state.ownership.OWNERSHIP`, which `docs/architecture.md` mirrors).
-
-The scheduler's factory (`gpuyard.scheduler.components`) does not name its identity yet: the test
-hands the scheduler's components a context that does (`ctx.for_component(SCHEDULER)`), as the
-factory should.
 """
 
 from __future__ import annotations
@@ -18,10 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-import gpuyard.scheduler
 from gpuyard.apis.core import Event, Pod
 from gpuyard.apis.scheduling import pod_gpus
-from gpuyard.state.context import Context
 from gpuyard.state.ownership import BACKEND, OPERATOR, SCHEDULER, USER, Part, allowed
 from gpuyard.state.writing import StoreWriter, WriteRecord
 from gpuyard.testing import Cluster
@@ -31,7 +25,7 @@ PART: dict[str, Part] = {"create": "create", "update": "update", "patch_status":
 
 @pytest.fixture
 def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[WriteRecord]]:
-    """Every write of the platform's writer, from its first; the scheduler named."""
+    """Every write of the platform's writer, from its first."""
     records: list[WriteRecord] = []
     init = StoreWriter.__init__
 
@@ -39,13 +33,7 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[WriteRecord]]:
         init(self, *args, **kwargs)
         self.audit = records.append
 
-    scheduler_components = gpuyard.scheduler.components
-
-    def named(ctx: Context) -> list[Any]:
-        return scheduler_components(ctx.for_component(SCHEDULER))
-
     monkeypatch.setattr(StoreWriter, "__init__", audited)
-    monkeypatch.setattr(gpuyard.scheduler, "components", named)
     yield records
 
 

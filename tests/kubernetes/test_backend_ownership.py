@@ -8,8 +8,6 @@ real control plane the objects' `managedFields` say the same (the development se
 The writes are read from the server's audit: the development server's `AuditRecord.manager`, the
 real one's audit log (`requestURI`). A DELETE names no field manager, so deletes are left to
 `test_rbac.py` (by gpuyard's token) and the fake backend's `tests/integration/test_ownership.py`.
-The scheduler's factory does not name its identity yet: the test hands its components a context
-that does, as the factory should.
 """
 
 from __future__ import annotations
@@ -17,13 +15,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
-
-import gpuyard.scheduler
 from gpuyard.apis.resources import API_RESOURCES
 from gpuyard.kubecluster.dra import RESOURCE_CLAIMS
 from gpuyard.kubecluster.writing import to_json
-from gpuyard.state.context import Context
 from gpuyard.state.ownership import BACKEND, IDENTITIES, OPERATOR, SCHEDULER, Part, allowed
 from tests.builders import make_node
 from tests.kubernetes.conftest_backend import FakeApiServerView, served
@@ -34,16 +28,6 @@ __all__ = ["served"]
 
 KINDS = {(r.group, r.plural): r.kind for r in (*API_RESOURCES, RESOURCE_CLAIMS)}
 Write = tuple[str, str, Part, str, str]  # (manager, kind, part, namespace/name, what)
-
-
-@pytest.fixture
-def scheduler_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    components = gpuyard.scheduler.components
-
-    def named(ctx: Context) -> list[Any]:
-        return components(ctx.for_component(SCHEDULER))
-
-    monkeypatch.setattr(gpuyard.scheduler, "components", named)
 
 
 def _part(verb: str, sub: str) -> Part | None:
@@ -114,7 +98,6 @@ def disallowed(found: list[Write]) -> list[Write]:
     ]
 
 
-@pytest.mark.usefixtures("scheduler_named")
 async def test_every_write_names_the_component_the_table_gives_it_to(served: FakeApiServerView) -> None:
     client = await connect(served)
     try:

@@ -46,7 +46,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-import gpuyard.scheduler
 from gpuyard.apis.crds import crds
 from gpuyard.apis.gangs import GANG_API_VERSIONS, GANG_KIND
 from gpuyard.apis.resources import API_RESOURCES, resource_for
@@ -60,8 +59,7 @@ from gpuyard.kubecluster.writing import to_json
 from gpuyard.platform.api.auth import hash_token
 from gpuyard.platform.runtime import Platform
 from gpuyard.state.config import Settings, TokenConfig
-from gpuyard.state.context import Context
-from gpuyard.state.ownership import IDENTITIES, SCHEDULER, Part, allowed
+from gpuyard.state.ownership import IDENTITIES, Part, allowed
 from gpuyard.testing.apiserver import AuditRecord, FakeApiServer
 from gpuyard.testing.apiserver.crds import minimal_crd
 from tests.builders import make_node
@@ -628,17 +626,6 @@ SCENARIOS: dict[str, Scenario] = {
 _AUDITED: dict[str, list[AuditRecord]] = {}
 
 
-@pytest.fixture
-def scheduler_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The scheduler's components write as `SCHEDULER` (its factory does not name it yet)."""
-    components = gpuyard.scheduler.components
-
-    def named(ctx: Context) -> list[Any]:
-        return components(ctx.for_component(SCHEDULER))
-
-    monkeypatch.setattr(gpuyard.scheduler, "components", named)
-
-
 async def gpuyards_calls(tmp: Path) -> dict[str, list[AuditRecord]]:
     """Per scenario, the calls that presented gpuyard's token (the scenarios run once per session)."""
     if not _AUDITED:
@@ -652,7 +639,6 @@ async def gpuyards_calls(tmp: Path) -> dict[str, list[AuditRecord]]:
     return _AUDITED
 
 
-@pytest.mark.usefixtures("scheduler_named")
 async def test_the_shipped_rbac_grants_exactly_what_gpuyard_calls(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
@@ -691,7 +677,6 @@ def part_of(record: AuditRecord) -> Part | None:
     return None
 
 
-@pytest.mark.usefixtures("scheduler_named")
 async def test_every_write_gpuyard_makes_is_its_owners(tmp_path_factory: pytest.TempPathFactory) -> None:
     wrong: list[str] = []
     managers: set[str] = set()
