@@ -19,10 +19,14 @@ The cycle, preemption and the rescheduler never see this class: they take the co
 interfaces of their own packages (`cycle.needs.Cycling`, `preemption.needs.Preempting`,
 `rescheduling.needs.Rescheduling`), which it satisfies. It has these entry points:
 
-* `load(objects)` (a full LIST) and `apply(changes)` (watch events: object added, modified,
-  deleted). They only note what changed; a PodGroup event whose generation, labels and
-  annotations did not change is a status-only write (usually the scheduler's own) and is
-  ignored, except the first sight and deletes;
+* `load(objects)` (a full LIST) and `apply(stimuli)`, every other input as a typed stimulus
+  (`decisions`): watch events (object added, modified, deleted) are only noted — a PodGroup
+  event whose generation, labels and annotations did not change is a status-only write
+  (usually the scheduler's own) and is ignored, except the first sight and deletes;
+  `CreateFailed` (the loop could not create a gang's Reservations: the snapshot forgets them
+  and the gang backs off, Kueue's admit pattern; the answer is the statuses to write);
+  `WriteFailed` (a status, Event or deletion was not written: decided again);
+  `RescheduleRequested` (a rescheduler run at the next step);
 * `step(now=, utcnow=)` applies what changed (snapshot rows, reservations, quota tree, queues,
   capacity; spec.release -> delete exactly that Reservation; a deleted PodGroup -> delete its
   Reservations; evictions whose Reservations are gone are cleared), re-activates parked jobs if
@@ -30,9 +34,6 @@ interfaces of their own packages (`cycle.needs.Cycling`, `preemption.needs.Preem
   queues, priority/FIFO, aging, backfill) — quota admission first, then `place()` (pure) — and
   returns :mod:`~gpuyard.scheduler.decisions` for the loop to write. A walk is done in slices of
   `limit` jobs; `more` says whether the walk goes on at the next `step`;
-* `unassume(decision, error=)`: the loop could not create a gang's Reservations; the snapshot
-  forgets them and the gang backs off (Kueue's admit pattern); `write_failed(decision)`: a
-  status or a deletion was not written and is decided again;
 * `next_due(now)`: whether jobs are ready and when the loop must wake next; `take_counts()`:
   what was counted since (attempts, preemptions, migrations), for the loop's metrics; `stats()`.
 
@@ -67,12 +68,16 @@ from gpuyard.scheduler.cycle.memo import CycleMemo, Walk
 from gpuyard.scheduler.cycle.timeouts import time_out, track_deadline
 from gpuyard.scheduler.decisions import (
     ChangeLike,
+    CreateFailed,
     Decision,
     DeleteReservation,
     Outbox,
     PatchStatus,
     PlaceGang,
+    RescheduleRequested,
+    Stimulus,
     Tally,
+    WriteFailed,
 )
 from gpuyard.scheduler.placement.framework import Profile
 from gpuyard.scheduler.preemption.claims import Claims
@@ -157,9 +162,28 @@ class SchedulerState:
             self._consider(pg)
         self._seen_epoch = self.epoch()
 
-    def apply(self, changes: Iterable[ChangeLike]) -> None:
-        """Note watch events (anything with `type` and `object`); `step` acts on them."""
-        self.cache.apply(changes)
+    def apply(self, stimuli: Iterable[Stimulus]) -> list[Decision]:
+        """Take stimuli (`decisions`): object changes (anything with `type` and `object`) are
+        noted for `step` to act on; a failed create is un-assumed and backed off (the answer:
+        its statuses to write); a failed write is decided again when due; a reschedule request
+        runs at the next step."""
+        out: list[Decision] = []
+        changes: list[ChangeLike] = []
+        for stimulus in stimuli:
+            if isinstance(stimulus, CreateFailed):
+                out.extend(self._unassume(stimulus.decision, error=stimulus.error))
+            elif isinstance(stimulus, WriteFailed):
+                self._write_failed(stimulus.decision)
+            elif isinstance(stimulus, RescheduleRequested):
+                if self.rescheduler is None:
+                    stimulus.reply({"error": "no rescheduler runs in this scheduler"})
+                else:
+                    self.rescheduler.ask(dry_run=stimulus.dry_run, reply=stimulus.reply)
+            else:
+                changes.append(stimulus)
+        if changes:
+            self.cache.apply(changes)
+        return out
 
     # --- output ----------------------------------------------------------------------------------
 
@@ -194,7 +218,7 @@ class SchedulerState:
         out.extend(self.admission.status_patches())
         return out
 
-    def unassume(self, decision: PlaceGang, *, error: str) -> list[Decision]:
+    def _unassume(self, decision: PlaceGang, *, error: str) -> list[Decision]:
         """Creating the gang's Reservations failed (those created were deleted again): forget
         them and back the gang off."""
         self.cache.unassume(decision.reservations)
@@ -214,7 +238,7 @@ class SchedulerState:
                 backoff(self, pg, message)
         return self.recorder.take()
 
-    def write_failed(self, decision: Decision) -> None:
+    def _write_failed(self, decision: Decision) -> None:
         """A status write or a deletion did not happen: do it again when next due."""
         if isinstance(decision, PatchStatus):
             if decision.kind == "PodGroup":

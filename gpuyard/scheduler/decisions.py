@@ -1,7 +1,12 @@
 """The plain data that flows in and out of the scheduler's synchronous core.
 
-In: a :class:`Change` (an object added, modified or deleted; the store's watch events have the
-same two fields, `type` and `object`, and are accepted as they are).
+In: *stimuli*, every one through :meth:`~gpuyard.scheduler.core.SchedulerState.apply` (as dask's
+worker state machine takes `handle_stimulus`): a :class:`Change` (an object added, modified or
+deleted; the store's watch events have the same two fields, `type` and `object`, and are accepted
+as they are), :class:`CreateFailed` (a gang's Reservations could not all be created),
+:class:`WriteFailed` (a status, Event or deletion was not written) and
+:class:`RescheduleRequested` (someone asks the rescheduler for a run). Time is the other input:
+`step(now=...)` expires nominations and backoffs, and `next_due` says when to step again.
 
 Out: what :meth:`~gpuyard.scheduler.core.SchedulerState.step` decided, for the async loop
 (`running`) to execute through the writer, in order:
@@ -9,7 +14,7 @@ Out: what :meth:`~gpuyard.scheduler.core.SchedulerState.step` decided, for the a
 * :class:`PlaceGang` — create these Reservations (one gang, already *assumed* in the snapshot);
   only when every create succeeded, execute `then` (the PodGroup statuses `Placed` and the
   `Scheduled` events). If one fails, the loop deletes those it created and hands the decision
-  back to :meth:`~gpuyard.scheduler.core.SchedulerState.unassume` (Kueue's admit pattern);
+  back as a :class:`CreateFailed` stimulus (Kueue's admit pattern);
 * :class:`DeleteReservation` — delete exactly that Reservation (name and uid; a released one, or
   one of a PodGroup that no longer exists);
 * :class:`PatchStatus` — merge these top-level status fields into an object's status
@@ -25,6 +30,7 @@ no metric).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -35,6 +41,7 @@ from gpuyard.apis.scheduling import Reservation
 __all__ = [
     "Change",
     "ChangeLike",
+    "CreateFailed",
     "Decision",
     "DeleteReservation",
     "EventType",
@@ -42,7 +49,10 @@ __all__ = [
     "PatchStatus",
     "PlaceGang",
     "RecordEvent",
+    "RescheduleRequested",
+    "Stimulus",
     "Tally",
+    "WriteFailed",
 ]
 
 Key = tuple[str, str]
@@ -109,6 +119,37 @@ class PlaceGang:
 
 
 Decision = PlaceGang | DeleteReservation | PatchStatus | RecordEvent
+
+
+# --- stimuli other than object changes -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreateFailed:
+    """Creating `decision`'s Reservations failed (those created were deleted again): the core
+    forgets what it assumed and backs the gang off."""
+
+    decision: PlaceGang
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFailed:
+    """`decision` (a status, an Event or a deletion) was not written: decided again when due."""
+
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class RescheduleRequested:
+    """A run of the defragmenting rescheduler at the next step; `reply` gets its result (plain
+    JSON). Without a rescheduler, `reply` gets `{"error": ...}` at once."""
+
+    dry_run: bool
+    reply: Callable[[dict[str, Any]], None]
+
+
+Stimulus = ChangeLike | CreateFailed | WriteFailed | RescheduleRequested
 
 
 class Outbox:

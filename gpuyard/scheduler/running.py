@@ -42,12 +42,16 @@ from gpuyard.scheduler.admission.quota import FairQueue
 from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.core import WATCHED, SchedulerState
 from gpuyard.scheduler.decisions import (
+    CreateFailed,
     Decision,
     DeleteReservation,
     PatchStatus,
     PlaceGang,
     RecordEvent,
+    RescheduleRequested,
+    Stimulus,
     Tally,
+    WriteFailed,
 )
 from gpuyard.scheduler.metrics import SchedulerMetrics
 from gpuyard.scheduler.placement.framework import Profile
@@ -57,7 +61,7 @@ from gpuyard.state.config import SchedulerConfig
 from gpuyard.state.context import Context
 from gpuyard.state.events import EventRecorder
 from gpuyard.state.ownership import SCHEDULER
-from gpuyard.state.store import AlreadyExists, Gone, NotFound, Store, WatchEvent
+from gpuyard.state.store import AlreadyExists, Gone, NotFound, Store
 from gpuyard.state.writing import StoreWriter, Writer, unidentified
 
 __all__ = ["ReschedulerService", "SchedulerLoop", "service_for"]
@@ -80,9 +84,9 @@ def quota_used_elsewhere(scheduler: SchedulerConfig) -> bool:
 class ReschedulerService:
     """The rescheduler of a running scheduler, as the HTTP route (and benchmarks) ask it."""
 
-    def __init__(self, rescheduler: Rescheduler, *, wake: Callable[[], None]) -> None:
-        self._rescheduler = rescheduler
-        self._wake = wake
+    def __init__(self, rescheduler: Rescheduler, *, submit: Callable[[Stimulus], None]) -> None:
+        self._rescheduler = rescheduler  # read for its counters; asked through the loop
+        self._submit = submit
 
     @property
     def migrations(self) -> int:
@@ -93,15 +97,15 @@ class ReschedulerService:
         return self._rescheduler.gpu_hours_lost
 
     def request(self, *, dry_run: bool) -> Coroutine[Any, Any, Result]:
-        """Ask for a run at the next cycle (woken now); the coroutine answers its result."""
+        """Ask for a run at the next cycle (a stimulus to the loop, which wakes); the coroutine
+        answers its result."""
         fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
 
         def reply(result: Result) -> None:
             if not fut.done():
                 fut.set_result(result)
 
-        self._rescheduler.ask(dry_run=dry_run, reply=reply)
-        self._wake()
+        self._submit(RescheduleRequested(dry_run, reply))
         return _wait(fut)
 
 
@@ -147,9 +151,9 @@ class SchedulerLoop:
         self.synced = asyncio.Event()
         self._wake = asyncio.Event()
         self.state.rescheduler = Rescheduler(ctx.settings.scheduler.rescheduler)
-        _SERVICES[ctx.store] = ReschedulerService(self.state.rescheduler, wake=self._wake.set)
+        _SERVICES[ctx.store] = ReschedulerService(self.state.rescheduler, submit=self._submit)
         self._relist = True
-        self._changes: list[WatchEvent] = []
+        self._inbox: list[Stimulus] = []  # watch events and requests, for the next step
 
     # what tests and benchmarks read
     @property
@@ -185,6 +189,11 @@ class SchedulerLoop:
             tg.create_task(self._watch(rv), name="scheduler-watch")
             tg.create_task(self._cycles(), name="scheduler-cycles")
 
+    def _submit(self, stimulus: Stimulus) -> None:
+        """A stimulus from outside the watch (a reschedule request): applied at the next step."""
+        self._inbox.append(stimulus)
+        self._wake.set()
+
     def _kinds(self) -> list[str]:
         known = set(self.store.kinds())
         return [k for k in WATCHED if k in known]
@@ -195,7 +204,7 @@ class SchedulerLoop:
         self.state.load(
             {k: self.store.list(k) for k in self._kinds()}, now=self.clock.now(), utcnow=self.clock.utcnow()
         )
-        self._changes.clear()
+        self._inbox = [s for s in self._inbox if isinstance(s, RescheduleRequested)]  # changes: in the LIST
         self._relist = False
         self._wake.set()
         return rv
@@ -204,7 +213,7 @@ class SchedulerLoop:
         while True:
             try:
                 async for ev in self.store.watch(self._kinds(), since=rv):
-                    self._changes.append(ev)
+                    self._inbox.append(ev)
                     self._wake.set()
                 return
             except Gone:
@@ -220,8 +229,10 @@ class SchedulerLoop:
             while True:
                 if self._relist:
                     self._resync()
-                changes, self._changes = self._changes, []
-                state.apply(changes)
+                stimuli, self._inbox = self._inbox, []
+                answered = state.apply(stimuli)
+                if answered:
+                    await self.execute(answered)
                 started = time.perf_counter()
                 decisions = state.step(now=clock.now(), utcnow=clock.utcnow())
                 self._observe(state.take_counts(), time.perf_counter() - started)
@@ -326,7 +337,7 @@ class SchedulerLoop:
             for res in reversed(landed):
                 await self._undo(res.metadata.namespace, res.metadata.name)
             log.warning("scheduler.assume_failed", job=f"{decision.key[0]}/{decision.key[1]}", error=str(exc))
-            await self.execute(self.state.unassume(decision, error=str(exc)))
+            await self.execute(self.state.apply([CreateFailed(decision, str(exc))]))
             return
         if not self._together:
             for then in decision.then:
@@ -364,10 +375,10 @@ class SchedulerLoop:
             elif isinstance(decision, RecordEvent):
                 await self._record(decision)
         except NotFound:
-            self.state.write_failed(decision)
+            self.state.apply([WriteFailed(decision)])
         except Exception:  # the next cycle writes it again
             log.exception("scheduler.write_failed", decision=type(decision).__name__)
-            self.state.write_failed(decision)
+            self.state.apply([WriteFailed(decision)])
 
     async def _delete_reservation(self, decision: DeleteReservation) -> None:
         """Delete exactly the Reservation named (and with that uid, when one is given)."""

@@ -15,7 +15,16 @@ from gpuyard.apis.core import GPU_RESOURCE
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.quotakinds import ElasticQuota
 from gpuyard.scheduler.core import SchedulerState
-from gpuyard.scheduler.decisions import Change, DeleteReservation, PatchStatus, PlaceGang, RecordEvent
+from gpuyard.scheduler.decisions import (
+    Change,
+    CreateFailed,
+    DeleteReservation,
+    PatchStatus,
+    PlaceGang,
+    RecordEvent,
+    RescheduleRequested,
+    WriteFailed,
+)
 from gpuyard.scheduler.placement.profiles import build_profile
 from tests.unit.scheduler.helpers import make_node, podgroup, role
 
@@ -138,7 +147,7 @@ def test_a_failed_create_is_un_assumed_and_backed_off() -> None:
     cluster = Cluster(make_node("n1", gpus=8), podgroup("a", role(replicas=2, gpus=4)))
     state = core(cluster)
     (placed,) = of(PlaceGang, state.step(now=0.0, utcnow=T0))
-    out = state.unassume(placed, error="disk full")
+    out = state.apply([CreateFailed(placed, "disk full")])
     assert state.cache.snapshot.reservation_count == 0 and state.placed_jobs == 0
     (status,) = of(PatchStatus, out)
     assert status.changes["reason"] == "AssumeFailed" and "disk full" in status.changes["message"]
@@ -270,8 +279,9 @@ def test_a_failed_deletion_holds_the_room_again_and_is_retried() -> None:
     state.apply(cluster.take())
     delete, place_again, *_ = state.step(now=0.0, utcnow=T0)
     assert isinstance(delete, DeleteReservation) and isinstance(place_again, PlaceGang)
-    state.write_failed(delete)  # the deletion was refused ...
-    state.unassume(place_again, error="a-worker-1 already exists")  # ... so the name is still taken
+    state.apply(  # the deletion was refused, so the name is still taken
+        [WriteFailed(delete), CreateFailed(place_again, "a-worker-1 already exists")]
+    )
     assert state.cache.snapshot.reservation_count == 2  # the old Reservation holds its room again
     out = state.step(now=1.0, utcnow=T0)
     assert of(DeleteReservation, out) == [DeleteReservation("default", "a-worker-1", old.metadata.uid)]
@@ -344,3 +354,21 @@ def test_a_pod_moving_off_a_healthy_node_is_no_fault() -> None:
     assert [r.metadata.name for r in again.reservations] == ["a-worker-0"]
     (status,) = [p for p in of(PatchStatus, out) if p.name == "a" and "reason" in p.changes]
     assert status.changes["reason"] == "Placed" and "must move" not in status.changes["message"]
+
+
+def test_a_reschedule_request_is_a_stimulus_answered_at_the_next_step() -> None:
+    """Without a rescheduler the request is answered at once; with one, at the next step."""
+    cluster = Cluster(make_node("n1", gpus=8), podgroup("a", role(gpus=4)))
+    state = core(cluster)
+    answers: list[dict[str, Any]] = []
+    assert state.apply([RescheduleRequested(True, answers.append)]) == []
+    assert answers and "error" in answers[0]
+    from gpuyard.scheduler.rescheduling.rescheduler import Rescheduler
+    from gpuyard.state.config import Settings
+
+    state.rescheduler = Rescheduler(Settings().scheduler.rescheduler)
+    answers.clear()
+    state.apply([RescheduleRequested(True, answers.append)])
+    assert answers == []  # not yet: the core acts on stimuli when stepped
+    step(state, cluster)
+    assert len(answers) == 1 and "error" not in answers[0]
