@@ -117,10 +117,10 @@ def offer(state: Cycling, walk: Walk, job: Any) -> None:
                 known = walk.verdicts[shape] = (refusal, adm.owed(key))
             if maybe_reclaim(state, key, owed=known[1] if known is not None else None):
                 walk.verdicts.clear()
-    except ValueError as exc:  # a request of this job that no cycle can read: retrying cannot help
-        invalid_request(state, key, str(exc))
+    except RequestError as exc:  # a request of this job that no cycle can read: retrying cannot help
+        invalid_request(state, key, f"{exc.resource}: {exc.reason}")
         walk.verdicts.clear()
-    except Exception:  # one bad job must not stop the scheduler: retry it later
+    except Exception:  # a bug (never the job's fault): logged, and the job retried later
         log.exception("scheduler.cycle_failed", job=f"{key[0]}/{key[1]}")
         state.admission.queue.backoff(key, until=state.now + state.recorder.backoff_delay(key))
         walk.verdicts.clear()

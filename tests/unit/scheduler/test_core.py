@@ -372,3 +372,19 @@ def test_a_reschedule_request_is_a_stimulus_answered_at_the_next_step() -> None:
     assert answers == []  # not yet: the core acts on stimuli when stepped
     step(state, cluster)
     assert len(answers) == 1 and "error" not in answers[0]
+
+
+def test_a_bug_in_placement_is_never_reported_as_the_jobs_invalid_request(monkeypatch: Any) -> None:
+    """Only a request error (`RequestError`) is the job's fault; a ValueError from a bug is
+    logged and the job backed off, its status never saying "InvalidRequest"."""
+    import gpuyard.scheduler.cycle.attempting as attempting
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("a bug in a plugin")
+
+    monkeypatch.setattr(attempting, "place", broken)
+    cluster = Cluster(make_node("n1", gpus=8), podgroup("a", role(gpus=4)))
+    state = core(cluster)
+    out = step(state, cluster)
+    assert [p for p in of(PatchStatus, out) if p.changes.get("reason") == "InvalidRequest"] == []
+    assert state.queue.is_held(("default", "a"))  # backed off, tried again later
