@@ -28,6 +28,7 @@ durable; the job operator reacts to what they write.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, get_args
 
 from aiohttp import web
@@ -172,6 +173,10 @@ LIST_SCHEMA: dict[str, Any] = {
 }
 
 
+_YIELD_EVERY = 100
+"""Documents of one submission checked between two yields to the event loop."""
+
+
 @operation(
     "Submit jobs (YAML or JSON, multi-document; all or nothing)",
     tags=["jobs"],
@@ -200,7 +205,10 @@ async def submit(request: web.Request) -> web.Response:
     jobs: list[TrainingJob] = []
     problems: list[dict[str, str]] = []
     unknown: list[str] = []
+    classes = all_classes(ctx.store).values()
     for i, (job, found, strange) in enumerate(decoded):
+        if i and not i % _YIELD_EVERY:
+            await asyncio.sleep(0)  # a bulk submission shares the loop with every other request
         prefix = f"documents[{i}]." if multi else ""
         problems += found
         if job is None:
@@ -208,7 +216,7 @@ async def submit(request: web.Request) -> web.Response:
         unknown += strange
         for problem in validate_gang_request(job, store=ctx.store):  # could this job ever be placed?
             problems.append({"field": prefix + problem.field, "reason": problem.reason})
-        for detail in unknown_class_problems(job, all_classes(ctx.store).values()):
+        for detail in unknown_class_problems(job, classes):
             problems.append({"field": prefix + detail["field"], "reason": detail["reason"]})
         jobs.append(job)
     if problems:
@@ -216,7 +224,6 @@ async def submit(request: web.Request) -> web.Response:
         raise ApiError(422, f"invalid {what}: nothing was stored", details=problems)
     warnings = answer_unknown_fields(mode, unknown)  # Strict: 422 naming them
     forbidden: list[dict[str, str]] = []
-    classes = all_classes(ctx.store).values()
     for i, job in enumerate(jobs):
         who = authorize(request, "write", job.metadata.namespace)
         prefix = f"documents[{i}]." if multi else ""
