@@ -8,15 +8,24 @@ Pure builders of plain dicts (no Kubernetes client here; the Kubernetes backend 
   `architecture`, `cudaComputeCapability`, `pcieBusID` and `resource.kubernetes.io/pciBusID`
   (sysfs form `0000:07:00.0`), optional `driverVersion`/`cudaDriverVersion`, and capacity `memory`.
   gpuyard-fake nodes publish these so DRA mode runs without hardware;
-- :func:`match_slice_devices` -- a published slice matched to the topology by UUID, else PCI bus id;
-  devices that match no GPU are returned apart (the backend reports them, never uses them), and
-  :func:`unmatched_message` is what the Warning Event on the node (reason :data:`UNMATCHED`) says,
-  recorded through the one Event recorder (`gpuyard.state.events`);
+- :func:`node_pools` -- the complete `gpu.nvidia.com` pools of the published slices, one per node,
+  read as the real driver (k8s-dra-driver-gpu) writes them: a pool may span several slices
+  (`spec.pool.name`, `generation`, `resourceSliceCount`), only the newest generation of a pool
+  counts, and a pool is used only once all `resourceSliceCount` slices of that generation are seen;
+  devices are read in the `resource.k8s.io/v1` shape and the v1beta1 one (attributes under `basic`),
+  by their published names, through :func:`published_device` (`uuid`, `pcieBusID` or the standard
+  `resource.kubernetes.io/pciBusID`, `productName`, capacity `memory`; `index`/`minor` only where
+  published: the driver's v1 releases no longer publish them);
+- :func:`match_slice_devices` -- a published pool (or one slice) matched to the topology by UUID,
+  else PCI bus id; devices that match no GPU are returned apart (the backend reports them, never
+  uses them), and :func:`unmatched_message` is what the Warning Event on the node (reason
+  :data:`UNMATCHED`) says, recorded through the one Event recorder (`gpuyard.state.events`);
 - :func:`claim_template` -- one ResourceClaimTemplate per job role (`count` GPUs of device class
   `gpu.nvidia.com`, with the CEL selectors of the role's ResourceClass);
 - :func:`resource_claim` -- the claim of one placed pod: `status.allocation.devices.results` names
-  exactly the GPUs the scheduler chose (request, driver, pool, device), the allocation's node
-  selector pins the node, and `status.reservedFor` is the pod;
+  exactly the GPUs the scheduler chose (request, driver, pool, device: the published pool and device
+  names where a match is given, else the node and `gpu-<minor>`), the allocation's node selector
+  pins the node, and `status.reservedFor` is the pod;
 - :func:`cel_selectors` -- a ResourceClass selector as DRA CEL expressions
   (`memory Gt 10Gi` -> `device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("10Gi")) > 0`).
 
@@ -28,7 +37,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,12 +49,16 @@ __all__ = [
     "DEVICE_CLASS",
     "DRIVER",
     "UNMATCHED",
+    "PublishedDevice",
+    "PublishedPool",
     "SliceMatch",
     "UnsupportedSelector",
     "cel_selectors",
     "claim_template",
     "device_name",
     "match_slice_devices",
+    "node_pools",
+    "published_device",
     "resource_claim",
     "resource_slice",
     "unmatched_message",
@@ -148,31 +161,146 @@ def resource_slice(
 
 
 @dataclass(frozen=True, slots=True)
+class PublishedDevice:
+    """One device of a published slice, as gpuyard reads it (None: not published)."""
+
+    name: str
+    uuid: str | None = None
+    pci_bus_id: str | None = None  # sysfs form, lower case: `0000:07:00.0`
+    product: str | None = None  # `productName`: NVML's name, `NVIDIA A100-SXM4-80GB`
+    memory: str | None = None  # capacity `memory`, a quantity (`81920Mi`, `80Gi`)
+    index: int | None = None  # only older driver releases publish `index` and `minor`
+    minor: int | None = None
+
+
+def _attr(attrs: Mapping[str, Any], *names: str) -> Any:
+    """The value of the first of `names` that is published (a DeviceAttribute holds one of
+    `string`, `int`, `bool`, `version`)."""
+    for name in names:
+        value = attrs.get(name)
+        if isinstance(value, dict):
+            for kind in ("string", "int", "version", "bool"):
+                if value.get(kind) is not None:
+                    return value[kind]
+    return None
+
+
+def published_device(device: Mapping[str, Any]) -> PublishedDevice:
+    """A slice's device in the `resource.k8s.io/v1` shape (`attributes`, `capacity` on the device)
+    or the v1beta1 one (under `basic`)."""
+    basic = device.get("basic")
+    body: Mapping[str, Any] = basic if isinstance(basic, dict) else device
+    attrs = body.get("attributes") or {}
+    memory = (body.get("capacity") or {}).get("memory")
+    bus = _attr(attrs, PCI_BUS_ID, "pcieBusID")
+    index, minor = _attr(attrs, "index"), _attr(attrs, "minor")
+    return PublishedDevice(
+        name=str(device.get("name")),
+        uuid=_attr(attrs, "uuid"),
+        pci_bus_id=str(bus).lower() if bus else None,
+        product=_attr(attrs, "productName"),
+        memory=str(memory.get("value")) if isinstance(memory, dict) and memory.get("value") else None,
+        index=index if isinstance(index, int) else None,
+        minor=minor if isinstance(minor, int) else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedPool:
+    """A complete pool of one node: the slices of its newest generation, their devices."""
+
+    name: str
+    node: str
+    generation: int
+    slices: tuple[str, ...]  # the slices' names
+    devices: tuple[PublishedDevice, ...]
+
+
+def _pool_of(slices: Sequence[Mapping[str, Any]]) -> PublishedPool:
+    spec = slices[0].get("spec") or {}
+    pool = spec.get("pool") or {}
+    return PublishedPool(
+        name=str(pool.get("name") or spec.get("nodeName")),
+        node=str(spec.get("nodeName")),
+        generation=int(pool.get("generation") or 0),
+        slices=tuple(str((s.get("metadata") or {}).get("name")) for s in slices),
+        devices=tuple(
+            published_device(d) for s in slices for d in (s.get("spec") or {}).get("devices") or []
+        ),
+    )
+
+
+def _generation(slice_obj: Mapping[str, Any]) -> int:
+    return int(((slice_obj.get("spec") or {}).get("pool") or {}).get("generation") or 0)
+
+
+def node_pools(
+    slices: Iterable[Mapping[str, Any]], *, driver: str = DRIVER
+) -> tuple[dict[str, PublishedPool], list[str]]:
+    """The complete pools of `driver` by node, and the names of the pools left out as incomplete.
+
+    Slices of other drivers and slices not local to one node (`nodeName` unset: `allNodes`, a node
+    selector, per-device node selection) are skipped. Of a pool only its newest `generation`
+    counts; it is complete once as many slices of that generation are seen as they say
+    (`resourceSliceCount`); a node with several complete pools gets the one named like it, else the
+    first by name."""
+    by_pool: dict[str, list[Mapping[str, Any]]] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") != driver or not spec.get("nodeName"):
+            continue
+        name = str((spec.get("pool") or {}).get("name") or spec["nodeName"])
+        by_pool.setdefault(name, []).append(s)
+    pools: dict[str, PublishedPool] = {}
+    incomplete: list[str] = []
+    for name in sorted(by_pool):
+        newest = max(_generation(s) for s in by_pool[name])
+        current = sorted(
+            (s for s in by_pool[name] if _generation(s) == newest),
+            key=lambda s: str((s.get("metadata") or {}).get("name")),
+        )
+        wanted = max(int((current[0]["spec"].get("pool") or {}).get("resourceSliceCount") or 1), 1)
+        if len(current) < wanted:
+            incomplete.append(name)
+            continue
+        pool = _pool_of(current)
+        held = pools.get(pool.node)
+        if held is None or (pool.name == pool.node and held.name != held.node):
+            pools[pool.node] = pool
+    return pools, incomplete
+
+
+@dataclass(frozen=True, slots=True)
 class SliceMatch:
     """Published device name -> GPU index, and the devices that match no GPU of the topology."""
 
     by_device: dict[str, int]
     unmatched: list[str]
+    pool: str = ""  # the published pool the device names belong to
+
+    @property
+    def by_index(self) -> dict[int, str]:
+        """GPU index -> the published name of its device."""
+        return {index: name for name, index in self.by_device.items()}
 
 
-def match_slice_devices(topology: NodeTopology, slice_obj: dict[str, Any]) -> SliceMatch:
-    """Match a published slice's devices to the topology's GPUs by UUID, else by PCI bus id."""
+def match_slice_devices(topology: NodeTopology, published: PublishedPool | Mapping[str, Any]) -> SliceMatch:
+    """Match a published pool's devices (or one slice's) to the topology's GPUs by UUID, else by
+    PCI bus id."""
+    pool = published if isinstance(published, PublishedPool) else _pool_of([published])
     by_uuid = {g.uuid: g.index for g in topology.spec.gpus if g.uuid}
     by_bus = {_sysfs_bus(g.pci_bus_id): g.index for g in topology.spec.gpus if g.pci_bus_id}
     found: dict[str, int] = {}
     unmatched: list[str] = []
-    for device in (slice_obj.get("spec") or {}).get("devices") or []:
-        attrs = device.get("attributes") or {}
-        uuid = (attrs.get("uuid") or {}).get("string")
-        bus = (attrs.get(PCI_BUS_ID) or attrs.get("pcieBusID") or {}).get("string")
-        index = by_uuid.get(uuid) if uuid else None
-        if index is None and bus:
-            index = by_bus.get(bus.lower())
+    for device in pool.devices:
+        index = by_uuid.get(device.uuid) if device.uuid else None
+        if index is None and device.pci_bus_id:
+            index = by_bus.get(device.pci_bus_id)
         if index is None:
-            unmatched.append(str(device.get("name")))
+            unmatched.append(device.name)
         else:
-            found[str(device.get("name"))] = index
-    return SliceMatch(found, unmatched)
+            found[device.name] = index
+    return SliceMatch(found, unmatched, pool.name)
 
 
 UNMATCHED = "UnmatchedDevices"  # the reason of the Warning Event on the node
@@ -185,7 +313,7 @@ def unmatched_reference(node: str) -> dict[str, str]:
 
 def unmatched_message(node: str, slice_name: str, unmatched: Sequence[str]) -> str:
     """What the Warning Event on the node says: these published devices match no GPU of its
-    NodeTopology, and gpuyard does not allocate them."""
+    NodeTopology, and gpuyard does not allocate them (`slice_name`: the slice, or `pool <name>`)."""
     return (
         f"ResourceSlice {slice_name} publishes {', '.join(unmatched)}, which match no GPU of NodeTopology "
         f"{node} by UUID or PCI bus id; gpuyard does not allocate them"
@@ -286,9 +414,12 @@ def resource_claim(
     namespace: str,
     selectors: Sequence[str] = (),
     request: str = "gpus",
+    published: SliceMatch | None = None,
 ) -> dict[str, Any]:
     """The ResourceClaim of one placed pod, allocated to exactly `gpus` of `topology`'s node and
-    reserved for the pod. ValueError for an index the node does not have."""
+    reserved for the pod; `published`: the node's pool matched to the topology, whose pool and
+    device names the allocation uses (None: pool = node, devices `gpu-<minor>`). ValueError for an
+    index the node does not have, or one the pool does not publish."""
     node = topology.metadata.name
     known = {g.index: g for g in topology.spec.gpus}
     missing = [i for i in gpus if i not in known]
@@ -301,9 +432,14 @@ def resource_claim(
     }
     if selectors:
         exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
-    results = [
-        {"request": request, "driver": DRIVER, "pool": node, "device": device_name(known[i])} for i in gpus
-    ]
+    if published is None:
+        pool, names = node, {i: device_name(g) for i, g in known.items()}
+    else:
+        pool, names = published.pool, published.by_index
+        unpublished = [i for i in gpus if i not in names]
+        if unpublished:
+            raise ValueError(f"GPUs {unpublished} of node {node} are not published in pool {pool}")
+    results = [{"request": request, "driver": DRIVER, "pool": pool, "device": names[i]} for i in gpus]
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceClaim",

@@ -19,7 +19,11 @@ resource would keep `/readyz` down): at the first pod, again when a pod goes to 
 slice yet (a node that just joined may have published one since; in `auto` mode a pod placed
 there without a claim would ask the device plugin instead), and again at the next pod once the
 last LIST is older than `max_age` seconds (a driver that republished its devices is seen within
-that). They are matched to the node's NodeTopology by UUID / PCI bus id (`devices.dra.match_slice_devices`); a
+that). They are read as NVIDIA's DRA driver publishes them (`devices.dra.node_pools`): a node's pool
+may span several slices, only its newest generation counts, and a pool is used only once all
+`resourceSliceCount` slices of it are listed (until then the node counts as publishing none). A
+pool's devices are matched to the node's NodeTopology by UUID / PCI bus id
+(`devices.dra.match_slice_devices`), and the claim names the published pool and device names; a
 published device that matches no GPU is reported once as a Warning Event on the node (reason
 `UnmatchedDevices`, through the backend's Event recorder) and never allocated.
 
@@ -44,7 +48,10 @@ from gpuyard.apis.scheduling import pod_gpus
 from gpuyard.devices.dra import (
     DRIVER,
     UNMATCHED,
+    PublishedPool,
+    SliceMatch,
     match_slice_devices,
+    node_pools,
     resource_claim,
     unmatched_message,
     unmatched_reference,
@@ -92,6 +99,13 @@ def _strip_gpu(resources: dict[str, Any]) -> bool:
             if not values:
                 del resources[part]
     return found
+
+
+def _slices_named(pool: PublishedPool) -> str:
+    """The slice of a one-slice pool by name, else the pool and its slices."""
+    if len(pool.slices) == 1:
+        return pool.slices[0]
+    return f"pool {pool.name} ({', '.join(pool.slices)})"
 
 
 @dataclass
@@ -156,8 +170,9 @@ class DraAllocator:
         self.listed_at: float | None = None
         self.lists = 0
         self.served: bool | None = None  # resource.k8s.io/v1 served (None: not asked yet)
-        self.slices: dict[str, Json] = {}  # node -> its gpu.nvidia.com slice
-        self.matched: dict[str, dict[str, int]] = {}  # node -> device name -> GPU index
+        self.pools: dict[str, PublishedPool] = {}  # node -> its complete gpu.nvidia.com pool
+        self.incomplete: list[str] = []  # pools of the last LIST not all of whose slices were seen
+        self.matched: dict[str, SliceMatch] = {}  # node -> its pool matched to its NodeTopology
         self.reported: set[tuple[str, tuple[str, ...]]] = set()
         self.claims_written = 0
 
@@ -175,30 +190,29 @@ class DraAllocator:
         return self.served
 
     async def refresh(self) -> None:
-        """LIST the `gpu.nvidia.com` slices (one pool per node)."""
+        """LIST the `gpu.nvidia.com` slices and keep each node's complete pool."""
         items, _ = await self.client.list(RESOURCE_SLICES)
         self.listed_at = self.now()
         self.lists += 1
-        self.slices = {
-            s["spec"]["nodeName"]: s
-            for s in items
-            if (s.get("spec") or {}).get("driver") == DRIVER and (s.get("spec") or {}).get("nodeName")
-        }
+        self.pools, incomplete = node_pools(items)
+        if incomplete and incomplete != self.incomplete:
+            log.info("kube.dra.incomplete_pools", pools=incomplete)
+        self.incomplete = incomplete
         self.matched.clear()
 
-    async def _slice_for(self, node: str) -> Json | None:
+    async def _pool_for(self, node: str) -> PublishedPool | None:
         if self.mode == "off" or not await self._serves():
             return None
         age = None if self.listed_at is None else self.now() - self.listed_at
-        if age is None or age >= self.max_age or node not in self.slices:
+        if age is None or age >= self.max_age or node not in self.pools:
             await self.refresh()
-        return self.slices.get(node)
+        return self.pools.get(node)
 
-    async def _match(self, node: str, topology: NodeTopology, slice_obj: Json) -> dict[str, int]:
+    async def _match(self, node: str, topology: NodeTopology, pool: PublishedPool) -> SliceMatch:
         if node in self.matched:
             return self.matched[node]
-        match = match_slice_devices(topology, slice_obj)
-        self.matched[node] = match.by_device
+        match = match_slice_devices(topology, pool)
+        self.matched[node] = match
         key = (node, tuple(match.unmatched))
         if match.unmatched and key not in self.reported:
             self.reported.add(key)
@@ -208,12 +222,12 @@ class DraAllocator:
                     await self.events.record(
                         unmatched_reference(node),
                         reason=UNMATCHED,
-                        message=unmatched_message(node, slice_obj["metadata"]["name"], match.unmatched),
+                        message=unmatched_message(node, _slices_named(pool), match.unmatched),
                         type="Warning",
                     )
                 except (ApiError, BackendError) as exc:  # a report: never fails the pod's create
                     log.warning("kube.dra.unmatched_event_failed", node=node, error=str(exc))
-        return match.by_device
+        return match
 
     async def prepare(self, pod: Pod, body: Json, node: str) -> PendingClaim | None:
         """Rewrite `body` (the pod as it will be created) for DRA when DRA applies to `node`; the
@@ -222,8 +236,8 @@ class DraAllocator:
         if not gpus or self.mode == "off":
             return None
         where = f"pod {pod.metadata.namespace or 'default'}/{pod.metadata.name}"
-        slice_obj = await self._slice_for(node)
-        if slice_obj is None:
+        pool = await self._pool_for(node)
+        if pool is None:
             if self.mode == "on":
                 raise BackendError(
                     f"{where}: backend.kubernetes.dra is on but node {node} publishes no {DRIVER} "
@@ -233,8 +247,8 @@ class DraAllocator:
         topology = self.store.get_of(NodeTopology, "", node)
         if topology is None:
             raise BackendError(f"{where}: node {node} has no NodeTopology to match its ResourceSlice to")
-        usable = set((await self._match(node, topology, slice_obj)).values())
-        missing = [g for g in gpus if g not in usable]
+        match = await self._match(node, topology, pool)
+        missing = [g for g in gpus if g not in match.by_index]
         if missing:
             raise BackendError(
                 f"{where}: GPUs {missing} of node {node} are not published in its ResourceSlice"
@@ -242,7 +256,13 @@ class DraAllocator:
         namespace = body["metadata"].get("namespace") or "default"
         try:
             claim = resource_claim(
-                topology, gpus, pod=pod.metadata.name, pod_uid="", namespace=namespace, request=CLAIM_REQUEST
+                topology,
+                gpus,
+                pod=pod.metadata.name,
+                pod_uid="",
+                namespace=namespace,
+                request=CLAIM_REQUEST,
+                published=match,
             )
         except ValueError as exc:
             raise BackendError(f"{where}: {exc}") from None

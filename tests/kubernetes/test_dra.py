@@ -29,6 +29,7 @@ from gpuyard.state.store import Store
 from gpuyard.testing.apiserver.fixture import RunningApiServer
 from tests.builders import make_pod
 from tests.kubernetes.test_backend_platform import platform, settings
+from tests.unit.devices.test_dra import driver_device, driver_slice
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = load_scenario(ROOT / "configs" / "clusters" / "demo.yaml")
@@ -247,5 +248,47 @@ async def test_slices_are_listed_again_for_a_new_node_and_when_old(fake_apiserve
         with pytest.raises(BackendError, match=r"GPUs \[1\] .* not published"):
             await prepare(70.0)  # older than max_age: listed again, GPU 1 is gone
         assert dra.lists == 3
+    finally:
+        await kube.close()
+
+
+async def test_a_pool_split_over_slices_is_used_once_complete_and_its_names_claimed(
+    fake_apiserver: RunningApiServer,
+) -> None:
+    """Slices as NVIDIA's DRA driver writes them (shape: `tests/unit/devices/test_dra.py`
+    `driver_device`): a newer generation split over two slices replaces the old one; while only one
+    of its slices is listed the node counts as publishing none; once both are, the claim names the
+    devices by their published names (`gpu-<minor>`, minors in another order than the indices)."""
+    kube = await KubeClient.connect(kubeconfig=str(fake_apiserver.kubeconfig), request_timeout=5.0)
+    try:
+        topology = SCENARIO.topologies()[0]
+        node = topology.metadata.name
+        store = Store()
+        store.register(NodeTopology)
+        store.observe(topology)
+        clock = [0.0]
+        dra = DraAllocator(client=kube, store=store, mode="auto", now=lambda: clock[0])
+
+        async def prepare(at: float) -> Any:
+            clock[0] = at
+            p = make_pod("p", node=node, gpus=2)
+            p.metadata.annotations["gpuyard.io/devices"] = json.dumps({"gpus": [0, 1]})
+            return await dra.prepare(p, to_json(p), node)
+
+        await kube.create(RESOURCE_SLICES, resource_slice(topology, generation=1))
+        count = len(topology.spec.gpus)
+        devices = [driver_device(g, minor=(g.index + 1) % count) for g in topology.spec.gpus]
+        half = count // 2
+        await kube.create(
+            RESOURCE_SLICES, driver_slice(node, node, devices[:half], generation=2, count=2, part=0)
+        )
+        assert await prepare(0.0) is None and dra.incomplete == [node]  # generation 2 not all there
+        await kube.create(
+            RESOURCE_SLICES, driver_slice(node, node, devices[half:], generation=2, count=2, part=1)
+        )
+        claim = await prepare(1.0)  # the node had no pool: listed again
+        assert claim is not None and dra.incomplete == [] and dra.lists == 2
+        results = claim.body["status"]["allocation"]["devices"]["results"]
+        assert [(r["pool"], r["device"]) for r in results] == [(node, "gpu-1"), (node, "gpu-2")]
     finally:
         await kube.close()

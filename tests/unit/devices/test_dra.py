@@ -19,6 +19,7 @@ from gpuyard.devices.dra import (
     cel_selectors,
     claim_template,
     match_slice_devices,
+    node_pools,
     resource_claim,
     resource_slice,
     unmatched_message,
@@ -134,3 +135,134 @@ def test_an_invalid_claim_is_caught_by_the_schema() -> None:
     claim["status"]["allocation"]["devices"]["results"][0]["devicee"] = "typo"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(claim, VERSIONS[0], strict=True)
+
+
+# --- slices as NVIDIA's DRA driver (k8s-dra-driver-gpu) writes them --------------------------------
+
+
+def driver_device(node_gpu: Any, *, minor: int, beta: bool = False) -> dict[str, Any]:
+    """One full GPU as the real driver publishes it.
+
+    v1 shape: k8s-dra-driver-gpu `cmd/gpu-kubelet-plugin/deviceinfo.go` `GpuInfo.GetDevice()` on
+    `k8s.io/api/resource/v1`: name `gpu-<minor>` (the device node's minor, not the NVML index),
+    attributes `type`, `uuid`, `productName`, `brand`, `architecture`, `cudaComputeCapability`,
+    `driverVersion`, `cudaDriverVersion` (versions), `pcieBusID` (go-nvlib's `GetPCIBusID()`:
+    `0000:07:00.0`), `addressingMode`, and capacity `memory` in bytes as a BinarySI quantity; no
+    `index` or `minor`. v1beta1 shape (`beta`): the earlier release on `resource/v1beta1`, the same
+    under `basic`, with `index` and `minor` and without `pcieBusID`."""
+    attrs: dict[str, Any] = {
+        "type": {"string": "gpu"},
+        "uuid": {"string": node_gpu.uuid},
+        "productName": {"string": "NVIDIA A100-SXM4-80GB"},
+        "brand": {"string": "Nvidia"},
+        "architecture": {"string": "Ampere"},
+        "cudaComputeCapability": {"version": "8.0.0"},
+        "driverVersion": {"version": "550.54.15"},
+        "cudaDriverVersion": {"version": "12.4.0"},
+    }
+    capacity = {"memory": {"value": "80Gi"}}
+    if beta:
+        attrs |= {"index": {"int": node_gpu.index}, "minor": {"int": minor}}
+        return {"name": f"gpu-{node_gpu.index}", "basic": {"attributes": attrs, "capacity": capacity}}
+    bus = node_gpu.pci_bus_id.lower()[4:]  # NVML 00000000:07:00.0 -> 0000:07:00.0
+    attrs |= {"pcieBusID": {"string": bus}, "addressingMode": {"string": ""}}
+    return {"name": f"gpu-{minor}", "attributes": attrs, "capacity": capacity}
+
+
+def driver_slice(
+    node: str, pool: str, devices: list[dict[str, Any]], *, generation: int, count: int, part: int
+) -> dict[str, Any]:
+    """A slice of a node-local pool as the kubelet plugin helper writes it (`<node>-gpu.nvidia.com-<random>`)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com-{generation}x{part}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+            "devices": devices,
+        },
+    }
+
+
+# minors in another order than the NVML indices: the claim must name what is published
+MINORS = [1, 0, 3, 2, 5, 4, 7, 6]
+
+
+def test_pools_of_the_real_driver_newest_generation_complete_pools_only() -> None:
+    node = get_preset("dgx-a100", node_name="a100-0")
+    other = get_preset("dgx-a100", node_name="a100-1")
+    devices = [driver_device(g, minor=MINORS[g.index]) for g in node.spec.gpus]
+    slices = [
+        # generation 1: one slice with a device the driver no longer publishes
+        driver_slice(
+            "a100-0", "a100-0", [{"name": "gpu-42", "attributes": {}}], generation=1, count=1, part=0
+        ),
+        # generation 2: the pool split in two slices
+        driver_slice("a100-0", "a100-0", devices[:4], generation=2, count=2, part=0),
+        driver_slice("a100-0", "a100-0", devices[4:], generation=2, count=2, part=1),
+        # a100-1: one of its two slices is not there yet
+        driver_slice(
+            "a100-1", "a100-1", [driver_device(other.spec.gpus[0], minor=0)], generation=1, count=2, part=0
+        ),
+        # another driver's slice on the same node
+        {
+            **driver_slice("a100-0", "a100-0", [], generation=9, count=1, part=0),
+            "spec": {
+                "driver": "nic.example.com",
+                "nodeName": "a100-0",
+                "pool": {"name": "a100-0", "generation": 9, "resourceSliceCount": 1},
+                "devices": [],
+            },
+        },
+    ]
+    for s in slices[:4]:
+        valid(s)
+    pools, incomplete = node_pools(slices)
+    assert list(pools) == ["a100-0"] and incomplete == ["a100-1"]
+    pool = pools["a100-0"]
+    assert (pool.name, pool.generation, len(pool.slices)) == ("a100-0", 2, 2)
+    assert [d.name for d in pool.devices] == [f"gpu-{m}" for m in MINORS]
+    first = pool.devices[0]
+    assert (first.uuid, first.pci_bus_id, first.product, first.memory) == (
+        node.spec.gpus[0].uuid,
+        "0000:07:00.0",
+        "NVIDIA A100-SXM4-80GB",
+        "80Gi",
+    )
+    assert first.index is None and first.minor is None  # the v1 driver publishes neither
+    match = match_slice_devices(node, pool)
+    assert match.unmatched == [] and match.pool == "a100-0"
+    assert match.by_index == {g.index: f"gpu-{MINORS[g.index]}" for g in node.spec.gpus}
+    claim = resource_claim(node, [0, 1, 4], pod="p", pod_uid="u", namespace="default", published=match)
+    valid(claim)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert [(r["pool"], r["device"]) for r in results] == [
+        ("a100-0", "gpu-1"),
+        ("a100-0", "gpu-0"),
+        ("a100-0", "gpu-5"),
+    ]
+
+
+def test_devices_match_by_bus_id_alone_and_in_the_v1beta1_shape() -> None:
+    node = get_preset("dgx-a100", node_name="a100-0")
+    v1 = [driver_device(g, minor=g.index) for g in node.spec.gpus]
+    for d in v1:
+        del d["attributes"]["uuid"]  # matched by pcieBusID
+    pools, _ = node_pools([driver_slice("a100-0", "a100-0", v1, generation=1, count=1, part=0)])
+    assert len(match_slice_devices(node, pools["a100-0"]).by_device) == 8
+    beta = [driver_device(g, minor=g.index, beta=True) for g in node.spec.gpus]
+    pools, _ = node_pools([driver_slice("a100-0", "a100-0", beta, generation=1, count=1, part=0)])
+    published = pools["a100-0"].devices[3]
+    assert (published.index, published.minor, published.uuid) == (3, 3, node.spec.gpus[3].uuid)
+    assert match_slice_devices(node, pools["a100-0"]).by_index[3] == "gpu-3"
+
+
+def test_a_gpu_the_pool_does_not_publish_is_refused_in_the_claim() -> None:
+    node = get_preset("dgx-a100", node_name="a100-0")
+    devices = [driver_device(g, minor=g.index) for g in node.spec.gpus if g.index != 5]
+    pools, _ = node_pools([driver_slice("a100-0", "a100-0", devices, generation=1, count=1, part=0)])
+    match = match_slice_devices(node, pools["a100-0"])
+    with pytest.raises(ValueError, match=r"GPUs \[5\] .* not published in pool a100-0"):
+        resource_claim(node, [4, 5], pod="p", pod_uid="u", namespace="default", published=match)
