@@ -109,12 +109,20 @@ def topology_objects(scenario: Scenario) -> list[dict[str, Any]]:
     return out
 
 
+FAKE_DRIVER_VERSION = (
+    "550.54.15"  # what fake nodes' slices say NVML reports (the real driver always publishes both)
+)
+FAKE_CUDA_DRIVER_VERSION = "12.4.0"
+
+
 def slice_objects(scenario: Scenario) -> list[dict[str, Any]]:
     """One `gpu.nvidia.com` ResourceSlice per node with a topology (pool = node name), as NVIDIA's
-    DRA driver publishes them (`devices.dra.resource_slice`)."""
+    DRA driver publishes them (`devices.dra.resource_slice`, driver and CUDA versions included)."""
     out = []
     for topo in scenario.topologies():
-        body = resource_slice(topo)
+        body = resource_slice(
+            topo, driver_version=FAKE_DRIVER_VERSION, cuda_driver_version=FAKE_CUDA_DRIVER_VERSION
+        )
         body["metadata"]["labels"] = dict(MANAGED_BY)
         out.append(body)
     return out
