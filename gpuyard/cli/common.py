@@ -19,6 +19,7 @@ from gpuyard.cli.client import ApiClient, ClientError
 from gpuyard.cli.output import OutputFormat
 
 __all__ = [
+    "KUBELET_PICKS_GPUS",
     "OUTPUTS",
     "call",
     "client_options",
@@ -31,6 +32,12 @@ __all__ = [
 ]
 
 OUTPUTS = OutputFormat()
+
+KUBELET_PICKS_GPUS = (
+    "GPUs are picked by the kubelet here (backend.kubernetes.gpu_resource: nvidia.com/gpu, count-only): "
+    "the GPU indices below are the scheduler's; NVIDIA's device plugin chooses which GPUs a container gets"
+)
+"""What `describe job` and `describe node` say when the server answers `gpusPickedBy: kubelet`."""
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -21,6 +21,7 @@ import click
 
 from gpuyard.cli.client import ApiClient, ClientError, join_error
 from gpuyard.cli.common import (
+    KUBELET_PICKS_GPUS,
     call,
     client_options,
     fail,
@@ -321,7 +322,9 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
     ns, name = split_ref(ref, namespace)
     client = ApiClient(server, token=token)
     job = call(client.job, ns, name)
-    pods = call(client.job_pods, ns, name).get("items", [])
+    pods_body = call(client.job_pods, ns, name)
+    pods = pods_body.get("items", [])
+    picked_by = pods_body.get("gpusPickedBy") or "scheduler"
     events = call(client.job_events, ns, name).get("items", [])
 
     def table(_wide: bool = False) -> None:
@@ -374,6 +377,8 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
             )
         click.echo("")
         click.echo("Pods:")
+        if picked_by == "kubelet":
+            click.echo(f"  {KUBELET_PICKS_GPUS}.")
         print_table(
             ["  NAME", "PHASE", "NODE", "HOST-PORT", "GPUS"],
             [
@@ -394,7 +399,7 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
             [[f"  {e.get('type')}", e.get("reason"), e.get("count", 1), e.get("message")] for e in events],
         )
 
-    emit({"job": job, "pods": pods, "events": events}, output, table)
+    emit({"job": job, "pods": pods, "events": events, "gpusPickedBy": picked_by}, output, table)
 
 
 DISRUPTION_REASONS = frozenset({"Preempted", "Preempting", "Reclaiming", "Migrated", "Migrating", "Evicted"})

@@ -5,7 +5,10 @@ capacity, allocatable), `.../pods` (the pods bound to it and what the non-termin
 `.../events` (events about the node) and `.../topology`, drawn with `gpuyard.devices.render.draw`
 (GPUs grouped by socket, NUMA node and PCIe switch, each GPU with its holder, then the NIC holders,
 the unhealthy GPUs with the node agent's reason for each (an XID, MIG mode) and the GPU link matrix). A node without GPUs says so. `-o json|yaml` prints
-`{"node", "pods", "allocated", "events", "topology"}` (`topology` null where there is none).
+`{"node", "pods", "allocated", "events", "topology", "gpusPickedBy"}` (`topology` null where there is
+none; `gpusPickedBy` is `kubelet` in count-only mode, `backend.kubernetes.gpu_resource: nvidia.com/gpu`,
+and the text then says under the GPUs held that the kubelet picks the GPUs, the indices being the
+scheduler's).
 Mount with `register(root)`; it merges into an existing `describe` group.
 """
 
@@ -22,7 +25,7 @@ from gpuyard.apis.core import GPU_RESOURCE
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.quantity import QuantityError, parse_quantity
 from gpuyard.cli.client import ApiClient, ClientError
-from gpuyard.cli.common import call, client_options, fail, mount
+from gpuyard.cli.common import KUBELET_PICKS_GPUS, call, client_options, fail, mount
 from gpuyard.cli.lazy import LazyGroup
 from gpuyard.cli.output import emit
 from gpuyard.devices.agent.health import ANNOTATION_UNHEALTHY_REASONS
@@ -178,9 +181,12 @@ def render_describe(data: dict[str, Any]) -> str:
     lines += _cells(["RESOURCE", "REQUESTS", "LIMITS"], rows)
     gpus_by_job = allocated.get("gpusByJob") or {}
     gpu_total = _gpu_count(node)
+    kubelet_picks = data.get("gpusPickedBy") == "kubelet"
     if gpu_total or gpus_by_job:
         held = sorted({g for gs in gpus_by_job.values() for g in gs})
         lines.append(f"  GPUs held: {len(held)} of {gpu_total}")
+        if kubelet_picks:
+            lines.append(f"  {KUBELET_PICKS_GPUS}.")
         rows = [[j, ",".join(map(str, gs))] for j, gs in gpus_by_job.items()]
         if rows:
             lines += _cells(["JOB", "GPUS"], rows, "    ")
@@ -262,6 +268,7 @@ def describe_node(name: str, output: str, server: str | None, token: str | None)
         "allocated": pods.get("allocated", {}),
         "events": events.get("items", []),
         "topology": topology,
+        "gpusPickedBy": pods.get("gpusPickedBy") or "scheduler",
     }
     emit(data, output, lambda _wide: click.echo(render_describe(data)))
 

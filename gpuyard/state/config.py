@@ -241,6 +241,14 @@ class BackendConfig(Section):
     journal_interval: float = Field(default=0.05, gt=0)
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
 
+    @property
+    def gpus_picked_by(self) -> Literal["scheduler", "kubelet"]:
+        """Who picks the GPUs a container gets: `kubelet` in count-only mode (the Kubernetes
+        backend with `gpu_resource: nvidia.com/gpu`: NVIDIA's device plugin chooses, and the
+        scheduler's GPU indices need not be the container's), else `scheduler`."""
+        count_only = self.kind == "kubernetes" and self.kubernetes.gpu_resource == "nvidia.com/gpu"
+        return "kubelet" if count_only else "scheduler"
+
 
 class OperatorConfig(Section):
     cluster_domain: str = ""

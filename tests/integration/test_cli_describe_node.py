@@ -19,6 +19,8 @@ from click.testing import CliRunner
 from gpuyard.apis.core import Event, Taint
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.scheduling import ANNOTATION_DEVICES, LABEL_JOB_NAME
+from gpuyard.cli import jobs as job_commands
+from gpuyard.cli.common import KUBELET_PICKS_GPUS
 from gpuyard.cli.nodes import register
 from gpuyard.state.context import Context
 from tests.builders import make_node, make_pod
@@ -32,6 +34,7 @@ def root() -> None:
 
 
 register(root)
+job_commands.register(root)
 
 WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -147,7 +150,8 @@ async def test_describe_gpu_node_shows_everything_kubectl_does_then_the_topology
 
     r = await live.cli("describe", "node", "dgx-0", "-o", "json")
     data = json.loads(r.output)
-    assert set(data) == {"node", "pods", "allocated", "events", "topology"}
+    assert set(data) == {"node", "pods", "allocated", "events", "topology", "gpusPickedBy"}
+    assert data["gpusPickedBy"] == "scheduler" and "picked by the kubelet" not in out
     assert data["allocated"]["gpusByJob"] == {"team-a/big": [0, 1, 2, 3, 4, 5, 6, 7]}
     assert data["allocated"]["requests"]["cpu"] == "8" and data["allocated"]["pods"] == 2
     assert sorted(int(g) for g in data["topology"]["gpus"]) == list(range(8))
@@ -217,3 +221,30 @@ async def test_node_pods_and_events_routes(live: Live) -> None:
         assert tenant["allocated"] == body["allocated"]
     r = await live.cli("describe", "node", "dgx-0", token="alice")
     assert r.exit_code == 0 and "other/other" in r.output and "team-b" not in r.output, r.output
+
+
+async def test_count_only_mode_says_the_kubelet_picks_the_gpus(live: Live) -> None:
+    """With `backend.kubernetes.gpu_resource: nvidia.com/gpu` the device plugin picks each container's
+    GPUs: `describe node` and `describe job` say the indices shown are the scheduler's, not the
+    container's (`gpusPickedBy: kubelet` in the node's and the job's pods answers)."""
+    backend = live.ctx.settings.backend
+    backend.kind = "kubernetes"
+    backend.kubernetes.gpu_resource = "nvidia.com/gpu"
+    assert backend.gpus_picked_by == "kubelet"
+    r = await live.cli("describe", "node", "dgx-0")
+    assert r.exit_code == 0, r.output
+    allocated = "\n".join(_section(r.output, "Allocated resources:"))
+    assert f"{KUBELET_PICKS_GPUS}." in allocated and "GPUs held: 8 of 8" in allocated
+    data = json.loads((await live.cli("describe", "node", "dgx-0", "-o", "json")).output)
+    assert data["gpusPickedBy"] == "kubelet"
+
+    r = await live.cli("describe", "job", "team-a/pytorch-simple")
+    assert r.exit_code == 0, r.output
+    pods = _section(r.output, "Pods:")
+    assert pods[1] == f"  {KUBELET_PICKS_GPUS}.", pods
+    data = json.loads((await live.cli("describe", "job", "team-a/pytorch-simple", "-o", "json")).output)
+    assert data["gpusPickedBy"] == "kubelet"
+
+    backend.kubernetes.gpu_resource = "auto"  # the scheduler's GPUs are the container's again
+    r = await live.cli("describe", "job", "team-a/pytorch-simple")
+    assert KUBELET_PICKS_GPUS not in r.output

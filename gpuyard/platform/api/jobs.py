@@ -66,7 +66,7 @@ from gpuyard.platform.api.tenancy import binding_problems, priority_problems
 from gpuyard.state.store import AlreadyExists
 from gpuyard.state.writing import create_all
 
-__all__ = ["pod_view", "setup", "summarize"]
+__all__ = ["GPUS_PICKED_BY_SCHEMA", "pod_view", "setup", "summarize"]
 
 
 def summarize(job: TrainingJob) -> dict[str, Any]:
@@ -170,6 +170,21 @@ JOB_SCHEMA: dict[str, Any] = {
 LIST_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"items": {"type": "array", "items": {"type": "object"}}},
+}
+
+GPUS_PICKED_BY_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "enum": ["scheduler", "kubelet"],
+    "description": "Who picks the GPUs a container gets: `scheduler` (the pods' `gpus` are the container's) or "
+    "`kubelet` (count-only mode, `backend.kubernetes.gpu_resource: nvidia.com/gpu`: NVIDIA's device plugin "
+    "picks them, and the scheduler's GPU indices need not be what the container gets).",
+}
+JOB_PODS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "items": {"type": "array", "items": {"type": "object"}},
+        "gpusPickedBy": GPUS_PICKED_BY_SCHEMA,
+    },
 }
 
 
@@ -455,7 +470,7 @@ async def put_job(request: web.Request) -> web.Response:
     "The pods of a job, with node, host port, GPUs and env",
     tags=["jobs"],
     params=PAGING,
-    response=LIST_SCHEMA,
+    response=JOB_PODS_SCHEMA,
     errors=[404],
 )
 async def job_pods(request: web.Request) -> web.Response:
@@ -470,9 +485,9 @@ async def job_pods(request: web.Request) -> web.Response:
     ]
     pods.sort(key=lambda p: (p.metadata.namespace, p.metadata.name))
     page, token = paginate(request, pods)
-    return web.json_response(
-        list_body([pod_view(p) for p in page], next_token=token, resource_version=store.resource_version)
-    )
+    body = list_body([pod_view(p) for p in page], next_token=token, resource_version=store.resource_version)
+    body["gpusPickedBy"] = request.app[CTX].settings.backend.gpus_picked_by
+    return web.json_response(body)
 
 
 @operation(

@@ -25,7 +25,7 @@ from gpuyard.apis.scheduling import LABEL_JOB_NAME, Reservation
 from gpuyard.platform.api.app import CTX, stored
 from gpuyard.platform.api.auth import allowed_namespaces, authorize
 from gpuyard.platform.api.errors import ApiError
-from gpuyard.platform.api.jobs import pod_view
+from gpuyard.platform.api.jobs import GPUS_PICKED_BY_SCHEMA, pod_view
 from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.api.paging import PAGING, event_order, list_body, paginate
 from gpuyard.state.store import Store
@@ -115,6 +115,7 @@ NODE_PODS_SCHEMA: dict[str, Any] = {
             },
         },
         "metadata": {"type": "object", "properties": {"resourceVersion": {"type": "string"}}},
+        "gpusPickedBy": GPUS_PICKED_BY_SCHEMA,
     },
 }
 EVENTS_SCHEMA: dict[str, Any] = {
@@ -204,7 +205,9 @@ async def node_pods(request: web.Request) -> web.Response:
     _must_node(request, name)
     allowed = allowed_namespaces(request)
     visible = None if allowed is None else set(allowed)
-    return web.json_response(node_pods_view(store, name, visible=visible))
+    body = node_pods_view(store, name, visible=visible)
+    body["gpusPickedBy"] = request.app[CTX].settings.backend.gpus_picked_by
+    return web.json_response(body)
 
 
 @operation(
