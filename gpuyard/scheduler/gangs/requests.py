@@ -340,6 +340,9 @@ def shape_of(
     pod also asks for exactly one GPU of that class (`nvidia.v100: 1`, or `nvidia.com/gpu: 1`).
     """
     requests = spec.requests()
+    for name, amount in sorted(requests.items()):
+        if amount < 0:  # admission refuses these; one written past it is this job's error
+            raise RequestError(name, f"a request must not be negative, got {name}: {amount}")
     share = parse_share(requests)
     plain = {k: v for k, v in requests.items() if k not in SHARE_RESOURCES} if share.asked else requests
     req = parse_gpu_request(plain, classes)
