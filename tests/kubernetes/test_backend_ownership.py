@@ -38,11 +38,13 @@ def _part(verb: str, sub: str) -> Part | None:
     return None
 
 
-def writes(server: Any) -> list[Write]:
-    """The successful creates, updates and patches that named a gpuyard field manager."""
-    calls: list[
-        tuple[str, str, str, str, str, str, str, int]
-    ] = []  # manager group plural sub verb ns name code
+Call = tuple[str, str, str, str, str, str, str, int]  # manager group plural sub verb ns name code
+
+
+def calls_of(server: Any) -> list[Call]:
+    """Every request the server audited, as (manager, group, plural, subresource, verb, namespace,
+    name, response code)."""
+    calls: list[Call] = []
     if isinstance(server, FakeApiServerView):
         for r in server.server.audit or []:
             calls.append((r.manager, r.group, r.resource, r.subresource, r.verb, r.namespace, r.name, r.code))
@@ -62,8 +64,13 @@ def writes(server: Any) -> list[Write]:
                     e.get("responseStatus", {}).get("code", 0),
                 )
             )
+    return calls
+
+
+def writes(server: Any) -> list[Write]:
+    """The successful creates, updates and patches that named a gpuyard field manager."""
     out: list[Write] = []
-    for manager, group, plural, sub, verb, ns, name, code in calls:
+    for manager, group, plural, sub, verb, ns, name, code in calls_of(server):
         part = _part(verb, sub)
         if manager in IDENTITIES and part is not None and 200 <= code < 300:
             what = f"{verb} {group}/{plural}{'/' + sub if sub else ''}"
@@ -116,6 +123,8 @@ async def test_every_write_names_the_component_the_table_gives_it_to(served: Fak
         await client.close()
     found = writes(served)
     assert {OPERATOR, SCHEDULER, BACKEND} <= {w[0] for w in found}, sorted({w[0] for w in found})
+    invalid = [c for c in calls_of(served) if c[0] in IDENTITIES and c[7] in (400, 415, 422)]
+    assert not invalid, f"writes the API server refused as invalid: {invalid}"  # its validation passes
     wrong = disallowed(found)
     assert not wrong, "writes the ownership table gives to another writer:\n" + "\n".join(map(str, wrong))
     if served.real:  # the server's own record of who owns which field

@@ -7,8 +7,9 @@ ServiceAccount, with a token from `kubectl create token` (the API server enforce
 authorization and OwnerReferencesPermissionEnforcement); `kubectl apply -f` submits KubeDL's
 `example/tf/tf_job_mnist.yaml` as shipped. The leader is SIGKILLed while the job runs; the standby
 takes the Lease over and the job ends Succeeded, its pod bound once, by gpuyard's ServiceAccount.
-The API server's audit log shows no request of gpuyard's refused (403), and every request it made is
-one the shipped roles grant.
+The API server's audit log shows no request of gpuyard's refused (403), no write of gpuyard's
+refused as invalid (400, 415, 422: everything it writes passes the real API server's validation),
+and every request it made is one the shipped roles grant.
 """
 
 from __future__ import annotations
@@ -115,5 +116,14 @@ def test_two_replicas_as_gpuyards_service_account_run_kubedls_tfjob_through_a_le
             }
         )
         assert not refused, f"RBAC refused gpuyard's calls: {refused}"
+        invalid = sorted(
+            {
+                (e["verb"], e["objectRef"].get("resource", ""), e["objectRef"].get("subresource", ""))
+                for e in ours
+                if e["verb"] in ("create", "update", "patch")
+                and e.get("responseStatus", {}).get("code") in (400, 415, 422)
+            }
+        )
+        assert not invalid, f"the API server refused gpuyard's writes as invalid: {invalid}"
         shipped = [d for d in yaml.safe_load_all(printed) if d]
         assert {d["kind"] for d in shipped} >= {"ClusterRole", "Deployment", "CustomResourceDefinition"}
