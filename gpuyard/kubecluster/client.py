@@ -36,7 +36,7 @@ from gpuyard.state.backend import BackendError
 from gpuyard.state.store import AlreadyExists, Conflict, Gone, NotFound
 from gpuyard.state.writing import writer_identity
 
-__all__ = ["ApiError", "Json", "KubeClient", "WatchSilent", "load_configuration"]
+__all__ = ["ApiError", "Json", "KubeClient", "WatchSilent", "load_configuration", "status_of"]
 
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -89,15 +89,20 @@ async def load_configuration(
     return conf
 
 
-def _error(status: int, body: bytes | str, *, what: str, creating: bool = False) -> Exception:
-    """The gpuyard error for a Kubernetes error answer (a `Status` body when it has one)."""
-    reason, message = "", ""
+def status_of(body: bytes | str) -> tuple[str, str]:
+    """(reason, message) of a Kubernetes error answer: its `Status` body's, else ("", its text)."""
     try:
         data = json.loads(body) if body else {}
-        if isinstance(data, dict):
-            reason, message = str(data.get("reason") or ""), str(data.get("message") or "")
     except ValueError:
-        message = body.decode(errors="replace") if isinstance(body, bytes) else body
+        return "", body.decode(errors="replace") if isinstance(body, bytes) else body
+    if isinstance(data, dict):
+        return str(data.get("reason") or ""), str(data.get("message") or "")
+    return "", ""
+
+
+def _error(status: int, body: bytes | str, *, what: str, creating: bool = False) -> Exception:
+    """The gpuyard error for a Kubernetes error answer (a `Status` body when it has one)."""
+    reason, message = status_of(body)
     text = f"{what}: {status} {reason}: {message}".rstrip(": ")
     if status == 404:
         return NotFound(text)

@@ -15,7 +15,6 @@ the RBAC, 500 when the API server cannot reach the kubelet (`dial tcp ...: conne
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,7 +22,7 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuyard.kubecluster.client import ApiError
+from gpuyard.kubecluster.client import ApiError, status_of
 
 __all__ = ["MAX_LINE_BYTES", "open_pod_log"]
 
@@ -33,13 +32,8 @@ MAX_LINE_BYTES = 1 << 20
 
 def _refusal(status: int, body: bytes, *, what: str) -> ApiError:
     """The error of a non-2xx answer: the message of its `Status` body (else its text)."""
-    reason, message = "", ""
-    try:
-        data = json.loads(body) if body else {}
-        if isinstance(data, dict):
-            reason, message = str(data.get("reason") or ""), str(data.get("message") or "")
-    except ValueError:
-        message = body.decode("utf-8", "replace").strip()
+    reason, message = status_of(body)
+    message = message.strip()
     return ApiError(f"{what}: {message or reason or f'HTTP {status}'}", status=status, reason=reason)
 
 

@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import ctypes
-import ctypes.util
 import functools
 import threading
 import time
@@ -255,16 +253,7 @@ _TRIM_LOCK = threading.Lock()
 _last_trim = 0.0
 
 
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
-
-
-_LIBC = _libc()
+_LIBC = decoders.malloc_trim_libc()
 
 
 def return_memory() -> None:

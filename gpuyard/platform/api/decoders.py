@@ -182,7 +182,8 @@ def _answer(request: bytearray) -> bytes:
         return _error_reply(exc)
 
 
-def _libc() -> ctypes.CDLL | None:
+def malloc_trim_libc() -> ctypes.CDLL | None:
+    """The C library when it has `malloc_trim` (glibc), else None."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else None
@@ -209,7 +210,7 @@ def serve(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     for name in PRELOAD:
         importlib.import_module(name)
-    libc = _libc()
+    libc = malloc_trim_libc()
     _send(sock, b"ready", _rss_bytes())
     while True:
         try:
