@@ -313,14 +313,20 @@ class KubeClient:
         name: str,
         *,
         resource_version: str | None = None,
+        uid: str | None = None,
         grace_period: int | None = None,
     ) -> Json:
-        """DELETE one object; `grace_period=0` is a kubelet's final delete of a pod (no waiting)."""
+        """DELETE one object; `grace_period=0` is a kubelet's final delete of a pod (no waiting).
+        `resource_version` and `uid` are preconditions: the server answers 409 when the object it
+        holds under that name is another."""
         body: Json | None = None
-        if resource_version or grace_period is not None:
+        preconditions = {
+            k: v for k, v in (("resourceVersion", resource_version), ("uid", uid)) if v is not None
+        }
+        if preconditions or grace_period is not None:
             body = {"apiVersion": "v1", "kind": "DeleteOptions"}
-            if resource_version:
-                body["preconditions"] = {"resourceVersion": resource_version}
+            if preconditions:
+                body["preconditions"] = preconditions
             if grace_period is not None:
                 body["gracePeriodSeconds"] = grace_period
         return await self.request("DELETE", res.path(namespace=namespace or None, name=name), body=body)

@@ -62,7 +62,7 @@ from gpuyard.kubecluster.heartbeats import (
 from gpuyard.kubecluster.writing import SCHEDULER_NAME, KubeWriter
 from gpuyard.state.clock import Clock
 from gpuyard.state.config import NODE_LEASE_NAMESPACE
-from gpuyard.state.store import NotFound, Store
+from gpuyard.state.store import Conflict, NotFound, Store
 
 __all__ = [
     "ANNOTATION_DERIVED",
@@ -324,7 +324,13 @@ class NodeModel:
     # --- lost nodes ------------------------------------------------------------------------------
 
     async def fail_lost(self) -> int:
-        """Fail the active pods of nodes lost longer than the grace period; return how many."""
+        """Fail the active pods of nodes lost longer than the grace period; return how many.
+
+        A pod there that is being deleted (the taint manager's eviction is a graceful delete) is
+        also deleted at once (gracePeriodSeconds 0, as its kubelet's final delete would be): with the
+        kubelet gone nobody finishes it, and it holds the name its replacement needs. That is done
+        whatever its phase, on every pass: the eviction may reach this cache only after the pod was
+        failed here. The delete names the pod's uid, so a replacement of the same name is never hit."""
         if self.writer is None or not self.is_leader():
             return 0
         now = self.clock.now()
@@ -332,27 +338,25 @@ class NodeModel:
         for name, since in list(self.lost_since.items()):
             if now - since < self.grace:
                 continue
-            for pod in [p for p in self.pods_on.get(name, {}).values() if p.status.phase in ACTIVE]:
+            for pod in list(self.pods_on.get(name, {}).values()):
                 ns, pod_name = pod.metadata.namespace, pod.metadata.name
                 try:
-                    await self.writer.patch_status(
-                        "Pod",
-                        ns,
-                        pod_name,
-                        {"phase": "Failed", "reason": NODE_LOST, "message": f"node {name} was lost"},
-                    )
-                    failed += 1
+                    if pod.status.phase in ACTIVE:
+                        await self.writer.patch_status(
+                            "Pod",
+                            ns,
+                            pod_name,
+                            {"phase": "Failed", "reason": NODE_LOST, "message": f"node {name} was lost"},
+                        )
+                        failed += 1
                     if pod.metadata.deletion_timestamp is not None:
-                        # Evicted by the taint manager (a graceful delete) from a node whose kubelet
-                        # is gone: nobody will finish the delete, and the pod holds the name its
-                        # replacement needs. Finish it, as the kubelet would (gracePeriodSeconds 0).
-                        await self.writer.delete("Pod", ns, pod_name, grace_period=0)
+                        await self.writer.delete(
+                            "Pod", ns, pod_name, uid=pod.metadata.uid or None, grace_period=0
+                        )
                         forced += 1
-                except NotFound:
-                    continue
-            if name not in self.raw and not any(
-                p.status.phase in ACTIVE for p in self.pods_on.get(name, {}).values()
-            ):
+                except (NotFound, Conflict):
+                    continue  # gone already, or the name is another pod's now
+            if name not in self.raw and not self.pods_on.get(name):  # gone, and every pod with it
                 self.lost_since.pop(name, None)
         if failed:
             self.pods_failed += failed

@@ -291,16 +291,18 @@ class KubeWriter:
         name: str,
         *,
         resource_version: str | None = None,
+        uid: str | None = None,
         grace_period: int | None = None,
     ) -> None:
-        """Delete one object. `grace_period=0` deletes a pod at once, as its kubelet's final delete
-        would: only for a pod whose kubelet is gone (`nodes.py`)."""
+        """Delete one object (`resource_version`, `uid`: preconditions). `grace_period=0` deletes a
+        pod at once, as its kubelet's final delete would: only for a pod whose kubelet is gone
+        (`nodes.py`)."""
         self._check(f"delete {kind} {name}")
         held = self.store.get(kind, namespace, name)
         res = self._resource(kind, held.api_version if held is not None else None)
         try:
             raw = await self._api().delete(
-                res, namespace, name, resource_version=resource_version, grace_period=grace_period
+                res, namespace, name, resource_version=resource_version, uid=uid, grace_period=grace_period
             )
         except NotFound:
             self.store.forget(kind, namespace, name)

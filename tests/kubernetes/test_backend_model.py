@@ -144,6 +144,48 @@ async def test_lost_node_waits_for_the_grace_period() -> None:
     assert await nodes.fail_lost() == 1 and failed == ["p:NodeLost"]
 
 
+async def test_a_pod_evicted_after_it_was_failed_is_still_deleted_at_once() -> None:
+    """The taint manager's eviction (a graceful delete) may reach the cache only after gpuyard failed
+    the pod: with the kubelet gone nobody finishes it, so a later pass deletes it (grace 0, by uid)."""
+    from datetime import UTC, datetime
+
+    store, clock = new_store(), VirtualClock()
+    nodes = model(store, clock, grace=5)
+    calls: list[str] = []
+
+    class Recorder:
+        async def patch_status(
+            self, kind: str, namespace: str, name: str, changes: dict, **_: object
+        ) -> None:
+            calls.append(f"fail {name}:{changes['reason']}")
+
+        async def delete(self, kind: str, namespace: str, name: str, **options: object) -> None:
+            calls.append(f"delete {name} uid={options['uid']} grace={options['grace_period']}")
+
+    nodes.writer = cast(Writer, Recorder())
+    nodes.put(with_rv(make_node("n"), "1"))
+    pod = make_pod("p", node="n")
+    pod.metadata.uid = "uid-1"
+    pod.status.phase = "Running"
+    pod.metadata.resource_version = "2"
+    mirror = nodes.pod_mirror()
+    mirror.put(pod)
+    nodes.drop("Node", "", "n")
+    await clock.advance(6)
+    assert await nodes.fail_lost() == 1 and calls == ["fail p:NodeLost"]
+    failed = pod.clone()
+    failed.status.phase = "Failed"
+    failed.metadata.resource_version = "3"
+    mirror.put(failed)
+    assert await nodes.fail_lost() == 0 and calls == ["fail p:NodeLost"]  # nothing left to do
+    evicted = failed.clone()
+    evicted.metadata.deletion_timestamp = datetime.now(UTC)
+    evicted.metadata.resource_version = "4"
+    mirror.put(evicted)
+    assert await nodes.fail_lost() == 0
+    assert calls == ["fail p:NodeLost", "delete p uid=uid-1 grace=0"]
+
+
 def test_kubernetes_plan_checks_the_kubeconfig(tmp_path: Path) -> None:
     missing = Settings(
         backend={"kind": "kubernetes", "kubernetes": {"kubeconfig": str(tmp_path / "nope.yaml")}}
