@@ -100,8 +100,21 @@ def _node_name(node: str | None) -> str:
     show_default=True,
     help="Device-plugin resources to serve: gpu, rdma, gpu-share (MPS shares).",
 )
+@click.option(
+    "--cdi/--no-cdi",
+    default=None,
+    help="Device plugin: answer with CDI device names instead of /dev nodes (agent.cdi, off).",
+)
+@click.option(
+    "--mps-pipe-dir",
+    "mps_pipe_directory",
+    default=None,
+    metavar="DIR",
+    help="The node's MPS pipe directory, mounted into GPU-share pods (agent.mps_pipe_directory, /tmp/nvidia-mps).",
+)
 def agent_command(**opts: Any) -> None:
     """Discover this node's devices, publish its NodeTopology, watch GPU health."""
+    from gpuyard.devices.agent.allocating import AllocationOptions
     from gpuyard.devices.agent.inventory import Inventory, Source
     from gpuyard.devices.agent.running import AgentTimings, nvml_module
     from gpuyard.state.config import ConfigError, load_settings
@@ -114,6 +127,8 @@ def agent_command(**opts: Any) -> None:
                 "resync": opts["resync"],
                 "sysfs": str(opts["sysfs"]) if opts["sysfs"] else None,
                 "plugin_dir": str(opts["plugin_dir"]) if opts["plugin_dir"] else None,
+                "cdi": opts["cdi"],
+                "mps_pipe_directory": opts["mps_pipe_directory"],
             },
         ).agent
     except ConfigError as exc:
@@ -167,6 +182,9 @@ def agent_command(**opts: Any) -> None:
             print_yaml=opts["print_yaml"],
             plugin_dir=Path(settings.plugin_dir) if opts["device_plugin"] else None,
             resources=[RESOURCES[r] for r in wanted],
+            options=AllocationOptions(
+                cdi=settings.cdi, cdi_kind=settings.cdi_kind, mps_pipe_directory=settings.mps_pipe_directory
+            ),
         )
     )
     sys.exit(code)
@@ -184,6 +202,7 @@ async def _run(
     print_yaml: bool,
     plugin_dir: Path | None,
     resources: list[str],
+    options: Any,
 ) -> int:
     from gpuyard.devices.agent.running import Agent, HttpPodLookup, HttpSink, PrintSink, TopologySink
     from gpuyard.devices.discovery import DiscoveryError
@@ -218,6 +237,7 @@ async def _run(
             plugin_dir=plugin_dir,
             resources=resources,
             lookup_cls=HttpPodLookup,
+            options=options,
         )
     finally:
         agent.close()
@@ -239,6 +259,7 @@ async def _serve(
     plugin_dir: Path | None,
     resources: list[str],
     lookup_cls: Any,
+    options: Any,
 ) -> int:
     from gpuyard.devices.agent.deviceplugin import DevicePlugin
 
@@ -261,6 +282,7 @@ async def _serve(
                     lookup=lookup,
                     plugin_dir=plugin_dir,
                     sysfs_root=agent.inventory.sysfs_root,
+                    options=options,
                 )
                 plugin.update(agent.current)
                 agent.listeners.append(plugin.update)

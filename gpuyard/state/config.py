@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gpuyard.apis.gangs import DEFAULT_SCHEDULER_NAMES, GANG_SCHEDULERS, GangScheduler
@@ -360,6 +360,27 @@ class AgentConfig(Section):
     backoff_max: float = Field(default=60.0, ge=1, description="Longest wait between retries (NVML, server).")
     sysfs: str = "/sys"
     plugin_dir: str = "/var/lib/kubelet/device-plugins"
+    cdi: bool = Field(
+        default=False,
+        description="Device-plugin answers name CDI devices (`<cdi_kind>=<uuid>`) instead of /dev nodes: "
+        "for runtimes with CDI, and NVIDIA toolkits that ignore env from unprivileged pods.",
+    )
+    cdi_kind: str = Field(
+        default="nvidia.com/gpu",
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$",
+        description="The CDI kind (vendor/class) of the GPU specs on the node, as NVIDIA's toolkit writes them.",
+    )
+    mps_pipe_directory: str | None = Field(
+        default="/tmp/nvidia-mps",
+        description="The node's MPS pipe directory, mounted into GPU-share pods; null: not mounted.",
+    )
+
+    @field_validator("mps_pipe_directory")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"must be an absolute path on the node, not {value!r}")
+        return value
 
 
 class Settings(BaseSettings):

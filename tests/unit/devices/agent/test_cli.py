@@ -55,3 +55,36 @@ def test_a_bad_agent_setting_exits_2_naming_it(tmp_path: Path) -> None:
     assert "agent.health_interval" in result.output
     result = CliRunner().invoke(main, ["agent", "--dry-run"], env={**ENV, "GPUYARD__AGENT__RESYNC": "0.5"})
     assert result.exit_code == 2 and "resync" in result.output
+
+
+def test_cdi_and_the_mps_pipe_directory_reach_the_device_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuyard.cli import agent as agent_cli
+    from gpuyard.devices.agent.allocating import AllocationOptions
+
+    seen: list[AllocationOptions] = []
+
+    async def fake_run(inventory: object, **kwargs: object) -> int:
+        options = kwargs["options"]
+        assert isinstance(options, AllocationOptions)
+        seen.append(options)
+        return 0
+
+    monkeypatch.setattr(agent_cli, "_run", fake_run)
+    base = ["agent", "--dry-run", "--preset", "dgx-a100"]
+    assert CliRunner().invoke(main, base, env=ENV).exit_code == 0
+    assert seen[-1] == AllocationOptions()  # no CDI, the default pipe directory
+    config = tmp_path / "gpuyard.yaml"
+    config.write_text("agent:\n  cdi: true\n  cdi_kind: example.com/gpu\n  mps_pipe_directory: /run/mps\n")
+    assert CliRunner().invoke(main, [*base, "--config", str(config)], env=ENV).exit_code == 0
+    assert (seen[-1].cdi, seen[-1].cdi_kind, seen[-1].mps_pipe_directory) == (
+        True,
+        "example.com/gpu",
+        "/run/mps",
+    )
+    flags = [*base, "--config", str(config), "--no-cdi", "--mps-pipe-dir", "/var/run/nvidia-mps"]
+    assert CliRunner().invoke(main, flags, env=ENV).exit_code == 0
+    assert (seen[-1].cdi, seen[-1].mps_pipe_directory) == (False, "/var/run/nvidia-mps")  # flags win
+    bad = CliRunner().invoke(main, [*base, "--mps-pipe-dir", "nvidia-mps"], env=ENV)
+    assert bad.exit_code == 2 and "mps_pipe_directory" in bad.output and "absolute" in bad.output
