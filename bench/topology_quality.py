@@ -1,28 +1,39 @@
-"""Topology placement quality on a busy and on an empty cluster: modelled all-reduce bandwidth vs the best.
+"""Topology placement quality on busy clusters: how often gangs are split, how long they wait.
 
-A cluster of `dgx1-v100` and `dgx-a100` nodes (with their NodeTopology presets) receives random
-arrivals and departures of jobs (Poisson arrivals, exponential lifetimes, load kept around 85 % of
-the GPUs). Jobs come in the shapes users submit, each of 1/2/4/8 GPUs in all:
+Each cluster mix (`dgx1`: DGX-1 V100 nodes, `dgx-a100`, `hgx-h100`, `mixed`: the three in turn;
+every node with its NodeTopology preset, 4 nodes per network block labelled
+`topology.gpuyard.io/block`) receives random arrivals and departures of jobs (Poisson arrivals,
+exponential lifetimes of mean one hour, load around 85 % of the GPUs). Jobs come in the shapes
+users submit, each of 1/2/4/8 GPUs in all:
 
 * `pod`: one pod of k GPUs;
 * `workers`: k one-GPU worker pods (DDP / Horovod);
 * `master+workers`: a one-GPU Master and k-1 one-GPU Workers (PyTorchJob);
-* `ps+workers`: a CPU-only PS and k one-GPU Workers (TFJob; the PS must not pull the workers apart).
+* `ps+workers`: a CPU-only PS and k one-GPU Workers (TFJob).
 
-Every job is placed with the real `place()` on a `Snapshot` and assumed (one Reservation per pod),
-once with the `default` profile and once with a topology-oblivious baseline (`first-fit`: first
-node, lowest-index GPUs), on the same event sequence.
+A job that does not fit waits in a FIFO queue; every waiting job is tried again (in arrival
+order, later ones may pass) whenever a job arrives or ends. Every attempt is the real `place()`
+on a `Snapshot`, assumed with one Reservation per pod. Each profile (`default`, `binpack`,
+`first-fit`) sees the same arrivals; a job's own topology policy (`gpuyard.io/topology-policy`,
+and for gangs of one-GPU workers the scheduler's default wait for one node,
+`scheduler.topology_wait_seconds`) is applied as the scheduler applies it (`policy.wait_level`).
 
-For each placed job of k >= 2 GPUs it records the modelled ring bandwidth of the GPUs its pods got
-together (`SubsetTable.ring` of their union on the node) over the best possible at that moment (the
-best k-subset on any node with k free GPUs: `table.bandwidth[free, k]`). A job split over nodes
-although one node had room counts 0; a job no node could hold alone is left out of the ratio (its
-split is unavoidable) and counted in `split_unavoidable`. Per shape it prints the mean and p10
-ratio (target >= 0.95), the one-node share (where one node had room), and `place()` p50/p99 per
-job; the GPU-selection time per chooser call (target < 20 us). The empty-cluster pass places each
-shape of each size alone on the empty cluster.
+Per shape and in all (gangs of k >= 2 GPUs), per profile, it reports:
 
-Usage: `python bench/topology_quality.py [--nodes 32] [--jobs 4000] [--seed 1] [--small]`.
+* `split_nodes`: the share of placed gangs whose GPU pods span more than one node — every one,
+  whether or not some node had room when it was placed (no exclusions);
+* `split_blocks`: the share whose pods span more than one network block;
+* `placed`, and `waiting` at the last arrival (the jobs still queued then);
+* `wait_mean_s`, `wait_p95_s`: the wait (seconds) of the placed multi-GPU gangs.
+
+Figures are given per seed, as the mean over the seeds and as the worst seed (the largest split
+share, the most waiting). The old headline is kept, labelled for what it is
+(`old_headline_excluding_unavoidable`): the modelled ring bandwidth of a gang's GPUs over the best
+possible at that moment and the one-node share, counting only the gangs that one node could hold
+alone when they were placed.
+
+Usage: `python bench/topology_quality.py [--nodes 32] [--jobs 4000] [--seeds 1-3] [--mixes all]
+[--profiles default,binpack,first-fit] [--small]`.
 """
 
 from __future__ import annotations
@@ -32,19 +43,21 @@ import itertools
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpuyard.apis.devicematching import LABEL_BLOCK
 from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.resourceclasses import default_class
 from gpuyard.apis.scheduling import PodGroup, Reservation, ReservationSpec
 from gpuyard.devices.presets import get_preset
 from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.gangs.outcomes import Placement
-from gpuyard.scheduler.gangs.requests import build_gang
+from gpuyard.scheduler.gangs.requests import GangRequest, build_gang
 from gpuyard.scheduler.placement.placing import place
 from gpuyard.scheduler.placement.profiles import build_profile
 from gpuyard.scheduler.placement.topology import free_masks
@@ -53,48 +66,32 @@ from tests.builders import make_node
 SIZES = (1, 2, 4, 8)
 WEIGHTS = (0.4, 0.3, 0.2, 0.1)
 SHAPES = ("pod", "workers", "master+workers", "ps+workers")
-TARGET_RATIO = 0.95
-TARGET_US = 20.0
+GANG_SHAPES = SHAPES[1:]
+PROFILES = ("default", "binpack", "first-fit")
+MIXES: dict[str, tuple[tuple[str, str], ...]] = {
+    "dgx1": (("dgx1-v100", "v100"),),
+    "dgx-a100": (("dgx-a100", "a100"),),
+    "hgx-h100": (("hgx-h100", "h100"),),
+    "mixed": (("dgx1-v100", "v100"), ("dgx-a100", "a100"), ("hgx-h100", "h100")),
+}
+NODES_PER_BLOCK = 4
+LIFETIME_S = 3600.0
+LOAD = 0.85
+
+Event = tuple[float, str, int, str, float]  # arrival, name, GPUs, shape, lifetime
 
 
-class TimedChooser:
-    """Wraps a profile's GPU chooser to time every call."""
-
-    def __init__(self, inner: object) -> None:
-        self.inner = inner
-        self.name = inner.name  # type: ignore[attr-defined]
-        self.seconds = 0.0
-        self.calls = 0
-        self.refusals = getattr(inner, "refusals", {})
-
-    def reset(self) -> None:
-        reset = getattr(self.inner, "reset", None)
-        if reset is not None:
-            reset()
-
-    def choose(self, snapshot, row, shape, *, within=None):  # type: ignore[no-untyped-def]
-        t0 = time.perf_counter()
-        chooser = self.inner
-        out = (
-            chooser.choose(snapshot, row, shape)
-            if within is None
-            else chooser.choose(snapshot, row, shape, within=within)
-        )  # type: ignore[attr-defined]
-        self.seconds += time.perf_counter() - t0
-        self.calls += 1
-        return out
-
-
-def _cluster(nodes: int) -> Snapshot:
-    built, topos = [], {}
+def _cluster(nodes: int, mix: str) -> Snapshot:
+    built, topos, models = [], {}, set()
+    kinds = MIXES[mix]
     for i in range(nodes):
-        preset, model = ("dgx1-v100", "v100") if i % 2 == 0 else ("dgx-a100", "a100")
+        preset, model = kinds[i % len(kinds)]
         name = f"n{i:03d}"
-        built.append(make_node(name, model=model, cpu="256", memory="2048Gi"))
+        labels = {LABEL_BLOCK: f"b{i // NODES_PER_BLOCK}"}
+        built.append(make_node(name, model=model, cpu="256", memory="2048Gi", labels=labels))
         topos[name] = get_preset(preset, node_name=name)
-    return Snapshot.build(
-        nodes=built, topologies=topos, classes=[default_class("v100"), default_class("a100")]
-    )
+        models.add(model)
+    return Snapshot.build(nodes=built, topologies=topos, classes=[default_class(m) for m in sorted(models)])
 
 
 def _role(name: str, replicas: int, gpus: int) -> dict[str, object]:
@@ -123,18 +120,17 @@ def _job(name: str, k: int, shape: str) -> PodGroup:
     )
 
 
-def _events(jobs: int, nodes: int, seed: int) -> list[tuple[float, str, int, str, float]]:
+def _events(jobs: int, nodes: int, seed: int) -> list[Event]:
     rng = np.random.default_rng(seed)
     mean_gpus = float(np.dot(SIZES, WEIGHTS))
-    lifetime = 100.0
-    rate = 0.85 * nodes * 8 / (mean_gpus * lifetime)  # Little's law: ~85 % of the GPUs busy
+    rate = LOAD * nodes * 8 / (mean_gpus * LIFETIME_S)  # Little's law: ~85 % of the GPUs busy
     t = 0.0
     out = []
     for i in range(jobs):
         t += float(rng.exponential(1.0 / rate))
         k = int(rng.choice(SIZES, p=WEIGHTS))
         shape = SHAPES[int(rng.integers(len(SHAPES)))]
-        out.append((t, f"j{i}", k, shape, t + float(rng.exponential(lifetime))))
+        out.append((t, f"j{i}", k, shape, float(rng.exponential(LIFETIME_S))))
     return out
 
 
@@ -143,45 +139,106 @@ def _best_possible(snap: Snapshot, k: int) -> float:
     best = 0.0
     for tid, table in enumerate(snap.table_list):
         sel = snap.table_id == tid
-        if sel.any():
-            best = max(best, float(table.bandwidth[masks[sel], k].max()))
+        if sel.any() and k <= table.n:
+            best = max(best, float(table.bandwidth[masks[sel] & ((1 << table.n) - 1), k].max()))
     return best
 
 
-class Quality:
-    """Per-shape figures of one pass."""
+@dataclass
+class Figures:
+    """What one pass (profile, mix, seed) measured."""
 
-    def __init__(self) -> None:
-        self.ratios: dict[str, list[float]] = {shape: [] for shape in SHAPES}
-        self.one_node: dict[str, list[bool]] = {shape: [] for shape in SHAPES}
-        self.unavoidable: dict[str, int] = dict.fromkeys(SHAPES, 0)
+    placed: int = 0
+    waiting: int = 0
+    gangs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SHAPES, 0))
+    split_nodes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SHAPES, 0))
+    split_blocks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SHAPES, 0))
+    waits: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SHAPES})
+    ratios: list[float] = field(default_factory=list)
+    one_node: list[bool] = field(default_factory=list)
+    unavoidable: int = 0
+    waited_for_node: int = 0
+    place_s: list[float] = field(default_factory=list)
 
-    def record(self, snap: Snapshot, result: Placement, *, shape: str, k: int, best: float) -> None:
+    def record(
+        self, snap: Snapshot, result: Placement, *, shape: str, k: int, best: float, wait: float
+    ) -> None:
+        self.placed += 1
+        if k < 2:
+            return
         gpu_pods = [pp for pp in result.pods if pp.gpus]
         rows = {pp.row for pp in gpu_pods}
+        blocks = {int(snap.block[r]) for r in rows}
+        self.gangs[shape] += 1
+        self.split_nodes[shape] += len(rows) > 1
+        self.split_blocks[shape] += len(blocks) > 1
+        self.waits[shape].append(wait)
         if best <= 0:
-            self.unavoidable[shape] += 1
+            self.unavoidable += 1
             return
-        self.one_node[shape].append(len(rows) == 1)
+        self.one_node.append(len(rows) == 1)
         if len(rows) != 1:
-            self.ratios[shape].append(0.0)
+            self.ratios.append(0.0)
             return
         table = snap.tables[gpu_pods[0].row]
         mask = sum(1 << g for pp in gpu_pods for g in pp.gpus)
-        self.ratios[shape].append(float(table.ring[mask]) / best)  # type: ignore[union-attr]
+        self.ratios.append(float(table.ring[mask]) / best)  # type: ignore[union-attr]
 
     def summary(self) -> dict[str, object]:
-        out: dict[str, object] = {}
-        for shape in SHAPES:
-            r = self.ratios[shape]
-            out[shape] = {
-                "jobs": len(r),
-                "bandwidth_ratio_mean": round(float(np.mean(r)), 4) if r else None,
-                "bandwidth_ratio_p10": round(float(np.percentile(r, 10)), 4) if r else None,
-                "one_node_share": round(float(np.mean(self.one_node[shape])), 4) if r else None,
-                "split_unavoidable": self.unavoidable[shape],
+        def share(num: int, den: int) -> float | None:
+            return round(num / den, 4) if den else None
+
+        def waits(values: list[float]) -> dict[str, float | None]:
+            if not values:
+                return {"wait_mean_s": None, "wait_p95_s": None}
+            return {
+                "wait_mean_s": round(float(np.mean(values)), 1),
+                "wait_p95_s": round(float(np.percentile(values, 95)), 1),
             }
-        return out
+
+        by_shape: dict[str, object] = {}
+        for shape in SHAPES:
+            n = self.gangs[shape]
+            by_shape[shape] = {
+                "placed": n,
+                "split_nodes": share(self.split_nodes[shape], n),
+                "split_blocks": share(self.split_blocks[shape], n),
+                **waits(self.waits[shape]),
+            }
+        n_all = sum(self.gangs[s] for s in GANG_SHAPES)
+        every_wait = [w for s in SHAPES for w in self.waits[s]]
+        return {
+            "jobs_placed": self.placed,
+            "jobs_waiting": self.waiting,
+            "gangs": {
+                "placed": n_all,
+                "split_nodes": share(sum(self.split_nodes[s] for s in GANG_SHAPES), n_all),
+                "split_blocks": share(sum(self.split_blocks[s] for s in GANG_SHAPES), n_all),
+                "split_nodes_count": sum(self.split_nodes[s] for s in GANG_SHAPES),
+                "waited_for_one_node": self.waited_for_node,
+            },
+            "multi_gpu": waits(every_wait),
+            "by_shape": by_shape,
+            "old_headline_excluding_unavoidable": {
+                "note": "ring bandwidth over the best possible and one-node share, counting only "
+                "gangs one node could hold alone when placed",
+                "bandwidth_ratio_mean": round(float(np.mean(self.ratios)), 4) if self.ratios else None,
+                "one_node_share": round(float(np.mean(self.one_node)), 4) if self.one_node else None,
+                "split_unavoidable_left_out": self.unavoidable,
+            },
+            "place_us_p50": round(float(np.percentile(self.place_s, 50)) * 1e6, 1) if self.place_s else None,
+            "place_us_p99": round(float(np.percentile(self.place_s, 99)) * 1e6, 1) if self.place_s else None,
+        }
+
+
+@dataclass
+class _Waiting:
+    arrival: float
+    name: str
+    k: int
+    shape: str
+    lifetime: float
+    gang: GangRequest
 
 
 def _reserve(snap: Snapshot, result: Placement, name: str, rv: itertools.count) -> list[tuple[str, str]]:
@@ -203,106 +260,190 @@ def _reserve(snap: Snapshot, result: Placement, name: str, rv: itertools.count) 
     return keys
 
 
-def run(
-    profile_name: str, *, nodes: int, events: list[tuple[float, str, int, str, float]]
-) -> dict[str, object]:
-    snap = _cluster(nodes)
+def _wait_level(job: _Waiting, *, now: float, wait_s: float) -> str | None:
+    """The level a job is placed at now: "node" while a gang of one-GPU workers is within the
+    scheduler's default wait for one node (the default profile only), else None (preferred)."""
+    if wait_s <= 0 or job.k < 2 or job.shape == "pod" or now - job.arrival >= wait_s:
+        return None
+    return "node"
+
+
+def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s: float = 0.0) -> Figures:
+    """One pass of `events` through `profile_name` on a fresh `mix` cluster (see module doc)."""
+    snap = _cluster(nodes, mix)
     profile = build_profile(profile_name)
-    timed = TimedChooser(profile.chooser)
-    profile.chooser = timed  # type: ignore[assignment]
-    ends: list[tuple[float, list[tuple[str, str]]]] = []
-    quality = Quality()
-    place_s = []
-    placed = rejected = 0
+    figures = Figures()
+    ends: list[tuple[float, int, list[tuple[str, str]]]] = []
+    queue: list[_Waiting] = []
     rv = itertools.count(1)
-    for t, name, k, shape, end in events:
-        ends.sort(key=lambda e: e[0])
-        while ends and ends[0][0] <= t:
-            for key in ends.pop(0)[1]:
-                snap.remove_reservation(key)
-        pg = _job(name, k, shape)
-        gang = build_gang([pg], placed={}, classes=snap.class_names)
-        best = _best_possible(snap, k) if k > 1 else 0.0
-        t0 = time.perf_counter()
-        result = place(snap, gang, profile)
-        place_s.append(time.perf_counter() - t0)
-        if not isinstance(result, Placement):
-            rejected += 1
-            continue
-        placed += 1
-        ends.append((end, _reserve(snap, result, name, rv)))
-        if k > 1:
-            quality.record(snap, result, shape=shape, k=k, best=best)
-    return {
-        "profile": profile_name,
-        "jobs_placed": placed,
-        "jobs_waiting": rejected,
-        "by_shape": quality.summary(),
-        "gpu_selection_us_per_call": round(timed.seconds / max(timed.calls, 1) * 1e6, 2),
-        "place_us_per_job_p50": round(float(np.percentile(place_s, 50)) * 1e6, 1),
-        "place_us_per_job_p99": round(float(np.percentile(place_s, 99)) * 1e6, 1),
+    seq = itertools.count()
+    wakeups: list[float] = []
+
+    def drain(now: float) -> None:
+        failed: set[tuple[int, str, str | None]] = set()  # signatures that did not fit since the last change
+        keep = []
+        for job in queue:
+            level = _wait_level(job, now=now, wait_s=wait_s)
+            sig = (job.k, job.shape, level)
+            if sig in failed:
+                keep.append(job)
+                continue
+            job.gang.topology_required = level
+            best = _best_possible(snap, job.k) if job.k > 1 else 0.0
+            t0 = time.perf_counter()
+            result = place(snap, job.gang, profile)
+            figures.place_s.append(time.perf_counter() - t0)
+            if not isinstance(result, Placement):
+                failed.add(sig)
+                keep.append(job)
+                if level is not None:
+                    wakeups.append(job.arrival + wait_s)
+                continue
+            figures.waited_for_node += level is not None and now > job.arrival
+            figures.record(snap, result, shape=job.shape, k=job.k, best=best, wait=now - job.arrival)
+            ends.append((now + job.lifetime, next(seq), _reserve(snap, result, job.name, rv)))
+            ends.sort()
+        queue[:] = keep
+
+    for t, name, k, shape, lifetime in events:
+        while (ends and ends[0][0] <= t) or (wakeups and min(wakeups) <= t):
+            end_t = ends[0][0] if ends else float("inf")
+            wake_t = min(wakeups) if wakeups else float("inf")
+            now = min(end_t, wake_t)
+            if end_t <= wake_t:
+                for key in ends.pop(0)[2]:
+                    snap.remove_reservation(key)
+            wakeups[:] = [w for w in wakeups if w > now]
+            drain(now)
+        gang = build_gang([_job(name, k, shape)], placed={}, classes=snap.class_names)
+        queue.append(_Waiting(t, name, k, shape, lifetime, gang))
+        drain(t)
+    figures.waiting = len(queue)
+    return figures
+
+
+def _seeds(raw: str) -> list[int]:
+    out: list[int] = []
+    for part in raw.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _aggregate(per_seed: dict[int, dict[str, object]]) -> dict[str, object]:
+    """Mean over the seeds and the worst seed (the largest split share, then the most waiting)."""
+
+    def get(s: dict[str, object], *path: str) -> float:
+        v: object = s
+        for p in path:
+            v = v[p]  # type: ignore[index]
+        return float(v or 0.0)  # type: ignore[arg-type]
+
+    runs = list(per_seed.values())
+    worst_seed = max(
+        per_seed, key=lambda s: (get(per_seed[s], "gangs", "split_nodes"), get(per_seed[s], "jobs_waiting"))
+    )
+    mean = {
+        "split_nodes": round(float(np.mean([get(r, "gangs", "split_nodes") for r in runs])), 4),
+        "split_blocks": round(float(np.mean([get(r, "gangs", "split_blocks") for r in runs])), 4),
+        "jobs_placed": round(float(np.mean([get(r, "jobs_placed") for r in runs])), 1),
+        "jobs_waiting": round(float(np.mean([get(r, "jobs_waiting") for r in runs])), 1),
+        "wait_mean_s": round(float(np.mean([get(r, "multi_gpu", "wait_mean_s") for r in runs])), 1),
+        "wait_p95_s": round(float(np.mean([get(r, "multi_gpu", "wait_p95_s") for r in runs])), 1),
+        "by_shape_split_nodes": {
+            s: round(float(np.mean([get(r, "by_shape", s, "split_nodes") for r in runs])), 4)
+            for s in GANG_SHAPES
+        },
     }
+    w = per_seed[worst_seed]
+    worst = {
+        "seed": worst_seed,
+        "split_nodes": get(w, "gangs", "split_nodes"),
+        "split_blocks": get(w, "gangs", "split_blocks"),
+        "jobs_waiting": get(w, "jobs_waiting"),
+        "wait_p95_s": get(w, "multi_gpu", "wait_p95_s"),
+        "most_waiting_any_seed": max(get(r, "jobs_waiting") for r in runs),
+        "largest_split_nodes_any_seed": max(get(r, "gangs", "split_nodes") for r in runs),
+    }
+    return {"mean": mean, "worst": worst}
 
 
-def run_empty(profile_name: str, *, nodes: int) -> dict[str, object]:
-    """Each shape of each size alone on the empty cluster."""
-    quality = Quality()
-    profile = build_profile(profile_name)
-    for shape in SHAPES:
-        for k in SIZES[1:]:
-            snap = _cluster(nodes)
-            gang = build_gang([_job(f"{shape}-{k}", k, shape)], placed={}, classes=snap.class_names)
-            best = _best_possible(snap, k)
-            result = place(snap, gang, profile)
-            assert isinstance(result, Placement), result
-            quality.record(snap, result, shape=shape, k=k, best=best)
-    return {"profile": profile_name, "by_shape": quality.summary()}
-
-
-def _worst(report: dict[str, object]) -> float:
-    ratios = [
-        v["bandwidth_ratio_mean"]  # type: ignore[index]
-        for v in report["by_shape"].values()  # type: ignore[attr-defined]
-        if v["bandwidth_ratio_mean"] is not None  # type: ignore[index]
+def _table(results: dict[str, dict[str, dict[str, object]]]) -> str:
+    lines = [
+        "mix        profile    split nodes (worst)  split blocks  placed   waiting (worst)  wait mean/p95 s",
     ]
-    return min(ratios) if ratios else 0.0
+    for mix, by_profile in results.items():
+        for prof, entry in by_profile.items():
+            m, w = entry["mean"], entry["worst"]  # type: ignore[index]
+            lines.append(
+                f"{mix:<10} {prof:<10} {m['split_nodes']:.3f} ({w['largest_split_nodes_any_seed']:.3f})"  # type: ignore[index]
+                f"        {m['split_blocks']:.3f}         {m['jobs_placed']:<8} "  # type: ignore[index]
+                f"{m['jobs_waiting']:<5} ({w['most_waiting_any_seed']:g})"  # type: ignore[index]
+                f"       {m['wait_mean_s']:g}/{m['wait_p95_s']:g}"  # type: ignore[index]
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--jobs", type=int, default=4000)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--small", action="store_true", help="CI size: 8 nodes, 500 jobs")
+    parser.add_argument("--seeds", default="1-3", help="numbers and ranges, e.g. 1-3")
+    parser.add_argument("--mixes", default="all", help=f"comma-separated of {', '.join(MIXES)}, or all")
+    parser.add_argument("--profiles", default=",".join(PROFILES))
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        help="seconds a gang of one-GPU workers waits for one node under the default profile "
+        "(default: the scheduler's setting, scheduler.topology_wait_seconds)",
+    )
+    parser.add_argument("--small", action="store_true", help="CI size: 8 nodes, 300 jobs, seed 1")
     args = parser.parse_args()
-    nodes, jobs = (8, 500) if args.small else (args.nodes, args.jobs)
-    events = _events(jobs, nodes, args.seed)
-    topo = run("default", nodes=nodes, events=events)
-    base = run("first-fit", nodes=nodes, events=events)
-    empty = run_empty("default", nodes=nodes)
+    nodes, jobs, seeds = (8, 300, [1]) if args.small else (args.nodes, args.jobs, _seeds(args.seeds))
+    mixes = list(MIXES) if args.mixes == "all" else args.mixes.split(",")
+    profiles = args.profiles.split(",")
+    wait_s = _default_wait() if args.wait is None else args.wait
+    results: dict[str, dict[str, dict[str, object]]] = {}
+    t0 = time.perf_counter()
+    for mix in mixes:
+        results[mix] = {}
+        for prof in profiles:
+            per_seed = {}
+            for seed in seeds:
+                events = _events(jobs, nodes, seed)
+                figs = run(
+                    prof, nodes=nodes, mix=mix, events=events, wait_s=wait_s if prof == "default" else 0.0
+                )
+                per_seed[seed] = figs.summary()
+            results[mix][prof] = {**_aggregate(per_seed), "per_seed": per_seed}
+    print(_table(results), file=sys.stderr)
     print(
         json.dumps(
             {
                 "cluster": {
                     "nodes": nodes,
-                    "presets": ["dgx1-v100", "dgx-a100"],
+                    "nodes_per_block": NODES_PER_BLOCK,
+                    "mixes": {m: [p for p, _ in MIXES[m]] for m in mixes},
                     "jobs": jobs,
+                    "seeds": seeds,
                     "sizes": SIZES,
                     "weights": WEIGHTS,
                     "shapes": SHAPES,
+                    "load": LOAD,
+                    "lifetime_mean_s": LIFETIME_S,
+                    "default_profile_one_node_wait_s": wait_s,
                 },
-                "busy": topo,
-                "busy_first_fit_baseline": base,
-                "empty": empty,
-                "targets": {"bandwidth_ratio_mean": TARGET_RATIO, "gpu_selection_us_per_call": TARGET_US},
-                "meets_targets": bool(
-                    min(_worst(topo), _worst(empty)) >= TARGET_RATIO
-                    and topo["gpu_selection_us_per_call"] < TARGET_US  # type: ignore[operator]
-                ),
+                "results": results,
+                "total_s": round(time.perf_counter() - t0, 1),
             },
-            indent=2,
+            indent=1,
         )
     )
+
+
+def _default_wait() -> float:
+    return 0.0
 
 
 if __name__ == "__main__":
