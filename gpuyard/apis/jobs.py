@@ -40,6 +40,7 @@ from gpuyard.apis.jobkinds import (
 from gpuyard.apis.jobspecs import (
     ReplicaSpec,
 )
+from gpuyard.apis.labels import label_problems
 from gpuyard.apis.meta import dns_label_problem, metadata_problems
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION
 
@@ -228,6 +229,23 @@ def _template_errors(doc: Mapping[str, Any], replica_field: str) -> list[dict[st
     return out
 
 
+def _spot_errors(spec: ReplicaSpec, field: str) -> list[dict[str, str]]:
+    """KubeDL's spotReplicaSpec: at most `replicas` spot replicas, labels a pod may carry."""
+    spot = spec.spot_replica_spec
+    if spot is None:
+        return []
+    out = label_problems(spot.labels, field=f"{field}.labels")
+    if spot.spot_replica_number > spec.count:
+        out.append(
+            {
+                "field": f"{field}.spotReplicaNumber",
+                "reason": f"{spot.spot_replica_number} is more than the role's {spec.count} replica(s); "
+                f"allowed: 0..{spec.count}",
+            }
+        )
+    return out
+
+
 def _semantic_errors(job: TrainingJob, flavor: Flavor) -> list[dict[str, str]]:
     errors: list[dict[str, str]] = []
     info = job.info
@@ -255,6 +273,7 @@ def _semantic_errors(job: TrainingJob, flavor: Flavor) -> list[dict[str, str]]:
             errors.append(
                 {"field": f"{base}.template.spec.containers", "reason": "at least one container is required"}
             )
+        errors.extend(_spot_errors(spec, f"{base}.spotReplicaSpec"))
         for i, dep in enumerate(spec.depends_on or []):
             up = {r.lower(): r for r in specs}.get(dep.upstream.lower())
             if up is None:

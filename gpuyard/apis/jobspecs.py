@@ -40,6 +40,7 @@ __all__ = [
     "RestartPolicy",
     "RunPolicy",
     "SchedulingPolicy",
+    "SpotReplicaSpec",
     "SuccessPolicy",
     "TFJobSpec",
     "XGBoostJobSpec",
@@ -66,6 +67,17 @@ class DAGCondition(K8sModel):
     on_phase: Literal["Running", "Succeeded"] = "Running"
 
 
+class SpotReplicaSpec(K8sModel):
+    """KubeDL's spot replicas: the last `spotReplicaNumber` replicas of the role run with this
+    `priorityClassName` (replacing the template's) and these extra pod labels. The scheduler
+    prefers spot nodes (`node.kubernetes.io/lifecycle: spot`) for them, and their interruption
+    (preemption, eviction, a lost node) does not count against the job's `backoffLimit`."""
+
+    spot_replica_number: int = Field(default=0, ge=0, le=INT32_MAX)
+    priority_class_name: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
 class ReplicaSpec(K8sModel):
     """One replica type (role) of a job: how many pods, their template, how they restart."""
 
@@ -83,6 +95,10 @@ class ReplicaSpec(K8sModel):
         default=None,
         validation_alias=AliasChoices("dependsOn", "dependOn", "depends_on"),
         serialization_alias="dependsOn",
+    )
+    spot_replica_spec: SpotReplicaSpec | None = Field(
+        default=None,
+        description="KubeDL: the last spotReplicaNumber replicas get a spot priority class and labels.",
     )
 
     @field_validator("replicas")
@@ -106,6 +122,16 @@ class ReplicaSpec(K8sModel):
     @property
     def count(self) -> int:
         return self.replicas if self.replicas is not None else 1
+
+    @property
+    def spot_replicas(self) -> int:
+        """How many of the role's last replicas are spot replicas (0 without a spotReplicaSpec)."""
+        spot = self.spot_replica_spec
+        return min(spot.spot_replica_number, self.count) if spot is not None else 0
+
+    def is_spot(self, index: int) -> bool:
+        """Replica `index` is one of the last `spotReplicaNumber` (KubeDL's rule)."""
+        return index >= self.count - self.spot_replicas
 
 
 class SchedulingPolicy(K8sModel):

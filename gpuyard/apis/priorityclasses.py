@@ -15,7 +15,8 @@ value when several do, as Kubernetes admits one only); without one, the job's ex
 `system-node-critical` (2000001000) always exist (:data:`BUILTIN`); user classes are limited to
 values <= 1000000000 and may not use the `system-` prefix (Kubernetes' rules).
 
-A job that names a class that does not exist is refused at submit (`unknown_class_problems`);
+A job that names a class that does not exist is refused at submit (`unknown_class_problems`;
+the spot replicas' `spotReplicaSpec.priorityClassName` is checked the same way);
 one whose class disappears, or that was stored before its class existed (a restart, kubectl),
 waits Queuing with a condition naming the missing class until the class is created (Kubernetes
 refuses such pods outright; waiting is kinder: applying the class is enough to go on).
@@ -39,6 +40,7 @@ __all__ = [
     "PriorityClass",
     "ResolvedPriority",
     "class_problems",
+    "missing_spot_class",
     "named_class",
     "resolve_priority",
     "unknown_class_problems",
@@ -177,15 +179,34 @@ def resolve_priority(job: TrainingJob, classes: Iterable[PriorityClass]) -> Reso
     return ResolvedPriority()
 
 
+def missing_spot_class(job: TrainingJob, classes: Iterable[PriorityClass]) -> tuple[str, str] | None:
+    """The first `spotReplicaSpec.priorityClassName` of `job` that names no PriorityClass, and
+    its field; None when every spot class exists (or none is named)."""
+    known: dict[str, PriorityClass] | None = None
+    alias = type(job.spec).model_fields[job.REPLICA_FIELD].alias or job.REPLICA_FIELD
+    for role in job.roles():
+        spot = job.replica_specs[role].spot_replica_spec
+        if spot is None or not spot.priority_class_name:
+            continue
+        known = _all_classes(classes) if known is None else known
+        if spot.priority_class_name not in known:
+            return spot.priority_class_name, f"spec.{alias}.{role}.spotReplicaSpec.priorityClassName"
+    return None
+
+
 def unknown_class_problems(job: TrainingJob, classes: Iterable[PriorityClass]) -> list[dict[str, str]]:
-    """A 422 detail when `job` names a PriorityClass that does not exist ([] otherwise)."""
+    """A 422 detail when `job` names a PriorityClass that does not exist ([] otherwise); the
+    classes of its spot replicas (`spotReplicaSpec.priorityClassName`) are checked too."""
+    classes = list(classes)
     resolved = resolve_priority(job, classes)
-    if resolved.missing is None:
+    missing = (resolved.missing, resolved.field) if resolved.missing is not None else None
+    missing = missing or missing_spot_class(job, classes)
+    if missing is None:
         return []
     known = sorted(_all_classes(classes))
     return [
         {
-            "field": resolved.field,
-            "reason": f"PriorityClass {resolved.missing!r} does not exist; known: {', '.join(known)}",
+            "field": missing[1],
+            "reason": f"PriorityClass {missing[0]!r} does not exist; known: {', '.join(known)}",
         }
     ]

@@ -82,6 +82,17 @@ class GangRole(K8sModel):
     min_available: int | None = Field(default=None, ge=0, description="Default: all replicas.")
     template: PodSpec = Field(default_factory=PodSpec)
     host_ports: int = Field(default=0, ge=0, description="Host ports each pod needs (host-network mode).")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="The labels every pod of the role carries (the replica index apart): what "
+        "inter-pod affinity and topology spread selectors are matched against.",
+    )
+    spot_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="How many of the role's last replicas are spot replicas (KubeDL's spotReplicaSpec): "
+        "the scheduler prefers spot nodes (node.kubernetes.io/lifecycle: spot) for them.",
+    )
 
     @property
     def minimum(self) -> int:

@@ -205,7 +205,8 @@ def render_template(
     host_port: int | None = None,
     cluster_domain: str = "",
 ) -> Wiring:
-    """The replica's pod template, wired: labels, code sync, host network, framework env."""
+    """The replica's pod template, wired: labels, code sync, host network, framework env; the
+    last `spotReplicaNumber` replicas of a role get the spot priority class and labels (KubeDL)."""
     template = deep_copy(job.replica_specs[role].template)
     meta = template.metadata
     labels = dict(meta.get("labels") or {})
@@ -226,6 +227,11 @@ def render_template(
         _setup_host_network(w)
     template.spec.restart_policy = "Never"
     plugin.wire(w)
+    spot = job.replica_specs[role].spot_replica_spec
+    if spot is not None and job.replica_specs[role].is_spot(index):
+        # KubeDL's applySpotReplicaSpec: the spot class replaces the template's, labels are added
+        template.spec.priority_class_name = spot.priority_class_name or None
+        labels.update(spot.labels)
     meta["labels"] = labels
     meta["annotations"] = w.annotations
     return w

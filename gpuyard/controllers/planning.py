@@ -36,14 +36,19 @@ uid of the failed pod it replaces.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuyard.apis.core import Pod, Service
 from gpuyard.apis.gangs import GangPodGroup
 from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobspecs import PodRestart
-from gpuyard.apis.priorityclasses import PriorityClass, ResolvedPriority, resolve_priority
+from gpuyard.apis.priorityclasses import (
+    PriorityClass,
+    ResolvedPriority,
+    missing_spot_class,
+    resolve_priority,
+)
 from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.controllers.delegating import PodScheduling, gang_pod_group
 from gpuyard.controllers.judging import Replica, judge, uncounted
@@ -115,7 +120,10 @@ def plan(
     `priority_classes` (a job whose class is missing waits Queuing, its PodGroup not created or
     not changed, with a condition naming the class)."""
     obs = observed
+    priority_classes = list(priority_classes)
     priority = resolve_priority(job, priority_classes)
+    if priority.missing is None and (spot := missing_spot_class(job, priority_classes)) is not None:
+        priority = replace(priority, missing=spot[0], field=spot[1])  # spot pods need theirs too
     report = Report(job, now)
     out = Plan(report)
     status = report.status

@@ -114,6 +114,7 @@ def pod_group_spec(
                 min_available=_role_minimum(job, role),
                 template=template,
                 host_ports=1 if job.host_network else 0,
+                spot_replicas=spec.spot_replicas,
             )
         )
     gang_group = [

@@ -121,7 +121,7 @@ UNMODELLED_FIELDS: dict[type[BaseModel], frozenset[str]] = {
         }
     ),
     RunPolicy: frozenset({"managedBy"}),
-    ReplicaSpec: frozenset({"spotReplicaSpec"}),  # KubeDL
+    ReplicaSpec: frozenset(),
     ElasticPolicy: frozenset({"metrics"}),  # Kubeflow PyTorchJob
     SchedulingPolicy: frozenset(),
 }
