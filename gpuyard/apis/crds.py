@@ -44,7 +44,17 @@ Kubernetes' own PodSpec, which the API server does not re-validate inside a cust
 
 _QUANTITY_SCHEMA = TypeAdapter(Quantity).json_schema()
 _FORMATS = frozenset({"date-time", "date", "int32", "int64", "float", "double", "byte", "uri"})
-_KEEP = ("description", "enum", "pattern", "minLength", "maxLength", "minItems", "maxItems", "format")
+_KEEP = (
+    "description",
+    "enum",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "format",
+    "x-kubernetes-validations",  # CEL rules a model declares (json_schema_extra), e.g. immutability
+)
 _FREE: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 _DESCRIPTION_LIMIT = 300
 
@@ -151,7 +161,7 @@ def _union(schema: Mapping[str, Any], key: str, defs: Mapping[str, Any]) -> dict
 
 
 def _annotations(schema: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: schema[k] for k in ("description",) if k in schema}
+    return {k: schema[k] for k in ("description", "x-kubernetes-validations") if k in schema}
 
 
 _STATE = {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"}

@@ -41,6 +41,7 @@ from gpuyard.apis.jobspecs import (
     ReplicaSpec,
 )
 from gpuyard.apis.labels import label_problems
+from gpuyard.apis.managers import managed_by_problems
 from gpuyard.apis.meta import dns_label_problem, metadata_problems
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION
 
@@ -155,6 +156,7 @@ def parse_job(doc: Any) -> TrainingJob:
             [{"field": "spec", "reason": f"expected an object, got {type(spec).__name__}"}],
         )
     spec = dict(spec)
+    errors += managed_by_problems(spec)
     raw_roles = spec.get(info.replica_field)
     if raw_roles is None or (isinstance(raw_roles, Mapping) and not raw_roles):
         errors.append(

@@ -155,6 +155,15 @@ class RunPolicy(K8sModel):
     backoff_limit: int | None = Field(default=None, ge=0, le=INT32_MAX)
     scheduling_policy: SchedulingPolicy | None = None
     suspend: bool | None = None
+    managed_by: str | None = Field(
+        default=None,
+        max_length=63,
+        description="The controller that reconciles the job (training-operator v1.9): absent or "
+        "kubeflow.org/training-operator is gpuyard; kueue.x-k8s.io/multikueue leaves it to Kueue. Immutable.",
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "managedBy is immutable"}]
+        },
+    )
 
 
 class JobSpec(RunPolicy):

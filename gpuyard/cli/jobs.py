@@ -338,6 +338,10 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
         click.echo(f"Replicas:    {_replicas(s)}")
         click.echo(f"Restarts:    {s.get('restarts', 0)}")
         click.echo(f"Host network: {'yes' if s.get('hostNetwork') else 'no'}")
+        manager = s.get("managedBy") or "kubeflow.org/training-operator"
+        if manager != "kubeflow.org/training-operator":
+            manager += " (runPolicy.managedBy: gpuyard makes no pods and writes no status for this job)"
+        click.echo(f"Managed by:  {manager}")
         click.echo(f"Start time:  {status.get('startTime', '-')}")
         click.echo(f"Completion:  {status.get('completionTime', '-')}")
         click.echo("")

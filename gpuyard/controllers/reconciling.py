@@ -9,6 +9,7 @@ The reconciler watches every job kind, and the pods, Reservations and PodGroups 
 job's name, and the gang scheduler's PodGroups of delegate mode (named like the job), so any change
 to what a job owns brings its key back; a PriorityClass change brings
 back the jobs that name it (their priority is resolved through it). All timing uses the clock.
+A job whose `runPolicy.managedBy` names another controller (`apis/managers.py`) is left alone.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from gpuyard.apis.gangs import GANG_KIND
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
+from gpuyard.apis.managers import external_manager
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.priorityclasses import PriorityClass, named_class
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
@@ -70,6 +72,8 @@ class JobReconciler:
             await self.applier.delete_children(namespace, name)
             self.applier.create_failures.pop(key, None)
             return None
+        if external_manager(job) is not None:
+            return None  # runPolicy.managedBy names another controller: no pods, no status (managers.py)
         decided = plan(
             job,
             plugin=plugin_for(job.kind),

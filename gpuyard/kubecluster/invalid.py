@@ -46,6 +46,7 @@ import structlog
 from pydantic import ValidationError
 
 from gpuyard.apis.jobs import INVALID_SPEC, JobValidationError, parse_job
+from gpuyard.apis.managers import raw_external_manager
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import ApiResource, resource_for
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
@@ -185,7 +186,10 @@ class InvalidJobs:
             self.revisit(loser, namespace, name)
 
     def note(self, resource: ApiResource, raw: Json, message: str) -> None:
-        """An object of `resource` failed validation: report it unless its status already does."""
+        """An object of `resource` failed validation: report it unless its status already does
+        (or another controller manages it, `runPolicy.managedBy`: its status is not gpuyard's)."""
+        if raw_external_manager(raw) is not None:
+            return
         if any(_is_ours(c) and c.get("message") == message for c in _conditions(raw)):
             return  # reported already (this is the echo of our own status patch)
         self._queue(resource, raw, message)

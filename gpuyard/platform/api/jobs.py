@@ -39,6 +39,7 @@ from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.jobpatches import merge_patch, patch_problems
 from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
 from gpuyard.apis.jobspecs import JobConditionType
+from gpuyard.apis.managers import TRAINING_OPERATOR, external_manager
 from gpuyard.apis.priorityclasses import unknown_class_problems
 from gpuyard.apis.resourceclasses import validate_gang_request
 from gpuyard.apis.scheduling import (
@@ -80,6 +81,7 @@ def summarize(job: TrainingJob) -> dict[str, Any]:
         "replicas": replicas,
         "restarts": job.status.restarts,
         "hostNetwork": job.host_network,
+        "managedBy": external_manager(job) or TRAINING_OPERATOR,
     }
     return out
 
