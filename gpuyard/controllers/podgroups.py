@@ -91,6 +91,19 @@ def _role_minimum(job: TrainingJob, role: str) -> int | None:
     return None
 
 
+def _role_labels(
+    job: TrainingJob, role: str, plugin: WorkloadPlugin, first: Mapping[str, str], replicas: int
+) -> dict[str, str]:
+    """The labels every pod of the role carries: those its first and last replicas share, less
+    the replica index (the scheduler adds each pod's own). Inter-pod affinity and topology spread
+    selectors are matched against them."""
+    labels = dict(first)
+    if replicas > 1:
+        last = render_template(job, role, replicas - 1, plugin=plugin).template.metadata.get("labels") or {}
+        labels = {k: v for k, v in labels.items() if last.get(k) == v}
+    return {k: v for k, v in labels.items() if not k.endswith("replica-index")}
+
+
 def pod_group_spec(
     job: TrainingJob,
     plugin: WorkloadPlugin,
@@ -106,7 +119,8 @@ def pod_group_spec(
     roles = []
     for role in job.roles():
         spec = job.replica_specs[role]
-        template = render_template(job, role, 0, plugin=plugin, cluster_domain=cluster_domain).template.spec
+        rendered = render_template(job, role, 0, plugin=plugin, cluster_domain=cluster_domain).template
+        template = rendered.spec
         roles.append(
             GangRole(
                 name=role,
@@ -114,6 +128,7 @@ def pod_group_spec(
                 min_available=_role_minimum(job, role),
                 template=template,
                 host_ports=1 if job.host_network else 0,
+                labels=_role_labels(job, role, plugin, rendered.metadata.get("labels") or {}, spec.count),
                 spot_replicas=spec.spot_replicas,
             )
         )

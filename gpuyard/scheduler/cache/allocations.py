@@ -12,14 +12,15 @@ workload by shape for the packing policies. The snapshot tells it which row a no
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from types import MappingProxyType
 
 import numpy as np
 
 from gpuyard.apis.core import GPU_RESOURCE
+from gpuyard.apis.podplacement import ANNOTATION_ANTI_AFFINITY, AffinityTerm, anti_terms_from_json
 from gpuyard.apis.quantity import to_int, to_milli
 from gpuyard.apis.scheduling import Reservation
 from gpuyard.scheduler.cache.nodearrays import NodeArrays
@@ -52,6 +53,10 @@ class Entry:
     group: tuple[str, str]
     rv: int
     alloc: Alloc
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """The labels of the pod it holds room for (the Reservation's), for inter-pod affinity."""
+    anti: tuple[AffinityTerm, ...] = ()
+    """That pod's required anti-affinity terms (Reservation annotation `gpuyard.io/pod-anti-affinity`)."""
 
 
 def alloc_of(res: Reservation) -> Alloc:
@@ -94,6 +99,7 @@ class Ledger:
         self.port_count = hi - lo + 1
         self._arrays = arrays
         self._entries: dict[tuple[str, str], Entry] = {}
+        self._anti: set[tuple[str, str]] = set()  # entries whose pod has required anti-affinity
         self._by_node: dict[str, set[tuple[str, str]]] = {}
         self._by_group: dict[tuple[str, str], dict[str, Entry]] = {}
         self._shape_counts: dict[tuple[int, int, int], int] = {}  # GPU reservations per (cpu, GPUs, milli)
@@ -110,8 +116,14 @@ class Ledger:
             if old.rv == rv and rv:
                 return False
             self.remove(key)
-        entry = Entry(key, (res.metadata.namespace, res.spec.pod_group), rv, alloc_of(res))
+        anti_json = res.metadata.annotations.get(ANNOTATION_ANTI_AFFINITY)
+        anti = anti_terms_from_json(anti_json) if anti_json else ()
+        entry = Entry(
+            key, (res.metadata.namespace, res.spec.pod_group), rv, alloc_of(res), res.metadata.labels, anti
+        )
         self._entries[key] = entry
+        if anti:
+            self._anti.add(key)
         self._count_shape(entry.alloc, 1)
         self._by_node.setdefault(entry.alloc.node, set()).add(key)
         self._by_group.setdefault(entry.group, {})[res.metadata.name] = entry
@@ -124,6 +136,7 @@ class Ledger:
         entry = self._entries.pop(key, None)
         if entry is None:
             return None
+        self._anti.discard(key)
         self._count_shape(entry.alloc, -1)
         if entry.alloc.row >= 0:
             self.unapply(entry.alloc)
@@ -141,6 +154,14 @@ class Ledger:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def entries(self) -> Iterable[Entry]:
+        """Every Reservation held (inter-pod affinity and topology spread count the pods they hold)."""
+        return self._entries.values()
+
+    def anti_entries(self) -> list[Entry]:
+        """The Reservations of pods with required anti-affinity terms (usually none)."""
+        return [self._entries[k] for k in self._anti]
 
     def placed_pods(self, group: tuple[str, str]) -> dict[str, str]:
         """Pods of a PodGroup that hold a Reservation: pod name -> node."""

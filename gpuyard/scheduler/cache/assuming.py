@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuyard.apis.meta import ObjectMeta, OwnerReference
+from gpuyard.apis.podplacement import ANNOTATION_ANTI_AFFINITY, anti_terms_to_json
 from gpuyard.apis.scheduling import (
     GROUP,
     LABEL_JOB_NAME,
@@ -58,11 +59,13 @@ def reservation_for(
         metadata=ObjectMeta(
             name=pod.name,
             namespace=pod.namespace,
-            labels={
+            labels={  # the pod's labels: inter-pod affinity of pods placed later matches them
+                **pod.role_labels,
                 LABEL_JOB_NAME: pod.group,
                 LABEL_REPLICA_TYPE: pod.role.lower(),
                 LABEL_REPLICA_INDEX: str(pod.index),
             },
+            annotations=_anti_affinity(pp),
             owner_references=owners,
         ),
         spec=ReservationSpec(
@@ -80,6 +83,14 @@ def reservation_for(
             local_peers=peers,
         ),
     )
+
+
+def _anti_affinity(pp: PodPlacement) -> dict[str, str]:
+    """The pod's required anti-affinity terms, kept on its Reservation (symmetric anti-affinity)."""
+    rules = pp.shape.rules
+    if rules is None or not rules.anti_affinity:
+        return {}
+    return {ANNOTATION_ANTI_AFFINITY: anti_terms_to_json(rules.anti_affinity)}
 
 
 def share_memory_of(snapshot: Snapshot, pp: PodPlacement) -> int:

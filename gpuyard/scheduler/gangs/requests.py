@@ -29,6 +29,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from gpuyard.apis.core import NodeSelectorRequirement, NodeSelectorTerm, PodSpec
+from gpuyard.apis.podplacement import PodRules, has_rules, rules_of
 from gpuyard.apis.resourceclasses import (
     KOORD_CORE,
     KOORD_MEMORY,
@@ -39,7 +40,7 @@ from gpuyard.apis.resourceclasses import (
     RequestError,
     parse_gpu_request,
 )
-from gpuyard.apis.scheduling import PodGroup, pod_name
+from gpuyard.apis.scheduling import LABEL_REPLICA_INDEX, PodGroup, pod_name
 from gpuyard.devices.subsets import NICScope
 
 __all__ = [
@@ -75,6 +76,7 @@ ANNOTATION_JOINT_ALLOCATE = "gpuyard.io/device-joint-allocate"
 ANNOTATION_TOPOLOGY_REQUIRED = "gpuyard.io/topology-required"
 ANNOTATION_TOPOLOGY_PREFERRED = "gpuyard.io/topology-preferred"
 ANNOTATION_FLEXIBLE_SHAPE = "gpuyard.io/flexible-shape"
+LABEL_KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 RDMA_RESOURCE = "rdma/hca"
 TOPOLOGY_LEVELS = ("block", "spine")
 NIC_SCOPES = ("SamePCIe", "SameNUMA", "None")
@@ -134,6 +136,8 @@ class PodShape:
     pods: int = 1
     """How many pods this shape stands for: more than one for the summed shape `place()` tries a
     gang's whole-GPU pods as (no pod of the workload has it; plugins learning the workload skip it)."""
+    rules: PodRules | None = None
+    """Inter-pod (anti-)affinity and topology spread the pod template asks for (None: none)."""
 
     def __post_init__(self) -> None:
         if min(self.cpu_milli, self.mem_mib, self.gpus, self.gpu_milli, self.host_ports) < 0:
@@ -180,6 +184,14 @@ class PodSlot:
     index: int
     name: str
     preferred_node: str | None = None
+    role_labels: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    """The labels every pod of the role carries (`GangRole.labels`, shared, never copied)."""
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The pod's labels: its role's plus its replica index (as the operator labels it)."""
+        index = str(self.index)
+        return {**self.role_labels, LABEL_REPLICA_INDEX: index, LABEL_KUBEFLOW_REPLICA_INDEX: index}
 
 
 @dataclass(slots=True)
@@ -412,6 +424,11 @@ def _member_parts(
         hit = shapes.get(key) if shapes is not None else None
         if hit is None:
             hit = shape_of(role.template, classes=classes, host_ports=role.host_ports)
+            if has_rules(role.template):
+                labels = {**role.labels, LABEL_REPLICA_INDEX: "0", LABEL_KUBEFLOW_REPLICA_INDEX: "0"}
+                rules = rules_of(role.template, namespace=ns, labels=labels, where=f"roles[{role.name}]")
+                if rules is not None:
+                    hit = (replace(hit[0], rules=rules), hit[1])
             if shapes is not None:
                 if len(shapes) > 50_000:
                     shapes.clear()
@@ -420,7 +437,7 @@ def _member_parts(
         pods = []
         for i in missing[pos]:
             pname = pod_name(name, role.name, i)
-            pods.append(PodSlot(ns, name, role.name, i, pname, spec.preferred_nodes.get(pname)))
+            pods.append(PodSlot(ns, name, role.name, i, pname, spec.preferred_nodes.get(pname), role.labels))
         parts.append(RolePart(ns, name, role.name, shape, tuple(pods), role_required[pos], requests))
     return parts
 

@@ -47,6 +47,8 @@ DEFAULT_FILTERS = (
     "gpu-class",
     "node-resources",
     "host-ports",
+    "inter-pod-affinity",
+    "pod-topology-spread",
     "gpu-node-reserve",
     "held-room",
 )

@@ -37,8 +37,9 @@ from gpuyard.scheduler.cache.snapshot import Alloc, Snapshot
 from gpuyard.scheduler.gangs.outcomes import Placement, PodPlacement, Unschedulable
 from gpuyard.scheduler.gangs.requests import GPU_MILLI, GangRequest, PodShape, PodSlot, RolePart
 from gpuyard.scheduler.placement.capacity import gpu_totals_short
-from gpuyard.scheduler.placement.filtering import capacity, explain
+from gpuyard.scheduler.placement.filtering import breakdown, capacity, explain
 from gpuyard.scheduler.placement.framework import ALL, CycleState, Profile
+from gpuyard.scheduler.placement.podaffinity import RULES, RulesContext, rules_context
 from gpuyard.scheduler.placement.scores import normalize
 from gpuyard.scheduler.placement.topology import best_split, colocated_set
 
@@ -55,6 +56,9 @@ def place(
     `state`: a CycleState the caller made (plugins' per-attempt scratch); a fresh one by default.
     """
     state = state or CycleState(snapshot, gang, profile)
+    context = rules_context(state)  # inter-pod affinity, topology spread: None on the fast path
+    if context is not None:
+        state.data[RULES] = context
     reset = getattr(profile.chooser, "reset", None)
     if reset is not None:
         reset()
@@ -87,9 +91,13 @@ def _place(state: CycleState, undo: _Undo) -> Placement | Unschedulable:
             _rollback(state.snapshot, undo, mark)  # explain the part on what the gang holds before it
             state.data["gang_allocs"] = [alloc for alloc, _ in undo]
             try:
-                return explain(state, part, placed_before=len(placed))
+                failure = explain(state, part, placed_before=len(placed))
             finally:
                 state.data.pop("gang_allocs", None)
+            each = state.data.pop("each_failure", None)  # placed pod by pod: why the last one failed
+            if each:
+                failure.message = f"{failure.message.rstrip('.')}; {each}."
+            return failure
         placed.extend(got)
     deferred: list[PodSlot] = []
     for part in state.gang.parts:
@@ -143,7 +151,7 @@ def _place_together(state: CycleState, undo: _Undo) -> tuple[list[RolePart], lis
     for one pod of their summed shape (see the module docstring); [] when that does not apply or no
     node takes them (nothing then stays allocated). Returns the parts placed and their pods."""
     parts = [p for p in state.gang.parts if p.required and p.shape.gpus]
-    if sum(p.required for p in parts) < 2:
+    if sum(p.required for p in parts) < 2 or RULES in state.data:  # inter-pod rules: pod by pod
         return [], []
     shape = _together_shape(parts)
     if shape is None or state.profile.fill_for(shape) == "spread":
@@ -267,6 +275,9 @@ def _rows(n: int) -> np.ndarray:
 def _fill(
     state: CycleState, part: RolePart, pods: tuple[PodSlot, ...], undo: _Undo, *, required: bool
 ) -> list[PodPlacement] | None:
+    rules = state.data.get(RULES)
+    if rules is not None:
+        return _fill_each(state, rules, part, pods, undo, required=required)
     shape = part.shape
     want = len(pods)
     state.want = want
@@ -301,6 +312,52 @@ def _fill(
     else:
         _pack(state, part, pods, cand, caps, total, undo, out)
     if required and len(out) < want:
+        return None
+    if state.gang.topology_required is not None and out and "domain" not in state.data:
+        state.data["domain"] = int(_level(state.snapshot, state.gang.topology_required)[out[0].row])
+    return out
+
+
+_EACH_TRIES = 3  # nodes tried (best score first) per pod when the GPU chooser refuses one
+
+
+def _fill_each(
+    state: CycleState,
+    rules: RulesContext,
+    part: RolePart,
+    pods: tuple[PodSlot, ...],
+    undo: _Undo,
+    *,
+    required: bool,
+) -> list[PodPlacement] | None:
+    """One pod at a time, filters and scores run again for each (kube-scheduler's order), so the
+    inter-pod rules see the gang's pods placed before it; the best-scored node that passes."""
+    shape = part.shape
+    out: list[PodPlacement] = []
+    state.want = 1
+    try:
+        for pod in pods:
+            rules.pod = pod
+            cap = capacity(state, shape).astype(np.int64)
+            if state.gang.topology_required is not None:
+                cap = _required_domain(state, cap, 1)
+            cand = np.flatnonzero(cap)
+            if len(cand):
+                total = score_candidates(state, shape, cand, np.ones(len(cand), dtype=np.int64))
+                order = np.argsort(-np.asarray(total, dtype=np.float64), kind="stable")[:_EACH_TRIES]
+                if any(_assign(state, part, int(cand[i]), (pod,), undo, out) for i in order):
+                    continue
+            if required:  # say why while the pods before it still hold their trial places
+                why = "; ".join(f.explain(state, shape, failed) for f, failed, _ in breakdown(state, shape))
+                state.data["each_failure"] = (
+                    f"pod {len(out) + 1} of {len(pods)} ({pod.name}) fits no node once the "
+                    f"{len(out)} before it {'is' if len(out) == 1 else 'are'} placed"
+                    + (f": {why}" if why else "")
+                )
+            break
+    finally:
+        rules.pod = None
+    if required and len(out) < len(pods):
         return None
     if state.gang.topology_required is not None and out and "domain" not in state.data:
         state.data["domain"] = int(_level(state.snapshot, state.gang.topology_required)[out[0].row])
@@ -612,6 +669,9 @@ def _assign(
         cursor = int(snap.port_cursor[row])
         snap.apply(alloc, row=row)
         undo.append((alloc, cursor))
+        rules = state.data.get(RULES)
+        if rules is not None:  # later pods of the gang see this one (inter-pod rules)
+            rules.record(alloc, pod, shape)
         out.append(
             PodPlacement(
                 pod=pod,

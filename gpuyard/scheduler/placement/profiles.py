@@ -56,6 +56,7 @@ from gpuyard.scheduler.placement.packing.plugins import (
     PackingScore,
     packing_score_factory,
 )
+from gpuyard.scheduler.placement.podaffinity import InterPodAffinity, InterPodAffinityScore
 from gpuyard.scheduler.placement.registry import (
     DuplicatePluginError,
     PluginFactory,
@@ -73,6 +74,7 @@ from gpuyard.scheduler.placement.scores import (
     MostAllocated,
     RandomScore,
 )
+from gpuyard.scheduler.placement.spreading import TopologySpread, TopologySpreadScore
 from gpuyard.scheduler.placement.topology import FragmentationScore, TopologyChooser, TopologyScore
 
 __all__ = [
@@ -91,6 +93,8 @@ DEFAULT_PROFILE = ProfileSpec(
     scores={  # failover > topology > packing > GPU-type preference > tie-breaks
         "failover": 400,
         "topology": 200,
+        "inter-pod-affinity": 100,  # the user's own preferences: above packing
+        "pod-topology-spread": 100,
         "packing": 50,
         "gpu-type": 20,
         "cpu-stranding": 5,  # CPU-only pods: strand no GPU, then spread
@@ -130,6 +134,8 @@ def builtin_registry() -> PluginRegistry:
     reg.register_filter(HostPorts.name, no_args(HostPorts, "filter plugin"))
     reg.register_filter(GPUNodeReserve.name, gpu_node_reserve)
     reg.register_filter(HeldRoom.name, no_args(HeldRoom, "filter plugin"))
+    reg.register_filter(InterPodAffinity.name, no_args(InterPodAffinity, "filter plugin"))
+    reg.register_filter(TopologySpread.name, no_args(TopologySpread, "filter plugin"))
     # scores
     reg.register_score(GPUBinpack.name, no_args(GPUBinpack, "score plugin"))
     reg.register_score(ExactFit.name, no_args(ExactFit, "score plugin"))
@@ -145,6 +151,8 @@ def builtin_registry() -> PluginRegistry:
     reg.register_score(PackingScore.name, packing_score_factory(PackingScore.name, gpu_only=False))
     reg.register_score("packing-gpu", packing_score_factory("packing-gpu", gpu_only=True))
     reg.register_score(CPUStranding.name, no_args(CPUStranding, "score plugin"))
+    reg.register_score(InterPodAffinityScore.name, no_args(InterPodAffinityScore, "score plugin"))
+    reg.register_score(TopologySpreadScore.name, no_args(TopologySpreadScore, "score plugin"))
     # GPU choosers
     reg.register_chooser(LowestIndexChooser.name, no_args(LowestIndexChooser, "GPU chooser"))
     reg.register_chooser(TopologyChooser.name, no_args(TopologyChooser, "GPU chooser"))
