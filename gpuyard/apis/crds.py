@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter
 
+from gpuyard.apis.crons import Cron
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.jobkinds import API_KUBEDL, API_KUBEFLOW, KIND_INFO
 from gpuyard.apis.meta import Resource
@@ -62,7 +63,7 @@ _DESCRIPTION_LIMIT = 300
 def crd_models() -> dict[str, type[Resource]]:
     """Kind -> the model of every kind gpuyard ships a CRD for."""
     models: dict[str, type[Resource]] = {kind: info.cls for kind, info in KIND_INFO.items()}
-    for cls in (PodGroup, Reservation, ResourceClass, NodeTopology, Queue, ElasticQuota):
+    for cls in (PodGroup, Reservation, ResourceClass, NodeTopology, Queue, ElasticQuota, Cron):
         models[cls.KIND] = cls
     return models
 
@@ -231,6 +232,12 @@ def _columns(resource: ApiResource, model: type[Resource]) -> list[dict[str, Any
         ]
     elif resource.kind == "ResourceClass":
         columns.append({"name": "Description", "type": "string", "jsonPath": ".spec.description"})
+    elif resource.kind == "Cron":
+        columns += [
+            {"name": "Schedule", "type": "string", "jsonPath": ".spec.schedule"},
+            {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend"},
+            {"name": "Last-Schedule", "type": "date", "jsonPath": ".status.lastScheduleTime"},
+        ]
     columns.append(_AGE)
     return columns
 

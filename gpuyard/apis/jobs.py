@@ -26,6 +26,7 @@ import yaml
 from pydantic import ValidationError
 
 from gpuyard.apis.core import ContainerPort
+from gpuyard.apis.cronschedules import cron_policy_problems
 from gpuyard.apis.decoding import DEFAULT_MAX_BYTES, yaml_load_all
 from gpuyard.apis.durations import duration_annotation_problems
 from gpuyard.apis.jobkinds import (
@@ -292,6 +293,7 @@ def _semantic_errors(job: TrainingJob, flavor: Flavor) -> list[dict[str, str]]:
                         "reason": "a replica type cannot depend on itself",
                     }
                 )
+    errors += cron_policy_problems((job.spec.model_extra or {}).get("cronPolicy"), field="spec.cronPolicy")
     cycle = _dependency_cycle(specs)
     if cycle:
         errors.append(

@@ -215,6 +215,8 @@ API_RESOURCES: tuple[ApiResource, ...] = (
         short_names=("eq", "eqs"),
         crd=True,
     ),
+    # KubeDL's Cron (apis/crons.py)
+    ApiResource("Cron", "apps.kubedl.io", "v1alpha1", "crons", crd=True, categories=("gpuyard",)),
     *_gang_resources(),
 )
 

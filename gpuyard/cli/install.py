@@ -71,9 +71,15 @@ RULES: dict[str, tuple[str, ...]] = {
     "PodDisruptionBudget": WATCH,
     "PriorityClass": WATCH,  # a job's priorityClassName
     # every job kind; delete: ttlSecondsAfterFinished; get: a job that lost a name clash to the other
-    # job group's, fetched again once the winner is gone (kubecluster/invalid.py)
-    "TrainingJob": ("get", *WATCH, "delete"),
+    # job group's, fetched again once the winner is gone (kubecluster/invalid.py); create: a Cron's runs
+    "TrainingJob": ("get", *WATCH, "create", "delete"),
     "TrainingJob/status": ("patch",),
+    # KubeDL's Crons (controllers/cronrunning.py): a Cron's runs are created and deleted on schedule;
+    # a job with spec.cronPolicy gets a Cron of its name; finalizers: the runs' owner reference
+    # (blockOwnerDeletion) to their Cron
+    "Cron": ("get", *WATCH, "create", "update"),
+    "Cron/status": ("patch",),
+    "Cron/finalizers": ("update",),
     # Never called, but checked: with OwnerReferencesPermissionEnforcement (on in most clusters) an
     # ownerReference with blockOwnerDeletion (pods, services and PodGroups name their job so; DRA
     # claims their pod) may only be set by who may update the owner's finalizers.
@@ -118,6 +124,7 @@ API_RULES: dict[str, tuple[str, ...]] = {
     # apply only; delete: an apply the cluster refused in part deletes what it created (no route does)
     "PriorityClass": ("get", "create", "update", "delete"),
     "PodDisruptionBudget": ("get", "create", "update", "delete"),  # its status stays the cluster's
+    "Cron": ("get", "create", "update", "delete"),  # apply
 }
 """What the HTTP API's write routes need on top of :data:`RULES` (the job's delete, `ResourceClass`'s
 get and create are there already); :func:`cluster_rules` grants the union."""

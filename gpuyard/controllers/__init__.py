@@ -5,19 +5,21 @@ Each reconcile pass observes what a job owns (`observing.py`), plans the next st
 three together. Entry point for the runtime: `components(ctx)` returns the reconcilers to run
 through `ControllerRunner`: :class:`JobReconciler`, watching every job kind, their pods,
 reservations and PodGroups, and :class:`JobEventCleaner` (`eventcleaning.py`), which deletes the
-Events of jobs that are gone. Both write as the operator (`state.ownership.OPERATOR`).
+Events of jobs that are gone, and :class:`CronReconciler` (`cronrunning.py`), which creates the
+jobs of KubeDL's Crons on schedule. All write as the operator (`state.ownership.OPERATOR`).
 """
 
 from __future__ import annotations
 
+from gpuyard.controllers.cronrunning import CronReconciler
 from gpuyard.controllers.eventcleaning import JobEventCleaner
 from gpuyard.controllers.reconciling import JobReconciler
 from gpuyard.state.components import Reconciler, Runnable
 from gpuyard.state.context import Context
 
-__all__ = ["JobEventCleaner", "JobReconciler", "components"]
+__all__ = ["CronReconciler", "JobEventCleaner", "JobReconciler", "components"]
 
 
 def components(ctx: Context) -> list[Runnable | Reconciler]:
     """The job operator's reconcilers, for `gpuyard.platform.runtime`."""
-    return [JobReconciler(ctx), JobEventCleaner(ctx)]
+    return [JobReconciler(ctx), JobEventCleaner(ctx), CronReconciler(ctx)]

@@ -7,6 +7,7 @@ node topologies); the store needs only the model class of each.
 from __future__ import annotations
 
 from gpuyard.apis.core import Event, Node, Pod, Service
+from gpuyard.apis.crons import CRON_KINDS
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.disruption import PDB_KINDS
 from gpuyard.apis.gangs import GangPodGroup
@@ -33,6 +34,7 @@ JOURNALED_KINDS: list[type[Resource]] = [
     *PRIORITY_CLASS_KINDS,
     *(cls for cls, _ in QUOTA_KINDS),
     *(cls for cls, _ in PDB_KINDS),
+    *CRON_KINDS,
 ]
 # Kinds that are rebuilt from the others or are only informational.
 CORE_KINDS: list[type[Resource]] = [Service, Event]

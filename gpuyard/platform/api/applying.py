@@ -1,7 +1,7 @@
 """`POST /api/v1/apply`: a policy file of ElasticQuotas, ResourceQuotas, Queues, ResourceClasses,
 PriorityClasses (`scheduling.k8s.io/v1`: value at most 1000000000, no `system-` prefix, one
-`globalDefault`, `value` immutable once created), PodDisruptionBudgets and NodeTopologies (validated
-by `topologies.parse_node_topology`).
+`globalDefault`, `value` immutable once created), PodDisruptionBudgets, NodeTopologies (validated
+by `topologies.parse_node_topology`) and KubeDL's Crons (`apis/crons.parse_cron`).
 
 The body is a multi-document YAML (or a JSON list): every document is validated first by
 :func:`apply_documents` (the quotas as one tree: the tree in force with all of the file's quotas
@@ -23,6 +23,7 @@ import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
+from gpuyard.apis.crons import Cron, parse_cron
 from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.meta import Resource, metadata_problems
 from gpuyard.apis.priorityclasses import BUILTIN, PriorityClass, class_problems
@@ -51,6 +52,7 @@ __all__ = ["apply_documents", "setup"]
 log = structlog.get_logger(__name__)
 
 APPLY_KINDS = (
+    "Cron",
     "ElasticQuota",
     "NodeTopology",
     "PodDisruptionBudget",
@@ -147,7 +149,7 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
         if bad_meta:
             problems += [{"object": f"{kind}/{name}", **d} for d in bad_meta]
             continue
-        namespaced = kind in ("ResourceQuota", "PodDisruptionBudget")
+        namespaced = kind in ("ResourceQuota", "PodDisruptionBudget", "Cron")
         ns = str(meta.get("namespace") or "") if namespaced and isinstance(meta, dict) else ""
         key = (kind, ns, name)
         if key in seen:
@@ -168,6 +170,12 @@ def apply_documents(store: Store, docs: Iterable[Any]) -> tuple[list[Resource], 
             continue
         if kind == "PriorityClass":
             problems += _priority_class(store, doc, docs, prefix=prefix, name=name, out=out)
+            continue
+        if kind == "Cron":  # KubeDL's Cron (apis/crons.py)
+            cron, found_cron = parse_cron(doc, prefix=prefix)
+            problems += [{"object": f"Cron/{name}", **d} for d in found_cron]
+            if cron is not None:
+                out.append(cron)
             continue
         if kind == "ResourceClass":
             data = dict(doc)
@@ -329,8 +337,10 @@ _ORDER = {
     "ResourceQuota": 2,
     "ElasticQuota": 3,
     "PodDisruptionBudget": 4,
+    "Cron": 5,
 }
 _MODELS: dict[str, type[Resource]] = {
+    "Cron": Cron,
     "ElasticQuota": ElasticQuota,
     "PodDisruptionBudget": PodDisruptionBudget,
     "PriorityClass": PriorityClass,
