@@ -357,6 +357,19 @@ def _fmt(q: Decimal, resource: str) -> str:
     )
 
 
+def _placement_rule_problems(prefix: str, spec: PodSpec) -> list[Problem]:
+    """A bad podAffinity / podAntiAffinity / topologySpreadConstraints entry, with its field."""
+    from gpuyard.apis.podplacement import has_rules, rules_of  # it builds on this module's RequestError
+
+    if not has_rules(spec):
+        return []
+    try:
+        rules_of(spec, namespace="", labels={}, where=prefix)
+    except RequestError as exc:
+        return [Problem(exc.resource, exc.reason)]
+    return []
+
+
 def validate_gang_request(
     request: Any,
     classes: Iterable[ResourceClass] | None = None,
@@ -386,6 +399,7 @@ def validate_gang_request(
     cap = _capacity_cached(node_list, by_name, list(topologies)) if node_list else None
     problems: list[Problem] = []
     for prefix, spec in _pod_specs(request):
+        problems.extend(_placement_rule_problems(prefix, spec))
         requests = spec.requests()
         try:
             parsed = parse_gpu_request(requests, by_name)

@@ -390,3 +390,24 @@ def test_reservation_carries_labels_and_anti_affinity():
     assert ctx is not None
     state.data[RULES] = ctx
     assert len(ctx.placed()) == 1 and ctx.placed()[0].anti
+
+
+def test_bad_rules_are_refused_at_submit_naming_the_field():
+    from gpuyard.apis.resourceclasses import validate_gang_request
+
+    spec = PodSpec.model_validate(
+        {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": HOST, "whenUnsatisfiable": "Never"}]}
+    )
+    problems = validate_gang_request({"spec.tfReplicaSpecs.Worker.template.spec": spec})
+    assert [p[0] for p in problems] == [
+        "spec.tfReplicaSpecs.Worker.template.spec.topologySpreadConstraints[0].whenUnsatisfiable"
+    ]
+    assert "DoNotSchedule, ScheduleAnyway" in problems[0][1]
+    good = PodSpec.model_validate(
+        {
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": HOST, "whenUnsatisfiable": "DoNotSchedule"}
+            ]
+        }
+    )
+    assert validate_gang_request({"spec": good}) == []
