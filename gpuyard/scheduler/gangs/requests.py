@@ -133,6 +133,9 @@ class PodShape:
     """A share's GPU memory in MiB (`koordinator.sh/gpu-memory`, `gpuyard.io/gpu-memory-mib`)."""
     gpu_mem_permille: int = 0
     """A share's GPU memory as thousandths of the chosen GPU's memory (used when `gpu_mem_mib` is 0)."""
+    spot: bool = False
+    """Spot replicas (KubeDL's spotReplicaSpec): the `spot` score prefers spot nodes for them and
+    keeps the others off spot nodes while other room exists."""
     pods: int = 1
     """How many pods this shape stands for: more than one for the summed shape `place()` tries a
     gang's whole-GPU pods as (no pod of the workload has it; plugins learning the workload skip it)."""
@@ -415,7 +418,7 @@ def _member_parts(
             extra = min(short, len(miss) - role_required[pos])
             role_required[pos] += extra
             short -= extra
-    parts = []
+    parts: list[RolePart] = []
     shapes = cache if pg.metadata.uid else None  # shapes of objects with a uid are cached
     for pos, role in enumerate(spec.roles):
         if not missing[pos]:
@@ -438,8 +441,21 @@ def _member_parts(
         for i in missing[pos]:
             pname = pod_name(name, role.name, i)
             pods.append(PodSlot(ns, name, role.name, i, pname, spec.preferred_nodes.get(pname), role.labels))
-        parts.append(RolePart(ns, name, role.name, shape, tuple(pods), role_required[pos], requests))
+        part = RolePart(ns, name, role.name, shape, tuple(pods), role_required[pos], requests)
+        parts.extend(_spot_split(part, role.replicas - role.spot_replicas) if role.spot_replicas else (part,))
     return parts
+
+
+def _spot_split(part: RolePart, first_spot: int) -> tuple[RolePart, ...]:
+    """The role's pods as its on-demand part and its spot part (replicas `first_spot` and up,
+    with a shape marked `spot`); the required pods are still the lowest indices."""
+    spot = tuple(p for p in part.pods if p.index >= first_spot)
+    if not spot:
+        return (part,)
+    normal = part.pods[: len(part.pods) - len(spot)]
+    kept = min(part.required, len(normal))
+    spot_part = replace(part, shape=replace(part.shape, spot=True), pods=spot, required=part.required - kept)
+    return (replace(part, pods=normal, required=kept), spot_part) if normal else (spot_part,)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,9 @@ Built-in profiles:
 * `default` — GPU binpacking, exact fit for multi-GPU pods, CPU-only pods spread and kept out of
   GPU nodes' reserve, GPU-type preference, failover to the previous node, topology (NVLink
   bandwidth/locality of the GPUs a node would give, fragmentation tie-break); packs GPU pods and
-  spreads CPU-only pods; GPUs chosen by the `topology` chooser (best-subset tables).
+  spreads CPU-only pods; GPUs chosen by the `topology` chooser (best-subset tables). Spot
+  replicas go to spot nodes and other pods stay off them while other room exists (`spot`, below
+  failover, above topology; also in `binpack` and `spread`).
 * `binpack` / `best-fit` — most-allocated over every resource plus the topology scores, packed,
   `topology` chooser;
 * `spread` — least-allocated, one pod per node round-robin;
@@ -75,6 +77,7 @@ from gpuyard.scheduler.placement.scores import (
     RandomScore,
 )
 from gpuyard.scheduler.placement.spreading import TopologySpread, TopologySpreadScore
+from gpuyard.scheduler.placement.spot import SpotAffinity
 from gpuyard.scheduler.placement.topology import FragmentationScore, TopologyChooser, TopologyScore
 
 __all__ = [
@@ -92,6 +95,7 @@ __all__ = [
 DEFAULT_PROFILE = ProfileSpec(
     scores={  # failover > topology > packing > GPU-type preference > tie-breaks
         "failover": 400,
+        "spot": 300,  # spot replicas on spot nodes, the other pods off them (`spot.py`)
         "topology": 200,
         "inter-pod-affinity": 100,  # the user's own preferences: above packing
         "pod-topology-spread": 100,
@@ -107,13 +111,13 @@ DEFAULT_PROFILE = ProfileSpec(
     "NVLink-aware GPU choice",
 )
 BINPACK_PROFILE = ProfileSpec(
-    scores={"most-allocated": 10, "failover": 100, "topology": 20, "topology-frag": 2},
+    scores={"most-allocated": 10, "failover": 100, "spot": 50, "topology": 20, "topology-frag": 2},
     fill="pack",
     chooser="topology",
     description="most-allocated, packed; NVLink-aware GPU choice",
 )
 SPREAD_PROFILE = ProfileSpec(
-    scores={"least-allocated": 10, "failover": 100},
+    scores={"least-allocated": 10, "failover": 100, "spot": 50},
     fill="spread",
     description="least-allocated, one per node",
 )
@@ -151,6 +155,7 @@ def builtin_registry() -> PluginRegistry:
     reg.register_score(PackingScore.name, packing_score_factory(PackingScore.name, gpu_only=False))
     reg.register_score("packing-gpu", packing_score_factory("packing-gpu", gpu_only=True))
     reg.register_score(CPUStranding.name, no_args(CPUStranding, "score plugin"))
+    reg.register_score(SpotAffinity.name, no_args(SpotAffinity, "score plugin"))
     reg.register_score(InterPodAffinityScore.name, no_args(InterPodAffinityScore, "score plugin"))
     reg.register_score(TopologySpreadScore.name, no_args(TopologySpreadScore, "score plugin"))
     # GPU choosers
