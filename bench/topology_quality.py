@@ -443,7 +443,10 @@ def main() -> None:
 
 
 def _default_wait() -> float:
-    return 0.0
+    """The scheduler's default `scheduler.topology_wait_seconds`."""
+    from gpuyard.state.config import SchedulerConfig
+
+    return float(SchedulerConfig().topology_wait_seconds)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from gpuyard.apis.labels import label_problems
 from gpuyard.apis.managers import managed_by_problems
 from gpuyard.apis.meta import dns_label_problem, metadata_problems
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION
+from gpuyard.apis.topologypolicy import topology_policy_problems
 
 __all__ = [
     "INVALID_SPEC",
@@ -267,11 +268,13 @@ def _semantic_errors(job: TrainingJob, flavor: Flavor) -> list[dict[str, str]]:
     errors.extend(
         duration_annotation_problems(job.metadata.annotations, "metadata", (ANNOTATION_EXPECTED_DURATION,))
     )
+    errors.extend(topology_policy_problems(job.metadata.annotations, "metadata"))
     for role, spec in specs.items():
         base = f"spec.{info.replica_field}.{role}"
         annotations = spec.template.metadata.get("annotations")
         if isinstance(annotations, Mapping):
             errors.extend(duration_annotation_problems(annotations, f"{base}.template.metadata"))
+            errors.extend(topology_policy_problems(annotations, f"{base}.template.metadata"))
         if not spec.template.spec.containers:
             errors.append(
                 {"field": f"{base}.template.spec.containers", "reason": "at least one container is required"}

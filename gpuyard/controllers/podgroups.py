@@ -30,6 +30,12 @@ from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.priorityclasses import ResolvedPriority
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION, LABEL_PREEMPTIBLE, LABEL_QUOTA_NAME
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, GangRole, PodGroup, PodGroupSpec
+from gpuyard.apis.topologypolicy import (
+    ANNOTATION_TOPOLOGY_LEVEL,
+    ANNOTATION_TOPOLOGY_POLICY,
+    ANNOTATION_TOPOLOGY_WAIT,
+    kueue_podgroup_annotations,
+)
 from gpuyard.controllers.materializing import owner_reference, render_template
 from gpuyard.controllers.workloads.base import WorkloadPlugin
 
@@ -52,6 +58,9 @@ PLACEMENT_ANNOTATIONS = (
     "gpuyard.io/topology-required",
     "gpuyard.io/topology-preferred",
     "gpuyard.io/flexible-shape",
+    ANNOTATION_TOPOLOGY_POLICY,  # wait for one node/block or split (apis/topologypolicy.py)
+    ANNOTATION_TOPOLOGY_LEVEL,
+    ANNOTATION_TOPOLOGY_WAIT,
     "gpuyard.io/migratable",  # the rescheduler: "false" never moves
     "gpuyard.io/checkpoint-interval",  # the rescheduler: the cost of moving
 )
@@ -77,6 +86,8 @@ def quota_metadata(job: TrainingJob) -> tuple[dict[str, str], dict[str, str]]:
     for key in PLACEMENT_ANNOTATIONS:
         if key in meta.annotations:
             annotations[key] = meta.annotations[key]
+    templates = (spec.template.metadata.get("annotations") for spec in job.replica_specs.values())
+    annotations.update(kueue_podgroup_annotations(t for t in templates if isinstance(t, Mapping)))
     return labels, annotations
 
 

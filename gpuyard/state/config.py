@@ -299,6 +299,12 @@ class SchedulerConfig(Section):
         gt=0,
         description="How long the room freed by preemption stays held for the preemptor (nomination).",
     )
+    topology_wait_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="How long a gang of one-GPU workers that states no gpuyard.io/topology-policy waits "
+        "for one node before it is split over several (0: never waits).",
+    )
     backfill_hold_seconds: float = Field(
         default=3600.0,
         gt=0,

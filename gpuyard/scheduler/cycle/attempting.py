@@ -32,6 +32,7 @@ from gpuyard.scheduler.cache.holds import HeldArrays
 from gpuyard.scheduler.cycle.backfilling import Capacity, never_fits, plan_head
 from gpuyard.scheduler.cycle.faults import FAULT_REASON, fault_of
 from gpuyard.scheduler.cycle.memo import GangSignature, Walk
+from gpuyard.scheduler.cycle.topowait import TopologyWait, topology_wait
 from gpuyard.scheduler.decisions import PlaceGang
 from gpuyard.scheduler.gangs.outcomes import Placement, Refusal, Unschedulable
 from gpuyard.scheduler.gangs.requests import GangRequest, PodShape, build_gang
@@ -275,10 +276,14 @@ def schedule_one(state: Cycling, key: Key, *, head: bool = False) -> Placement |
         return result
     if not gang.parts:
         return None
+    wait = topology_wait(gang, pg, profile=state.profile, snapshot=snap, utcnow=state.utcnow)
+    if wait is not None and wait.waiting:  # its own choice: one node (or block) until its wait ends
+        gang.topology_required = wait.level
     mine = {m.key[1:] for m in members}
     holder = any(state.claims.holds.get(k) is not None for k in mine)
     # its own hold makes its answer its own; so do others' holds (which apply by its queue order)
-    signature = None if holder or state.claims.holds else _signature(gang)
+    waits = wait is not None and wait.waiting
+    signature = None if holder or state.claims.holds or waits else _signature(gang)
     token = (snap.epoch, state.claims.holds.version)
     cached = state.memo.no_fit.get(signature) if signature is not None else None
     if cached is not None and cached[0] == token:
@@ -323,14 +328,18 @@ def schedule_one(state: Cycling, key: Key, *, head: bool = False) -> Placement |
         )
         _not_placed(state, members, outcome)
     elif isinstance(outcome, Placement):
-        _commit(state, members, outcome)
+        _commit(state, members, outcome, note=_wait_note(state, wait, outcome))
     else:
         if signature is not None:
             if len(state.memo.no_fit) > 10_000:
                 state.memo.no_fit.clear()
             state.memo.no_fit[signature] = (token, outcome)
         outcome = _why_waiting(state, key, gang, outcome, signature=signature, head=head, members=mine)
-        _not_placed(state, members, outcome)
+        until = None
+        if wait is not None and wait.waiting and not outcome.never:
+            outcome = replace(outcome, notes=[*outcome.notes, f"It {wait.waiting_note()}."])
+            until = state.now + max(0.0, (wait.until - state.utcnow).total_seconds())
+        _not_placed(state, members, outcome, until=until)
     state.recorder.tally.attempt(pods=len(outcome.pods) if isinstance(outcome, Placement) else None)
     return outcome
 
@@ -368,8 +377,22 @@ def _why_waiting(
     return replace(result, notes=[*result.notes, f"({note})"])
 
 
-def _commit(state: Cycling, members: list[PodGroup], placement: Placement) -> None:
-    """Assume the placement and decide what to write: Reservations, then statuses and events."""
+def _wait_note(state: Cycling, wait: TopologyWait | None, placement: Placement) -> str:
+    """What a gang that had a topology wait says once placed: split after its wait, or placed in
+    one domain after waiting (nothing when it got one domain at once)."""
+    if wait is None:
+        return ""
+    rows = {pp.row for pp in placement.pods if pp.gpus}
+    split = len(rows) > 1
+    waited = max(0.0, wait.seconds - (wait.until - state.utcnow).total_seconds())
+    if not split and waited < 1.0:
+        return ""
+    return wait.note(split=split, waited=waited)
+
+
+def _commit(state: Cycling, members: list[PodGroup], placement: Placement, *, note: str = "") -> None:
+    """Assume the placement and decide what to write: Reservations, then statuses and events.
+    `note`: said after the placement's summary (a topology wait's outcome)."""
     owners = {m.key[1:]: m.metadata.uid for m in members}
     reservations = assume(state.cache.snapshot, placement, owners=owners)
     state.cache.assumed(reservations)
@@ -401,7 +424,7 @@ def _commit(state: Cycling, members: list[PodGroup], placement: Placement) -> No
             m,
             phase="Placed",
             reason="Placed",
-            message=placement.summary(held_pods, by_member.get(key, 0)),
+            message=placement.summary(held_pods, by_member.get(key, 0)) + (f"; {note}" if note else ""),
             placed=len(held_pods),
             now=utcnow,
             into=decision.then,
@@ -411,7 +434,8 @@ def _commit(state: Cycling, members: list[PodGroup], placement: Placement) -> No
             rec.event(
                 m,
                 reason="Scheduled",
-                message=f"{summary}: {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}",
+                message=f"{summary}: {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}"
+                + (f"; {note}" if note else ""),
                 now=utcnow,
                 into=decision.then,
             )
@@ -426,7 +450,12 @@ def _commit(state: Cycling, members: list[PodGroup], placement: Placement) -> No
 
 
 def _not_placed(
-    state: Cycling, members: list[PodGroup], result: Unschedulable, *, reserve: bool = True
+    state: Cycling,
+    members: list[PodGroup],
+    result: Unschedulable,
+    *,
+    reserve: bool = True,
+    until: float | None = None,
 ) -> None:
     epoch = state.epoch()
     message = result.full_message()
@@ -435,7 +464,7 @@ def _not_placed(
     reserve = reserve and not result.never  # a job that can never fit is nobody's head
     for m in members:
         key: Key = m.key[1:]
-        state.admission.queue.park(key, epoch=epoch, reason=cause, reserve=reserve)
+        state.admission.queue.park(key, epoch=epoch, reason=cause, reserve=reserve, until=until)
         state.parking.unpark(key)
         if key in state.memo.partial:
             state.memo.partial[key] = epoch

@@ -41,6 +41,7 @@ from gpuyard.apis.resourceclasses import (
     parse_gpu_request,
 )
 from gpuyard.apis.scheduling import LABEL_REPLICA_INDEX, PodGroup, pod_name
+from gpuyard.apis.topologypolicy import TopologyPolicy, TopologyPolicyError, parse_topology_policy
 from gpuyard.devices.subsets import NICScope
 
 __all__ = [
@@ -228,6 +229,9 @@ class GangRequest:
     """Network level ("block" | "spine") the whole gang must stay inside."""
     topology_preferred: str | None = None
     """Network level the gang should stay inside when it can (blocks are always preferred)."""
+    topology_policy: TopologyPolicy | None = None
+    """The job's `gpuyard.io/topology-policy` (or Kueue's annotations): whether it waits for one
+    node or block before it splits (`cycle/topowait.py`); None or policy None: the default."""
 
     @property
     def required(self) -> int:
@@ -467,6 +471,7 @@ class TopologyHints:
     flexible: bool = False
     required: str | None = None
     preferred: str | None = None
+    policy: TopologyPolicy | None = None
 
 
 def topology_hints(pg: PodGroup) -> TopologyHints:
@@ -512,7 +517,13 @@ def topology_hints(pg: PodGroup) -> TopologyHints:
             f'must be "true" or "false", got {flexible_raw!r}',
         )
     flexible = flexible_raw == "true" or (flexible_raw == "" and pg.spec.job_kind == "PyTorchJob")
-    return TopologyHints(joint, scope, flexible, levels[0], levels[1])
+    try:
+        policy = parse_topology_policy(ann)
+    except TopologyPolicyError as exc:
+        raise RequestError(f"metadata.annotations[{exc.annotation}]", exc.reason) from None
+    if policy.policy == "required" and policy.wait is None and levels[0] is None:
+        levels[0] = policy.level  # required without a bound: a hard level, as topology-required
+    return TopologyHints(joint, scope, flexible, levels[0], levels[1], policy)
 
 
 _JOINT_EXAMPLE = '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'
@@ -565,6 +576,7 @@ def build_gang(
         placed=already,
         topology_required=hints.required,
         topology_preferred=hints.preferred,
+        topology_policy=hints.policy,
     )
 
 

@@ -210,7 +210,10 @@ def _domain_short(
     snapshot: Snapshot, level: str, parts: list[tuple[RolePart, np.ndarray]]
 ) -> DomainShort | None:
     """None when some `level` domain could hold every required part, even empty."""
-    domains = snapshot.spine if level == "spine" else snapshot.block
+    if level == "node":  # every node is its own domain
+        domains = np.arange(len(snapshot.block))
+    else:
+        domains = snapshot.spine if level == "spine" else snapshot.block
     labelled = domains >= 0
     present = np.unique(domains[labelled])
     if not len(present):

@@ -156,6 +156,9 @@ class Profile:
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     cache: dict[Any, Any] = field(default_factory=dict)
     """Per-profile cache of static filter masks (see `filtering`)."""
+    topology_wait: float = 0.0
+    """Seconds a gang of one-GPU workers with no topology policy waits for one node before it
+    is split (`scheduler.topology_wait_seconds`; 0: it never waits; `cycle/topowait.py`)."""
 
     def fill_for(self, shape: PodShape) -> Fill:
         if self.fill == "auto":

@@ -404,6 +404,9 @@ def _pack(
 
 
 def _level(snap: Snapshot, level: str) -> np.ndarray:
+    """Each row's domain at `level`: its spine, its block, or (`node`) the row itself."""
+    if level == "node":
+        return _rows(len(snap.block))
     return snap.spine if level == "spine" else snap.block
 
 

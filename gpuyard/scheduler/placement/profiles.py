@@ -271,10 +271,12 @@ def profile_from_settings(settings: Any, *, registry: PluginRegistry | None = No
     """The profile a `Settings` object configures (`scheduler.profile`, `.plugins`, `.plugin_args`),
     from `registry` (default: :func:`default_registry`)."""
     sched = settings.scheduler
-    return build_profile(
+    profile = build_profile(
         sched.profile,
         weights=sched.plugins,
         args=getattr(sched, "plugin_args", None) or {},
         seed=int(getattr(sched, "seed", 0) or 0),
         registry=registry,
     )
+    profile.topology_wait = float(getattr(sched, "topology_wait_seconds", 0.0) or 0.0)
+    return profile

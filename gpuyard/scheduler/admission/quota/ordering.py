@@ -239,8 +239,11 @@ class FairQueue:
         q.pending -= 1
         return job
 
-    def park(self, key: Hashable, *, epoch: int, reason: str = "", reserve: bool = True) -> None:
-        """Set a ready job aside until the cluster changes past `epoch` (`wake_parked`).
+    def park(
+        self, key: Hashable, *, epoch: int, reason: str = "", reserve: bool = True, until: float | None = None
+    ) -> None:
+        """Set a ready job aside until the cluster changes past `epoch` (`wake_parked`), or the
+        clock reaches `until` when given (a job's own wait ends), whichever comes first.
 
         It is not tried meanwhile; with `reserve` it stays protected from backfill: the best
         parked job is the head of the next cycles until it comes back.
@@ -250,7 +253,7 @@ class FairQueue:
             return
         if reason:
             self._causes[key] = reason
-        self._hold(key, _Held(job, epoch, None, reserve))
+        self._hold(key, _Held(job, epoch, until, reserve))
 
     def wake_parked(self, epoch: int, *, stay: Callable[[Hashable], bool] | None = None) -> int:
         """Make every job parked before `epoch` ready again (but those `stay` keeps); how many."""
