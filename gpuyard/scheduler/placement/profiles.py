@@ -100,6 +100,8 @@ DEFAULT_PROFILE = ProfileSpec(
         "inter-pod-affinity": 100,  # the user's own preferences: above packing
         "pod-topology-spread": 100,
         "packing": 50,
+        "gpu-binpack": 30,  # whole GPUs on the fullest node that takes them: whole nodes stay free
+        "exact-fit": 30,  # for gangs (bench/topology_quality.py)
         "gpu-type": 20,
         "cpu-stranding": 5,  # CPU-only pods: strand no GPU, then spread
         "topology-frag": 2,
