@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpuyard.apis.jobs import JobValidationError, parse_job
-from gpuyard.apis.scheduling import PodGroup
+from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.apis.topologypolicy import (
     TopologyPolicyError,
     kueue_podgroup_annotations,
@@ -236,8 +236,8 @@ def _busy() -> tuple[Cluster, SchedulerState]:
 def _nodes(cluster: Cluster, job: str) -> set[str]:
     return {
         o.spec.node
-        for (k, _, _), o in cluster.objects.items()
-        if k == "Reservation" and o.spec.pod_group == job
+        for o in cluster.objects.values()
+        if isinstance(o, Reservation) and o.spec.pod_group == job
     }
 
 
@@ -263,7 +263,7 @@ def test_a_gang_gets_one_node_when_one_frees_up_within_its_wait() -> None:
     at(state, cluster, 1.0)
     cluster.delete("PodGroup", "default", "a")
     for (kind, ns, name), o in list(cluster.objects.items()):
-        if kind == "Reservation" and o.spec.pod_group == "a":
+        if isinstance(o, Reservation) and o.spec.pod_group == "a":
             cluster.delete(kind, ns, name)
     assert of(PlaceGang, at(state, cluster, 10.0))
     assert len(_nodes(cluster, "ddp")) == 1
