@@ -4,9 +4,11 @@ document's checks: every problem names its field."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuyard.apis.crons import MAX_CRON_NAME, cron_for_job, cron_job_name, parse_cron
 from gpuyard.apis.cronschedules import cron_policy_problems, parse_schedule
@@ -198,3 +200,11 @@ def test_a_job_with_cron_policy_is_wrapped_as_kubedl_does() -> None:
         "training.kubedl.io/v1alpha1",
         "TFJob",
     )
+
+
+def test_the_shipped_sample_is_a_valid_cron() -> None:
+    path = Path(__file__).resolve().parents[3] / "configs" / "jobs" / "crons" / "mnist-nightly-cron.yaml"
+    cron, problems = parse_cron(yaml.safe_load(path.read_text()))
+    assert problems == [] and cron is not None
+    assert (cron.spec.policy, cron.spec.history_limit, cron.spec.template.kind) == ("Forbid", 7, "PyTorchJob")
+    assert parse_schedule(cron.spec.schedule).next_after(T0) == datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
