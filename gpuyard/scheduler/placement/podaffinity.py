@@ -25,7 +25,7 @@ required anti-affinity on `kubernetes.io/hostname` never share a node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,12 +65,18 @@ class PlacedPod:
 
 
 class RulesContext:
-    """What the inter-pod plugins share during one `place()` call (see the module docstring)."""
+    """What the inter-pod plugins share during one `place()` call (see the module docstring).
 
-    __slots__ = ("_domains", "existing", "pod", "snapshot", "trial")
+    The pods already on nodes do not change during the call: which of them a term or selector
+    matches is computed once per term (`_existing_rows`); the gang's trial placements, few, are
+    matched on every question. Topology domains are cached in the profile until node facts change.
+    """
+
+    __slots__ = ("_anti", "_cache", "_matches", "existing", "pod", "snapshot", "trial")
 
     def __init__(self, state: CycleState) -> None:
         self.snapshot = state.snapshot
+        self._cache = state.profile.cache
         self.pod: PodSlot | None = None
         """The pod being placed now (the fill sets it before each pod)."""
         self.existing = [
@@ -78,8 +84,9 @@ class RulesContext:
             for e in self.snapshot.ledger.entries()
             if e.alloc.row >= 0
         ]
+        self._anti = [p for p in self.existing if p.anti]
         self.trial: list[PlacedPod] = []
-        self._domains: dict[str, tuple[np.ndarray, int]] = {}
+        self._matches: dict[tuple[object, ...], np.ndarray] = {}
 
     # --- the pods -------------------------------------------------------------------------------
 
@@ -88,40 +95,61 @@ class RulesContext:
         anti = shape.rules.anti_affinity if shape.rules is not None else ()
         self.trial.append(PlacedPod(alloc, pod.namespace, pod.labels, anti))
 
+    def _trials(self) -> list[PlacedPod]:
+        return [p for p in self.trial if p.alloc.row >= 0]
+
     def placed(self) -> list[PlacedPod]:
         """Every pod on a node now: running ones and the gang's trial placements."""
-        return [p for p in self.existing if p.alloc.row >= 0] + [p for p in self.trial if p.alloc.row >= 0]
+        return [p for p in self.existing if p.alloc.row >= 0] + self._trials()
+
+    def anti_pods(self) -> list[PlacedPod]:
+        """The pods on nodes that have required anti-affinity terms."""
+        return [p for p in self._anti if p.alloc.row >= 0] + [p for p in self._trials() if p.anti]
 
     def current(self, state: CycleState) -> PodSlot | None:
         if self.pod is not None:
             return self.pod
         return state.part_pods[0] if state.part_pods else None
 
+    def _rows(self, key: tuple[object, ...], matches: Callable[[PlacedPod], bool]) -> np.ndarray:
+        """Rows of the pods on nodes (one entry per pod) that `matches` accepts."""
+        base = self._matches.get(key)
+        if base is None:
+            base = np.asarray([p.row for p in self.existing if p.row >= 0 and matches(p)], dtype=np.int64)
+            self._matches[key] = base
+        extra = [p.row for p in self._trials() if matches(p)]
+        if not extra:
+            return base
+        return np.concatenate([base, np.asarray(extra, dtype=np.int64)])
+
     def rows_matching(self, term: AffinityTerm) -> np.ndarray:
-        """Rows of the pods a term is about (one entry per pod)."""
-        rows = [p.row for p in self.placed() if term.matches(p.namespace, p.labels)]
-        return np.asarray(rows, dtype=np.int64)
+        """Rows of the pods a term is about."""
+        return self._rows(("term", term), lambda p: term.matches(p.namespace, p.labels))
 
     def rows_matching_all(self, terms: tuple[AffinityTerm, ...]) -> np.ndarray:
-        rows = [p.row for p in self.placed() if all(t.matches(p.namespace, p.labels) for t in terms)]
-        return np.asarray(rows, dtype=np.int64)
+        """Rows of the pods every term is about (required affinity counts only those)."""
+        return self._rows(("all", terms), lambda p: all(t.matches(p.namespace, p.labels) for t in terms))
 
     def rows_selected(self, selector: LabelSelector | None, namespace: str) -> np.ndarray:
         """Rows of the pods of `namespace` a spread constraint's selector matches."""
         if selector is None:
             return np.zeros(0, dtype=np.int64)
-        rows = [p.row for p in self.placed() if p.namespace == namespace and selector.matches(p.labels)]
-        return np.asarray(rows, dtype=np.int64)
+        return self._rows(
+            ("selector", selector, namespace),
+            lambda p: p.namespace == namespace and selector.matches(p.labels),
+        )
 
     # --- topology domains ---------------------------------------------------------------------
 
     def domains(self, key: str) -> tuple[np.ndarray, int]:
         """int64[N]: each row's domain for node label `key` (-1: the node lacks it), and how
         many distinct values there are. `kubernetes.io/hostname` falls back to the node name."""
-        hit = self._domains.get(key)
-        if hit is not None:
-            return hit
         snap = self.snapshot
+        stamp = (id(snap), snap.static_version, snap.n)
+        cached = self._cache.get((RULES, key))
+        if cached is not None and cached[0] == stamp:
+            hit: tuple[np.ndarray, int] = cached[1]
+            return hit
         labels = snap.node_rows.labels
         names = snap.node_rows.names
         n = len(snap.alive)
@@ -137,7 +165,7 @@ class RulesContext:
             if value is not None:
                 out[row] = index.setdefault(value, len(index))
         hit = (out, len(index))
-        self._domains[key] = hit
+        self._cache[(RULES, key)] = (stamp, hit)
         return hit
 
     def counts(self, key: str, rows: np.ndarray, *, where: np.ndarray | None = None) -> np.ndarray:
@@ -190,7 +218,7 @@ class InterPodAffinity:
         symmetric = np.ones(n, dtype=bool)
         if pod is not None:
             labels = pod.labels
-            for placed in ctx.placed():
+            for placed in ctx.anti_pods():
                 for term in placed.anti:
                     if term.matches(pod.namespace, labels):
                         dom, _ = ctx.domains(term.topology_key)
