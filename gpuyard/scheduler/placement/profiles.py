@@ -76,8 +76,8 @@ from gpuyard.scheduler.placement.scores import (
     MostAllocated,
     RandomScore,
 )
-from gpuyard.scheduler.placement.spreading import TopologySpread, TopologySpreadScore
 from gpuyard.scheduler.placement.spot import SpotAffinity
+from gpuyard.scheduler.placement.spreading import TopologySpread, TopologySpreadScore
 from gpuyard.scheduler.placement.topology import FragmentationScore, TopologyChooser, TopologyScore
 
 __all__ = [
