@@ -44,6 +44,7 @@ from gpuyard.apis.jobspecs import (
 from gpuyard.apis.labels import label_problems
 from gpuyard.apis.managers import managed_by_problems
 from gpuyard.apis.meta import dns_label_problem, metadata_problems
+from gpuyard.apis.podvalidation import template_problems
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION
 from gpuyard.apis.topologypolicy import topology_policy_problems
 
@@ -179,10 +180,13 @@ def parse_job(doc: Any) -> TrainingJob:
         errors.extend(role_errors)
         spec[info.replica_field] = roles
     data["spec"] = spec
+    pod_errors = template_problems(spec, info.replica_field)  # what the API server requires of a pod
+    errors += pod_errors
     try:
         job = info.cls.model_validate(data)
     except ValidationError as exc:
-        errors.extend(_pydantic_details(exc))
+        named = {d["field"] for d in pod_errors}
+        errors.extend(d for d in _pydantic_details(exc) if _bracketed(d["field"]) not in named)
         raise JobValidationError(f"invalid {kind}", errors) from None
     errors.extend(_semantic_errors(job, flavor))
     if errors:
@@ -191,6 +195,11 @@ def parse_job(doc: Any) -> TrainingJob:
         job.metadata.namespace = "default"
     apply_defaults(job)
     return job
+
+
+def _bracketed(path: str) -> str:
+    """pydantic's `containers.0.name` as `containers[0].name` (the pod checks' form)."""
+    return re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", path)
 
 
 def _name_errors(metadata: Any) -> list[dict[str, str]]:

@@ -86,7 +86,7 @@ def test_mars_scheduler_failure_is_fatal_whatever_its_policy() -> None:
             "marsReplicaSpecs": {
                 "Scheduler": {
                     "restartPolicy": "OnFailure",
-                    "template": {"spec": {"containers": [{"name": "mars"}]}},
+                    "template": {"spec": {"containers": [{"name": "mars", "image": "mars"}]}},
                 }
             }
         },
