@@ -33,6 +33,7 @@ __all__ = [
     "LABEL_GPU_MEMORY",
     "LABEL_GPU_MODEL",
     "LABEL_GPU_PRODUCT",
+    "LABEL_LIFECYCLE",
     "LABEL_SPINE",
     "OPERATORS",
     "DeviceInfo",
@@ -54,6 +55,7 @@ LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB per GPU, as NVIDIA GPU feature
 ANNOTATION_UNHEALTHY_GPUS = "gpuyard.io/unhealthy-gpus"  # "0,3": GPU indices the node reports broken
 LABEL_BLOCK = "topology.gpuyard.io/block"  # the node's network block (the tightest level)
 LABEL_SPINE = "topology.gpuyard.io/spine"  # the node's spine (the level above blocks)
+LABEL_LIFECYCLE = "node.kubernetes.io/lifecycle"  # "spot" on spot nodes (spot replicas prefer them)
 
 _PER_DEVICE_KEYS = frozenset({"index", "uuid"})
 

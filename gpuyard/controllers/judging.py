@@ -7,7 +7,9 @@ I/O), so every rule is testable with plain objects. In order:
 2. a pod that failed and will not be restarted (restart-policy table, or a plugin's fatal role)
    -> Failed, naming how many replicas of which roles failed (KubeDL's message);
 3. the plugin's success rule holds -> Succeeded;
-4. the restarts needed would exceed `backoffLimit` -> Failed (BackoffLimitExceeded);
+4. the restarts needed would exceed `backoffLimit` -> Failed (BackoffLimitExceeded); a spot
+   interruption (:func:`spot_interrupted`: a spot replica, or a pod on a spot node, that failed
+   because its capacity went away) is restarted by the same table but never counted;
 5. otherwise the job goes on, restarting the replicas the policy retries.
 
 A failure outranks a success seen in the same pass, as in KubeDL, where the Failed condition is
@@ -26,7 +28,11 @@ from gpuyard.apis.scheduling import Reservation
 from gpuyard.controllers.restarting import Ending, ending_of, should_restart
 from gpuyard.controllers.workloads.base import JobView, PodOutcome, WorkloadPlugin
 
-__all__ = ["Replica", "Verdict", "judge", "reason_of", "uncounted"]
+__all__ = ["SPOT_INTERRUPTIONS", "Replica", "Verdict", "judge", "reason_of", "spot_interrupted", "uncounted"]
+
+SPOT_INTERRUPTIONS = frozenset({"NodeLost", "Evicted", "Preempted", "Preempting", "Shutdown", "Terminated"})
+"""Pod failure reasons that mean the capacity went away (the node lost or shut down, the pod
+evicted or preempted), not that the workload failed."""
 
 
 @dataclass(slots=True)
@@ -38,6 +44,7 @@ class Replica:
     name: str
     pod: Pod | None = None
     reservation: Reservation | None = None
+    on_spot_node: bool = False  # the finished pod ran on a spot node (node.kubernetes.io/lifecycle)
 
 
 @dataclass(slots=True)
@@ -55,6 +62,22 @@ def uncounted(status: JobStatus, rep: Replica) -> bool:
     """The replica's failed pod has not been counted as a restart yet (by its uid)."""
     record = status.pod_restarts.get(rep.name)
     return rep.pod is not None and (record is None or record.last_uid != rep.pod.metadata.uid)
+
+
+def spot_interrupted(job: TrainingJob, rep: Replica, ending: Ending) -> bool:
+    """The replica's pod failed because spot capacity went away: it is a spot replica (the last
+    `spotReplicaNumber` of its role) or ran on a spot node, and it failed with a reason of
+    :data:`SPOT_INTERRUPTIONS` or a `DisruptionTarget` condition (Kubernetes' preemption and
+    eviction mark). Such a restart does not count against `backoffLimit`."""
+    if ending.phase != "Failed" or rep.pod is None:
+        return False
+    if not (rep.on_spot_node or job.replica_specs[rep.role].is_spot(rep.index)):
+        return False
+    if ending.reason in SPOT_INTERRUPTIONS:
+        return True
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in rep.pod.status.conditions
+    )
 
 
 def judge(
@@ -89,7 +112,7 @@ def judge(
         )
     if plugin.succeeded(job, view):
         return Verdict(("Succeeded", reason_of(job, "Succeeded"), f"{name} successfully completed."))
-    fresh = [rep for rep, _ in restarts if uncounted(status, rep)]
+    fresh = [rep for rep, end in restarts if uncounted(status, rep) and not spot_interrupted(job, rep, end)]
     # restarts count job failures: the pods failing in one pass are one failure
     if restarts and policy.backoff_limit is not None and status.restarts + bool(fresh) > policy.backoff_limit:
         return Verdict(("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit"))

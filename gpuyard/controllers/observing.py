@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuyard.apis.core import Node, Pod, Service
-from gpuyard.apis.devicematching import unhealthy_indices
+from gpuyard.apis.devicematching import LABEL_LIFECYCLE, unhealthy_indices
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.gangs import GANG_KIND, GangPodGroup
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
@@ -72,6 +72,14 @@ def placement_usable(store: Store, res: Reservation, *, topologies: bool = True)
     return not (bad & set(res.spec.gpus))
 
 
+def _on_spot_node(store: Store, rep: Replica) -> bool:
+    """The replica's pod ran on a node labelled `node.kubernetes.io/lifecycle: spot`."""
+    assert rep.pod is not None
+    name = rep.pod.spec.node_name or (rep.reservation.spec.node if rep.reservation is not None else "")
+    node = store.get_of(Node, "", name) if name else None
+    return node is not None and node.metadata.labels.get(LABEL_LIFECYCLE) == "spot"
+
+
 def observe(store: Store, job: TrainingJob) -> Observed:
     """Read what `job` owns (see the module docstring)."""
     ns, name = job.metadata.namespace, job.metadata.name
@@ -107,6 +115,9 @@ def observe(store: Store, job: TrainingJob) -> Observed:
             replicas.append(Replica(role, index, rname, pods.pop(rname, None), reservations.get(rname)))
     kinds = store.kinds()
     topologies = "NodeTopology" in kinds
+    for rep in replicas:  # a finished pod on a spot node: its failure may be a spot interruption
+        if rep.pod is not None and rep.pod.status.phase == "Failed":
+            rep.on_spot_node = _on_spot_node(store, rep)
     unusable = frozenset(  # asked only of finished pods: a restarted one may have to move
         rep.name
         for rep in replicas

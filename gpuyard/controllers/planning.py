@@ -8,9 +8,10 @@ and the time; it returns a :class:`Plan` that `applying.py` carries out through 
    PodGroup (the scheduler then collects its Reservations), TTL; a suspended job: stop its pods
    and release every Reservation (`spec.release`), keep the job and its PodGroup;
 2. finished pods through the restart-policy table (`restarting.py`, `judging.py`): restart
-   (counted against `backoffLimit`), or end the job; `activeDeadlineSeconds`; a PodGroup the
-   scheduler failed (`ScheduleTimeout`: not placed within `scheduleTimeoutSeconds`) fails the
-   job with the same reason and an Event, and the finished path deletes the PodGroup;
+   (counted against `backoffLimit`, except a spot interruption), or end the job;
+   `activeDeadlineSeconds`; a PodGroup the scheduler failed (`ScheduleTimeout`: not placed
+   within `scheduleTimeoutSeconds`) fails the job with the same reason and an Event, and the
+   finished path deletes the PodGroup;
 3. a restarted pod that must move (host network, NodeLost/DeviceUnhealthy, its node or GPU no
    longer usable) gets its Reservation released and `spec.preferredNodes[pod]` = the node it ran
    on; the scheduler places it again. A pod the scheduler evicts (`status.evictions`: priority
@@ -51,7 +52,7 @@ from gpuyard.apis.priorityclasses import (
 )
 from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.controllers.delegating import PodScheduling, gang_pod_group
-from gpuyard.controllers.judging import Replica, judge, uncounted
+from gpuyard.controllers.judging import Replica, judge, spot_interrupted, uncounted
 from gpuyard.controllers.materializing import GPUYARD_PLACES, build_pod, build_service
 from gpuyard.controllers.observing import Observed, job_owner_uid
 from gpuyard.controllers.ordering import can_start, dependencies_of
@@ -263,7 +264,8 @@ def _restart(
             record = status.pod_restarts.setdefault(rep.name, PodRestart())
             record.count += 1
             record.last_uid = rep.pod.metadata.uid
-            if not counted:
+            spot = spot_interrupted(job, rep, ending)  # never counted against backoffLimit
+            if not counted and not spot:
                 status.restarts += 1
                 counted = True
             pod_ref = f"Pod: {rep.pod.metadata.namespace}.{rep.name}"
@@ -274,7 +276,9 @@ def _restart(
                 detail = rep.pod.status.message
                 report.note(
                     ending.reason,
-                    f"{pod_ref} failed: {ending.reason}" + (f" ({detail})" if detail else ""),
+                    f"{pod_ref} failed: {ending.reason}"
+                    + (f" ({detail})" if detail else "")
+                    + ("; a spot interruption, not counted against backoffLimit" if spot else ""),
                     warning=True,
                 )
         out.delete_pods.append(rep.pod)

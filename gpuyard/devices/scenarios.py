@@ -7,7 +7,7 @@ It is plain data built from the device presets, so it lives here, below every ba
 fake backend runs it, while the simulator, the test harness and the CLI read it (node counts,
 GPU models) without knowing which backend runs. `load_scenario` validates the file and names the file and field path of
 any mistake; `Scenario.nodes()` expands the groups into Node objects with the labels the
-scheduler relies on (GPU model, product, memory, count, topology preset, network block).
+scheduler relies on (GPU model, product, memory, count, topology preset, network block, spot lifecycle).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from gpuyard.apis.devicematching import (
     LABEL_GPU_MEMORY,
     LABEL_GPU_MODEL,
     LABEL_GPU_PRODUCT,
+    LABEL_LIFECYCLE,
     LABEL_SPINE,
 )
 from gpuyard.apis.devices import NodeTopology
@@ -96,6 +97,11 @@ class NodeGroup(StrictK8sModel):
     annotations: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     max_pods: int = Field(default=110, ge=1)
+    spot: bool = Field(
+        default=False,
+        description="Spot capacity: the nodes get node.kubernetes.io/lifecycle: spot, which spot replicas "
+        "prefer and other pods avoid while other room exists.",
+    )
 
     @field_validator("topology")
     @classmethod
@@ -280,6 +286,8 @@ def _make_node(group: NodeGroup, name: str) -> Node:
         labels[LABEL_BLOCK] = group.block
     if group.spine:
         labels[LABEL_SPINE] = group.spine
+    if group.spot:
+        labels[LABEL_LIFECYCLE] = "spot"
     if group.rdma_nics:
         capacity["rdma/hca"] = Decimal(group.rdma_nics)
     return Node(

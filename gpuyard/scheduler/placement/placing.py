@@ -113,7 +113,8 @@ def _place(state: CycleState, undo: _Undo) -> Placement | Unschedulable:
 
 def _together_shape(parts: list[RolePart]) -> PodShape | None:
     """The one-pod shape of the required pods of `parts` summed, or None when they cannot be
-    treated as one pod (shares, GPU classes or node constraints that differ, failover preferences)."""
+    treated as one pod (shares, GPU classes or node constraints that differ, spot and on-demand
+    replicas together, failover preferences)."""
     first = parts[0].shape
     for part in parts:
         shape = part.shape
@@ -122,6 +123,7 @@ def _together_shape(parts: list[RolePart]) -> PodShape | None:
             or shape.gpu_class != first.gpu_class
             or shape.constraints != first.constraints
             or shape.nic_scope != first.nic_scope
+            or shape.spot != first.spot  # spot replicas go to spot nodes, the others elsewhere
             or any(pod.preferred_node is not None for pod in part.pods[: part.required])
         ):
             return None

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpuyard.apis.devicematching import LABEL_LIFECYCLE
 from gpuyard.scheduler.gangs.requests import PodShape, Term
 from gpuyard.scheduler.placement.framework import CycleState
 
 __all__ = ["LABEL_LIFECYCLE", "SPOT", "SPOT_TERM", "SpotAffinity"]
 
-LABEL_LIFECYCLE = "node.kubernetes.io/lifecycle"
 SPOT = "spot"
 SPOT_TERM: Term = (((LABEL_LIFECYCLE, "In", (SPOT,)),), ())
 """`node.kubernetes.io/lifecycle In [spot]` as a node-selector term (the snapshot caches its mask)."""

@@ -1,4 +1,5 @@
-"""KubeDL's spotReplicaSpec: the last N replicas of a role get the spot class and labels."""
+"""KubeDL's spotReplicaSpec: the last N replicas of a role get the spot class and labels, and
+their interruption (lost capacity, not a workload failure) is not counted against backoffLimit."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ from typing import Any
 
 import pytest
 
+from gpuyard.apis.core import Pod
 from gpuyard.apis.jobs import JobValidationError, parse_job
+from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.priorityclasses import PriorityClass, class_problems, unknown_class_problems
+from gpuyard.controllers.judging import Replica, spot_interrupted
 from gpuyard.controllers.materializing import build_pod
 from gpuyard.controllers.podgroups import pod_group_spec
+from gpuyard.controllers.restarting import ending_of
 from gpuyard.controllers.workloads.registry import plugin_for
 from tests.unit.controllers.fakes import reserve
 
@@ -111,3 +116,26 @@ def test_an_unknown_spot_class_is_refused_naming_the_field() -> None:
         }
     ]
     assert unknown_class_problems(job, [_cls("normal", 100), _cls("spot", 1)]) == []
+
+
+def _failed(name: str, *, reason: str | None = None) -> Pod:
+    p = Pod(metadata=ObjectMeta(name=name, uid=f"uid-{name}"))
+    p.status.phase = "Failed"
+    p.status.reason = reason
+    return p
+
+
+def test_only_a_spot_replica_or_a_pod_on_a_spot_node_failing_for_lost_capacity_is_free() -> None:
+    job = parse_job(spot_job(replicas=4, number=2))
+
+    def free(index: int, pod: Pod, *, on_spot_node: bool = False) -> bool:
+        rep = Replica("Worker", index, f"sp-worker-{index}", pod, on_spot_node=on_spot_node)
+        return spot_interrupted(job, rep, ending_of(pod))
+
+    assert free(3, _failed("a", reason="NodeLost")) and free(2, _failed("b", reason="Evicted"))
+    assert not free(1, _failed("c", reason="NodeLost"))  # an on-demand replica counts
+    assert free(1, _failed("d", reason="NodeLost"), on_spot_node=True)  # ... unless it ran on spot
+    assert not free(3, _failed("e", reason="OOMKilled"))  # the workload's own failure counts
+    preempted = _failed("f")
+    preempted.status.conditions = [{"type": "DisruptionTarget", "status": "True"}]
+    assert free(3, preempted) and not free(0, preempted)
