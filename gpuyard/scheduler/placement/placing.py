@@ -321,9 +321,46 @@ def _fill(
 
 
 _EACH_TRIES = 3  # nodes tried (best score first) per pod when the GPU chooser refuses one
+_DOMAIN_TRIES = 8  # required network domains tried (tightest first) for a part placed pod by pod
 
 
 def _fill_each(
+    state: CycleState,
+    rules: RulesContext,
+    part: RolePart,
+    pods: tuple[PodSlot, ...],
+    undo: _Undo,
+    *,
+    required: bool,
+) -> list[PodPlacement] | None:
+    """`_fill_one_by_one`, inside the gang's required network domain when it has one: a part that
+    chooses it tries the domains with room for it, tightest first, until the rules let it in."""
+    level = state.gang.topology_required
+    if level is None or "domain" in state.data:
+        return _fill_one_by_one(state, rules, part, pods, undo, required=required)
+    want = len(pods)
+    state.want = want
+    room = capacity(state, part.shape).astype(np.int64)
+    state.want = 1
+    domains = _level(state.snapshot, level)
+    labelled = domains >= 0
+    sums = np.bincount(domains[labelled], weights=np.minimum(room[labelled], want), minlength=1)
+    fitting = np.flatnonzero(sums >= (want if required else 1))
+    if not len(fitting):
+        _required_domain(state, room, want)  # notes why no domain can hold the part
+        return None if required else []
+    mark = len(undo)
+    for domain in fitting[np.argsort(sums[fitting], kind="stable")][:_DOMAIN_TRIES].tolist():
+        state.data["domain"] = int(domain)
+        got = _fill_one_by_one(state, rules, part, pods, undo, required=required)
+        if got is not None and (got or not required):
+            return got
+        _rollback(state.snapshot, undo, mark)
+    state.data.pop("domain", None)
+    return None if required else []
+
+
+def _fill_one_by_one(
     state: CycleState,
     rules: RulesContext,
     part: RolePart,
@@ -342,7 +379,7 @@ def _fill_each(
             rules.pod = pod
             cap = capacity(state, shape).astype(np.int64)
             if state.gang.topology_required is not None:
-                cap = _required_domain(state, cap, 1)
+                cap = _required_domain(state, cap, 1)  # inside the domain `_fill_each` chose
             cand = np.flatnonzero(cap)
             if len(cand):
                 total = score_candidates(state, shape, cand, np.ones(len(cand), dtype=np.int64))
@@ -361,8 +398,6 @@ def _fill_each(
         rules.pod = None
     if required and len(out) < len(pods):
         return None
-    if state.gang.topology_required is not None and out and "domain" not in state.data:
-        state.data["domain"] = int(_level(state.snapshot, state.gang.topology_required)[out[0].row])
     return out
 
 

@@ -411,3 +411,14 @@ def test_bad_rules_are_refused_at_submit_naming_the_field():
         }
     )
     assert validate_gang_request({"spec": good}) == []
+
+
+def test_a_required_block_holds_the_pods_placed_one_by_one():
+    nodes = [make_node(f"s{i}", gpus=8, labels={BLOCK: "small"}) for i in range(2)]
+    nodes += [make_node(f"l{i}", gpus=8, labels={BLOCK: "large"}) for i in range(4)]
+    s = snap(nodes)
+    pg = podgroup("j", ruled(replicas=4, gpus=1, labels={"app": "j"}, anti=[term(app="j")]))
+    pg.metadata.annotations["gpuyard.io/topology-required"] = "block"
+    placed = nodes_of(place_one(s, pg))
+    assert len(set(placed.values())) == 4  # one per node, all in the one block with 4 nodes
+    assert all(node.startswith("l") for node in placed.values())
