@@ -83,6 +83,8 @@ def topology_wait(
         seconds = float(getattr(profile, "topology_wait", 0.0) or 0.0)
         if seconds <= 0 or not one_gpu_workers(gang):
             return None
+        if any(part.shape.rules is not None for part in gang.parts):
+            return None  # the pods' own affinity / spread rules say where they go (placement/podaffinity.py)
         level = "node"
         why = f"the default for gangs of one-GPU workers, scheduler.topology_wait_seconds: {seconds:g}"
     start = pg.metadata.creation_timestamp  # fixed for the object's life: every scheduler agrees
