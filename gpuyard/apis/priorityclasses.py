@@ -43,6 +43,7 @@ __all__ = [
     "missing_spot_class",
     "named_class",
     "resolve_priority",
+    "spot_classes",
     "unknown_class_problems",
 ]
 
@@ -179,19 +180,26 @@ def resolve_priority(job: TrainingJob, classes: Iterable[PriorityClass]) -> Reso
     return ResolvedPriority()
 
 
+def spot_classes(job: TrainingJob) -> list[tuple[str, str]]:
+    """The priority classes `job`'s spot replicas name (`spotReplicaSpec.priorityClassName`), each
+    with its field, in role order."""
+    alias = type(job.spec).model_fields[job.REPLICA_FIELD].alias or job.REPLICA_FIELD
+    out = []
+    for role in job.roles():
+        spot = job.replica_specs[role].spot_replica_spec
+        if spot is not None and spot.priority_class_name:
+            out.append((spot.priority_class_name, f"spec.{alias}.{role}.spotReplicaSpec.priorityClassName"))
+    return out
+
+
 def missing_spot_class(job: TrainingJob, classes: Iterable[PriorityClass]) -> tuple[str, str] | None:
     """The first `spotReplicaSpec.priorityClassName` of `job` that names no PriorityClass, and
     its field; None when every spot class exists (or none is named)."""
-    known: dict[str, PriorityClass] | None = None
-    alias = type(job.spec).model_fields[job.REPLICA_FIELD].alias or job.REPLICA_FIELD
-    for role in job.roles():
-        spot = job.replica_specs[role].spot_replica_spec
-        if spot is None or not spot.priority_class_name:
-            continue
-        known = _all_classes(classes) if known is None else known
-        if spot.priority_class_name not in known:
-            return spot.priority_class_name, f"spec.{alias}.{role}.spotReplicaSpec.priorityClassName"
-    return None
+    named = spot_classes(job)
+    if not named:
+        return None
+    known = _all_classes(classes)
+    return next(((name, field) for name, field in named if name not in known), None)
 
 
 def unknown_class_problems(job: TrainingJob, classes: Iterable[PriorityClass]) -> list[dict[str, str]]:

@@ -21,7 +21,8 @@ their template's labels, so a tenant's pods never carry another team's quota or 
 **Priorities** (:func:`priority_problems`): the built-in classes `system-cluster-critical` and
 `system-node-critical` only for admins and jobs in `kube-system` (as Kubernetes allows them only
 there); a job's queue may list the classes its jobs may use (`Queue.spec.allowedPriorityClasses`;
-none listed: every other class). An explicit `schedulingPolicy.priority` without a class may not
+none listed: every other class); the spot replicas' `spotReplicaSpec.priorityClassName` is held to
+the same two rules. An explicit `schedulingPolicy.priority` without a class may not
 exceed 1000000000 (the highest user priority), nor, when the queue lists classes, the highest of
 their values.
 
@@ -36,7 +37,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuyard.apis.jobkinds import TrainingJob
-from gpuyard.apis.priorityclasses import BUILTIN, HIGHEST_USER_PRIORITY, PriorityClass, resolve_priority
+from gpuyard.apis.priorityclasses import (
+    BUILTIN,
+    HIGHEST_USER_PRIORITY,
+    PriorityClass,
+    resolve_priority,
+    spot_classes,
+)
 from gpuyard.apis.quotakinds import DEFAULT_QUOTA, LABEL_QUOTA_NAME, ROOT_QUOTA, ElasticQuota, Queue
 from gpuyard.platform.api.auth import Principal
 from gpuyard.state.store import Store
@@ -201,6 +208,23 @@ def priority_problems(
     allowed = list(queue.spec.allowed_priority_classes or []) if queue is not None else []
     where = f"queue {queue_name}" + ("" if queue is not None else " (implicit: no Queue object)")
     known = {**BUILTIN, **{c.metadata.name: c for c in classes}}
+    for spot_class, field in spot_classes(job):  # the spot replicas' class is held to the same rules
+        if spot_class in BUILTIN and namespace != SYSTEM_NAMESPACE and spot_class not in allowed:
+            return [
+                {
+                    "field": f"{prefix}{field}",
+                    "reason": f"PriorityClass {spot_class!r} is a system class: only admins and jobs in "
+                    f"{SYSTEM_NAMESPACE} may use it ({where}, namespace {namespace})",
+                }
+            ]
+        if allowed and spot_class not in allowed:
+            return [
+                {
+                    "field": f"{prefix}{field}",
+                    "reason": f"PriorityClass {spot_class!r} is not allowed in {where}; allowed: "
+                    f"{', '.join(allowed)} (Queue spec.allowedPriorityClasses)",
+                }
+            ]
     resolved = resolve_priority(job, known.values())
     name = resolved.class_name if resolved.field else None  # the class the job names itself
     if name is not None:
