@@ -17,7 +17,8 @@ any node, and a gang that could never be placed even on the empty cluster (the s
 
 Unknown fields are reported exactly as `submit` warns about them (the server's
 `gpuyard.platform.api.fields.unknown_fields`), each with the closest known key where one is
-close (`spec.pytorchReplicaSpec: unknown field; did you mean pytorchReplicaSpecs?`).
+close (`spec.pytorchReplicaSpec: unknown field; did you mean pytorchReplicaSpecs?`), and so are
+the fields gpuyard accepts but does not act on (`gpuyard.apis.ignoredfields`, with the reason).
 
 Output: one line per problem, `FILE: documents[I]: FIELD: REASON`, then one per warning
 (`warning: FILE: documents[I]: FIELD: unknown field ...`); exit 0 when every document is valid,
@@ -37,6 +38,7 @@ import click
 from pydantic import BaseModel
 
 from gpuyard.apis.decoding import DocumentLimitError
+from gpuyard.apis.ignoredfields import ignored_fields
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
 from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
 from gpuyard.apis.priorityclasses import class_problems
@@ -190,6 +192,8 @@ def validate_documents(
             found.append((n, f"{doc.where}: kind: {shown}; allowed: {', '.join(_ALLOWED_KINDS)}"))
             continue
         warned.extend((n, f"{doc.where}: {w}") for w in unknown_field_warnings(doc.kind, doc.data))
+        for path, reason in ignored_fields(doc.data, replica_field=KIND_INFO[doc.kind].replica_field):
+            warned.append((n, f"{doc.where}: {path}: accepted but not acted on: {reason}"))
         try:
             job = parse_job(doc.data)
         except JobValidationError as exc:
@@ -271,7 +275,10 @@ def validate_files(paths: Iterable[str | Path], *, scenario: Scenario | None = N
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print only problems.")
 @click.option(
-    "--strict", is_flag=True, help="Fail (exit 2) on unknown fields too, as submit --validate strict does."
+    "--strict",
+    is_flag=True,
+    help="Fail (exit 2) on unknown fields and on fields gpuyard does not act on too, as submit "
+    "--validate strict does.",
 )
 def validate_command(files: tuple[Path, ...], cluster: Path | None, quiet: bool, strict: bool) -> None:
     """Check job, quota, queue and resource-class FILES offline, with the server's validators.

@@ -16,12 +16,15 @@ Below a field the models do not describe (`volumes`, `securityContext`, ...) not
 * `Warn` - accepted, with one `Warning: 299 - "unknown field \\"spec.bogusField\\""` header per
   field (Kubernetes' form; the CLI prints them);
 * `Ignore` - accepted silently.
+
+Fields gpuyard accepts but does not act on (`apis/ignoredfields.py`, each with its reason) are
+answered the same way: `Strict` refuses them (`accepted but not acted on: REASON`), `Warn` warns.
 """
 
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Union, get_args, get_origin
 
 from aiohttp import web
@@ -49,6 +52,7 @@ from gpuyard.platform.api.openapi import Param
 __all__ = [
     "FIELD_VALIDATION_PARAM",
     "KUBERNETES_FIELDS",
+    "NOT_ACTED_ON",
     "UNMODELLED_FIELDS",
     "FieldValidation",
     "answer_unknown_fields",
@@ -244,17 +248,32 @@ def warning_header(text: str) -> str:
 MAX_WARNINGS = 20  # Warning headers per answer; the rest are counted in one more
 
 
-def answer_unknown_fields(mode: FieldValidation, unknown: list[str]) -> list[str]:
-    """Raise the 422 of `Strict`; else the `Warning` header values to send (none for `Ignore`)."""
-    if not unknown or mode == "Ignore":
+def answer_unknown_fields(
+    mode: FieldValidation, unknown: list[str], *, ignored: Sequence[tuple[str, str]] = ()
+) -> list[str]:
+    """Raise the 422 of `Strict`; else the `Warning` header values to send (none for `Ignore`).
+
+    `ignored`: `(path, reason)` of fields gpuyard accepts but does not act on
+    (`apis/ignoredfields.py`): named like unknown fields, with the reason."""
+    if (not unknown and not ignored) or mode == "Ignore":
         return []
     if mode == "Strict":
+        named = [*unknown[:5], *(path for path, _ in ignored[: max(0, 5 - len(unknown))])]
+        what = "unknown field(s)"
+        if ignored:
+            what = "unknown or unused field(s)" if unknown else "unused field(s)"
         raise ApiError(
             422,
-            f"unknown field(s) (fieldValidation=Strict): {', '.join(unknown[:5])}: nothing was stored",
-            details=[{"field": path, "reason": "unknown field"} for path in unknown],
+            f"{what} (fieldValidation=Strict): {', '.join(named)}: nothing was stored",
+            details=[{"field": path, "reason": "unknown field"} for path in unknown]
+            + [{"field": path, "reason": f"{NOT_ACTED_ON}: {reason}"} for path, reason in ignored],
         )
-    shown = [warning_header(f'unknown field "{path}"') for path in unknown[:MAX_WARNINGS]]
-    if len(unknown) > MAX_WARNINGS:  # clients refuse answers with too many headers (100 is common)
-        shown.append(warning_header(f"and {len(unknown) - MAX_WARNINGS} more unknown fields"))
+    texts = [f'unknown field "{path}"' for path in unknown]
+    texts += [f'field "{path}" is {NOT_ACTED_ON}: {reason}' for path, reason in ignored]
+    shown = [warning_header(text) for text in texts[:MAX_WARNINGS]]
+    if len(texts) > MAX_WARNINGS:  # clients refuse answers with too many headers (100 is common)
+        shown.append(warning_header(f"and {len(texts) - MAX_WARNINGS} more unknown or unused fields"))
     return shown
+
+
+NOT_ACTED_ON = "accepted but not acted on"

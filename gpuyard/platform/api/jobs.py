@@ -35,6 +35,7 @@ from aiohttp import web
 
 from gpuyard.apis.core import Event, Pod
 from gpuyard.apis.decoding import json_loads
+from gpuyard.apis.ignoredfields import ignored_fields
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.jobpatches import merge_patch, patch_problems
 from gpuyard.apis.jobs import JobValidationError, load_documents, parse_job
@@ -110,13 +111,14 @@ def _json_documents(text: str) -> list[Any]:
     return docs
 
 
-Decoded = tuple[TrainingJob | None, list[dict[str, str]], list[str]]
+Decoded = tuple[TrainingJob | None, list[dict[str, str]], list[str], list[tuple[str, str]]]
 
 
 def _decode_jobs(text: str, *, json_body: bool, max_bytes: int, limit_name: str) -> list[Decoded]:
     """Decode a submit body and validate each job document (in a worker thread: no store reads):
-    per document, the job (None when invalid), its problems and its unknown fields, with the
-    `documents[I].` prefix when the body holds more than one."""
+    per document, the job (None when invalid), its problems, its unknown fields and the fields it
+    sets that gpuyard does not act on (`apis/ignoredfields.py`), with the `documents[I].` prefix
+    when the body holds more than one."""
     try:
         if json_body:
             docs = _json_documents(text)
@@ -132,10 +134,18 @@ def _decode_jobs(text: str, *, json_body: bool, max_bytes: int, limit_name: str)
             job = parse_job(doc)
         except JobValidationError as exc:
             out.append(
-                (None, [{"field": where + d["field"], "reason": d["reason"]} for d in exc.details], [])
+                (None, [{"field": where + d["field"], "reason": d["reason"]} for d in exc.details], [], [])
             )
             continue
-        out.append((job, [], unknown_fields(KIND_INFO[job.kind].cls, doc, prefix=where)))
+        info = KIND_INFO[job.kind]
+        out.append(
+            (
+                job,
+                [],
+                unknown_fields(info.cls, doc, prefix=where),
+                ignored_fields(doc, replica_field=info.replica_field, prefix=where),
+            )
+        )
     return out
 
 
@@ -222,8 +232,9 @@ async def submit(request: web.Request) -> web.Response:
     jobs: list[TrainingJob] = []
     problems: list[dict[str, str]] = []
     unknown: list[str] = []
+    unused: list[tuple[str, str]] = []
     classes = all_classes(ctx.store).values()
-    for i, (job, found, strange) in enumerate(decoded):
+    for i, (job, found, strange, ignored) in enumerate(decoded):
         if i and not i % _YIELD_EVERY:
             await asyncio.sleep(0)  # a bulk submission shares the loop with every other request
         prefix = f"documents[{i}]." if multi else ""
@@ -231,6 +242,7 @@ async def submit(request: web.Request) -> web.Response:
         if job is None:
             continue
         unknown += strange
+        unused += ignored
         for problem in validate_gang_request(job, store=ctx.store):  # could this job ever be placed?
             problems.append({"field": prefix + problem.field, "reason": problem.reason})
         for detail in unknown_class_problems(job, classes):
@@ -239,7 +251,7 @@ async def submit(request: web.Request) -> web.Response:
     if problems:
         what = "job" if not multi else f"{len(decoded)} documents"
         raise ApiError(422, f"invalid {what}: nothing was stored", details=problems)
-    warnings = answer_unknown_fields(mode, unknown)  # Strict: 422 naming them
+    warnings = answer_unknown_fields(mode, unknown, ignored=unused)  # Strict: 422 naming them
     forbidden: list[dict[str, str]] = []
     for i, job in enumerate(jobs):
         who = authorize(request, "write", job.metadata.namespace)
