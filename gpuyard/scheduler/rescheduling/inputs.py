@@ -10,7 +10,9 @@ read the cluster cache (objects and snapshot) and the recorded statuses; none ch
   class);
 * :func:`movable_jobs`: placed PodGroups whose pods all hold whole GPUs on one node without
   NICs or host ports, complete, with nothing being evicted or moved, not annotated
-  `gpuyard.io/migratable: "false"` and not moved too often, with the cost of moving them:
+  `gpuyard.io/migratable: "false"`, without pod affinity / topology spread rules of their own or
+  labels a running pod's required anti-affinity matches (the moves do not check those rules),
+  and not moved too often, with the cost of moving them:
   GPUs x time since the last checkpoint (`gpuyard.io/checkpoint-interval`), else since they were
   placed or last moved.
 """
@@ -25,6 +27,7 @@ import numpy as np
 
 from gpuyard.apis.core import GPU_RESOURCE, PodSpec
 from gpuyard.apis.durations import parse_duration
+from gpuyard.apis.podplacement import has_rules
 from gpuyard.apis.quantity import to_int, to_milli
 from gpuyard.apis.scheduling import PodGroup, Reservation
 from gpuyard.scheduler.admission.recording import Recorder, is_complete
@@ -94,11 +97,14 @@ def movable_jobs(
     """Placed jobs that may move (see the module docstring), with their cost and priority;
     `moved_at`: when the rescheduler last moved a job (its run starts again then)."""
     out = []
+    anti = {term for entry in cache.snapshot.ledger.anti_entries() for term in entry.anti}
     for pg in cache.objects.list_of(PodGroup):
         key = (pg.metadata.namespace, pg.metadata.name)
         meta = pg.metadata
         if meta.annotations.get(ANNOTATION_MIGRATABLE, meta.labels.get(ANNOTATION_MIGRATABLE)) == "false":
             continue
+        if any(has_rules(role.template) for role in pg.spec.roles):
+            continue  # its pods' affinity / spread rules: a move does not check them
         if moved_too_often(key) or pg.spec.suspend:
             continue
         held = cache.snapshot.placed_pods(key)
@@ -111,6 +117,8 @@ def movable_jobs(
             res = cache.objects.get_of(Reservation, key[0], pod)
             if not isinstance(res, Reservation) or not _movable(res):
                 break
+            if any(term.matches(key[0], res.metadata.labels) for term in anti):
+                break  # a running pod's required anti-affinity is about it: a move could break it
             req = res.spec.requests
             pods.append(
                 MoverPod(

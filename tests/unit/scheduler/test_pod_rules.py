@@ -422,3 +422,26 @@ def test_a_required_block_holds_the_pods_placed_one_by_one():
     placed = nodes_of(place_one(s, pg))
     assert len(set(placed.values())) == 4  # one per node, all in the one block with 4 nodes
     assert all(node.startswith("l") for node in placed.values())
+
+
+def test_the_defragmenter_does_not_move_pods_the_rules_concern():
+    from gpuyard.scheduler.rescheduling.inputs import movable_jobs
+    from tests.unit.scheduler.test_core import T0, Cluster, core, step
+
+    cluster = Cluster(
+        make_node("n1", gpus=8),
+        make_node("n2", gpus=8),
+        podgroup("plain", role(gpus=1)),
+        podgroup("ruled", ruled(gpus=1, labels={"app": "r"}, anti=[term(app="r")])),
+        podgroup("guard", ruled(gpus=1, labels={"app": "g"}, anti=[term(app="web")])),
+        podgroup("web", ruled(gpus=1, labels={"app": "web"})),
+    )
+    state = core(cluster)
+    step(state, cluster)
+    state.apply(cluster.take())
+    assert len(state.cache.snapshot.placed_pods(("default", "web"))) == 1
+    movers = movable_jobs(
+        state.cache, state.recorder, utcnow=T0, moved_too_often=lambda key: False, moved_at={}
+    )
+    # its own rules (ruled, guard), or a running pod's anti-affinity is about it (web): left alone
+    assert sorted(mover.key[1] for mover, _ in movers) == ["plain"]
