@@ -48,11 +48,13 @@ _VERBS: dict[str, dict[str, str]] = {
         "quotas": f"{_CLI}.quotas:get_quotas",
         "queues": f"{_CLI}.quotas:get_queues",
         "priorityclasses": f"{_CLI}.updates:get_priority_classes",
+        "crons": f"{_CLI}.crons:get_crons",
     },
     "describe": {
         "job": f"{_CLI}.jobs:describe_job",
         "node": f"{_CLI}.nodes:describe_node",
         "queue": f"{_CLI}.quotas:describe_queue",
+        "cron": f"{_CLI}.crons:describe_cron",
     },
     "delete": {"job": f"{_CLI}.jobs:delete_job"},
     "top": {"nodes": f"{_CLI}.cluster:top_nodes"},
@@ -64,8 +66,8 @@ _VERBS: dict[str, dict[str, str]] = {
 """Verb groups and their resource sub-commands (kubectl's aliases resolve in `LazyGroup`)."""
 
 _VERB_HELP = {
-    "get": "List objects: jobs, pods, nodes, queues, quotas, priority and resource classes.",
-    "describe": "Show one object in detail: a job, node or queue.",
+    "get": "List objects: jobs, pods, nodes, queues, quotas, priority and resource classes, crons.",
+    "describe": "Show one object in detail: a job, node, queue or cron.",
     "delete": "Delete an object.",
     "top": "Show resource use.",
     "watch": "Follow changes as they happen (Server-Sent Events).",

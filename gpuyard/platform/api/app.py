@@ -56,6 +56,7 @@ ROUTE_MODULES: list[str] = [
     "gpuyard.platform.api.applying",
     "gpuyard.platform.api.disruption",
     "gpuyard.platform.api.priorityclasses",
+    "gpuyard.platform.api.crons",
     "gpuyard.platform.api.rescheduling",
     "gpuyard.platform.api.checking",
     "gpuyard.platform.api.topologies",
