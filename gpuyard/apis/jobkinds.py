@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from gpuyard.apis.jobspecs import (
+    ElasticDLJobSpec,
     JAXJobSpec,
     JobSpec,
     JobStatus,
@@ -28,6 +29,7 @@ from gpuyard.apis.jobspecs import (
     RestartPolicy,
     RunPolicy,
     TFJobSpec,
+    XDLJobSpec,
     XGBoostJobSpec,
 )
 from gpuyard.apis.meta import Resource
@@ -40,6 +42,7 @@ __all__ = [
     "API_KUBEFLOW",
     "JOB_KINDS",
     "KIND_INFO",
+    "ElasticDLJob",
     "Flavor",
     "JAXJob",
     "JobKindInfo",
@@ -50,6 +53,7 @@ __all__ = [
     "PyTorchJob",
     "TFJob",
     "TrainingJob",
+    "XDLJob",
     "XGBoostJob",
     "find_job",
     "job_classes",
@@ -161,6 +165,20 @@ class PaddleJob(TrainingJob):
     API_VERSION = API_KUBEFLOW
     REPLICA_FIELD = "paddle_replica_specs"
     spec: PaddleJobSpec = Field(default_factory=PaddleJobSpec)
+
+
+class XDLJob(TrainingJob):
+    KIND = "XDLJob"
+    API_VERSION = API_KUBEDL
+    REPLICA_FIELD = "xdl_replica_specs"
+    spec: XDLJobSpec = Field(default_factory=XDLJobSpec)
+
+
+class ElasticDLJob(TrainingJob):
+    KIND = "ElasticDLJob"
+    API_VERSION = API_KUBEDL
+    REPLICA_FIELD = "elasticdl_replica_specs"
+    spec: ElasticDLJobSpec = Field(default_factory=ElasticDLJobSpec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +295,24 @@ KIND_INFO: dict[str, JobKindInfo] = {
                 ("Master", "Worker"), {"*": "OnFailure"}, PortDefault("paddle", "master", 36543)
             )
         },
+    ),
+    "XDLJob": JobKindInfo(  # KubeDL xdljob_constants.go; reconcile order PS, Scheduler, Worker, ExtendRole
+        XDLJob,
+        "xdlReplicaSpecs",
+        ("PS", "Scheduler", "Worker", "ExtendRole"),
+        {
+            API_KUBEDL: Flavor(
+                ("PS", "Scheduler", "Worker", "ExtendRole"),
+                {"*": "Never"},
+                PortDefault("xdl", "xdljob-port", 2222),
+            )
+        },
+    ),
+    "ElasticDLJob": JobKindInfo(  # KubeDL elasticdljob_constant.go: the Master starts its own workers
+        ElasticDLJob,
+        "elasticdlReplicaSpecs",
+        ("Master",),
+        {API_KUBEDL: Flavor(("Master",), {"*": "Never"}, PortDefault("elasticdl", "elasticdl-port", 11111))},
     ),
 }
 

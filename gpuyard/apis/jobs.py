@@ -37,6 +37,7 @@ from gpuyard.apis.jobkinds import (
     PortDefault,
     PyTorchJob,
     TrainingJob,
+    XDLJob,
 )
 from gpuyard.apis.jobspecs import (
     ReplicaSpec,
@@ -61,6 +62,8 @@ API server that gpuyard cannot accept (the Kubernetes backend keeps it out of th
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME = 52  # leaves room for "-<role>-<index>" within a 63-character DNS label
+XDL_DEFAULT_BACKOFF_LIMIT = 20  # KubeDL's XDLJobDefaultBackoffLimit
+XDL_DEFAULT_MIN_FINISH_WORK_RATE = 90  # KubeDL's XDLJobDefaultMinFinishWorkRate (percent)
 
 
 # --- parsing, validation, defaulting ------------------------------------------------------------
@@ -393,6 +396,8 @@ def apply_defaults(job: TrainingJob) -> None:
         target.clean_pod_policy = "Running"
     if isinstance(job, PyTorchJob) and job.flavor == "kubeflow":
         _default_pytorch_kubeflow(job)
+    if isinstance(job, XDLJob):
+        _default_xdl(job)
 
 
 def _default_port(spec: ReplicaSpec, port: PortDefault) -> None:
@@ -403,6 +408,16 @@ def _default_port(spec: ReplicaSpec, port: PortDefault) -> None:
     if any(p.name == port.name for p in container.ports):
         return
     container.ports.append(ContainerPort(name=port.name, container_port=port.port))
+
+
+def _default_xdl(job: XDLJob) -> None:
+    """KubeDL's setDefaults_XDLJobSpec: backoffLimit 20, and minFinishWorkRate 90 when neither it
+    nor minFinishWorkNum is given."""
+    spec = job.spec
+    if job.run_policy.backoff_limit is None:
+        spec.backoff_limit = XDL_DEFAULT_BACKOFF_LIMIT
+    if spec.min_finish_work_num is None and spec.min_finish_work_rate is None:
+        spec.min_finish_work_rate = XDL_DEFAULT_MIN_FINISH_WORK_RATE
 
 
 def _default_pytorch_kubeflow(job: PyTorchJob) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_REPLICAS",
     "CleanPodPolicy",
     "DAGCondition",
+    "ElasticDLJobSpec",
     "ElasticPolicy",
     "JAXJobSpec",
     "JobCondition",
@@ -43,6 +44,7 @@ __all__ = [
     "SpotReplicaSpec",
     "SuccessPolicy",
     "TFJobSpec",
+    "XDLJobSpec",
     "XGBoostJobSpec",
 ]
 
@@ -253,6 +255,33 @@ class PaddleJobSpec(JobSpec):
     paddle_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
 
 
+class XDLJobSpec(JobSpec):
+    """KubeDL's XDLJob: PS, Scheduler, Worker and ExtendRole replicas; the job succeeds once enough
+    workers (Worker and ExtendRole) have (`minFinishWorkRate` percent, else `minFinishWorkNum`)."""
+
+    xdl_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
+    min_finish_work_num: int | None = Field(
+        default=None, ge=0, le=INT32_MAX, description="KubeDL: workers that must succeed (default: all)."
+    )
+    min_finish_work_rate: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="KubeDL: the percentage of workers that must succeed; wins over minFinishWorkNum "
+        "(default 90 when neither is set).",
+    )
+
+
+class ElasticDLJobSpec(JobSpec):
+    """KubeDL's ElasticDLJob: one Master, which starts and scales the workers itself."""
+
+    elasticdl_replica_specs: dict[str, ReplicaSpec] = Field(default_factory=dict)
+    git_sync_config: dict[str, Any] | None = Field(
+        default=None,
+        description="KubeDL: git-sync options (gpuyard reads them from the kubedl.io/git-sync-config annotation).",
+    )
+
+
 # --- status ----------------------------------------------------------------------------------
 
 
@@ -266,12 +295,18 @@ class JobCondition(K8sModel):
 
 
 class ReplicaStatus(K8sModel):
-    """Pods of one replica type now: running (`active`), succeeded, failed; plus restarts so far."""
+    """Pods of one replica type now: running (`active`), succeeded, failed; plus restarts and
+    evictions so far."""
 
     active: int = 0
     succeeded: int = 0
     failed: int = 0
     restarts: int = 0
+    evicted: int = Field(
+        default=0,
+        description="KubeDL: pods of this replica type evicted or preempted (a Failed pod whose reason "
+        "is Evicted or Preempted, or that carries a DisruptionTarget condition), counted once each.",
+    )
 
 
 class PodRestart(K8sModel):

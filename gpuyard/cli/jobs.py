@@ -344,16 +344,20 @@ def describe_job(ref: str, namespace: str | None, output: str, server: str | Non
         click.echo(f"Managed by:  {manager}")
         click.echo(f"Start time:  {status.get('startTime', '-')}")
         click.echo(f"Completion:  {status.get('completionTime', '-')}")
+        for ui in s.get("webUIs") or []:  # Tensorboard, Mars web UI (platform/api/webuis.py)
+            state = "" if ui.get("ready") else " (not made yet, or gone)"
+            click.echo(f"{ui['name'].capitalize() + ':':<13}{ui['address']}{state}")
         click.echo("")
         click.echo("Replica statuses:")
         print_table(
-            ["  TYPE", "ACTIVE", "SUCCEEDED", "FAILED", "RESTARTS"],
+            ["  TYPE", "ACTIVE", "SUCCEEDED", "FAILED", "EVICTED", "RESTARTS"],
             [
                 [
                     f"  {r}",
                     v.get("active", 0),
                     v.get("succeeded", 0),
                     v.get("failed", 0),
+                    v.get("evicted", 0),
                     v.get("restarts", 0),
                 ]
                 for r, v in (status.get("replicaStatuses") or {}).items()

@@ -26,12 +26,14 @@ from gpuyard.controllers.podgroups import ANNOTATION_ELASTIC
 from gpuyard.controllers.statuses import set_condition
 
 __all__ = [
+    "EVICTION_REASONS",
     "PREEMPTED",
     "EventNote",
     "Launch",
     "Report",
     "Transition",
     "deadline_after",
+    "evicted",
     "progress",
     "replica_statuses",
     "status_changes",
@@ -187,7 +189,8 @@ def _elastic_minimum_up(
 def replica_statuses(
     job: TrainingJob, status: JobStatus, *, replicas: list[Replica], live: Mapping[str, Pod] | None = None
 ) -> None:
-    """Per role: running, succeeded and failed pods (of `live`, else each replica's pod) and restarts."""
+    """Per role: running, succeeded and failed pods (of `live`, else each replica's pod), the failed
+    ones evicted or preempted (:func:`evicted`), and restarts."""
     out: dict[str, ReplicaStatus] = {role: ReplicaStatus() for role in job.roles()}
     for rep in replicas:
         rs = out[rep.role]
@@ -203,7 +206,25 @@ def replica_statuses(
             rs.succeeded += 1
         elif phase == "Failed":
             rs.failed += 1
+            if evicted(pod):
+                rs.evicted += 1
     status.replica_statuses = out
+
+
+EVICTION_REASONS = frozenset({"Evicted", "Preempted"})
+
+
+def evicted(pod: Pod) -> bool:
+    """A Failed pod that was evicted or preempted, as KubeDL's `eviction.PodIsEvicted` (reason
+    `Evicted`) plus reason `Preempted` and Kubernetes' `DisruptionTarget` condition (set by the
+    scheduler's preemption, the eviction API, the taint manager and the kubelet)."""
+    if pod.status.phase != "Failed":
+        return False
+    if pod.status.reason in EVICTION_REASONS:
+        return True
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in pod.status.conditions
+    )
 
 
 def status_changes(old: JobStatus, new: JobStatus, *, now: datetime) -> dict[str, object]:

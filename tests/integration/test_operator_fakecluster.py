@@ -168,6 +168,8 @@ async def test_every_example_job_starts_on_the_demo_cluster(cluster: Cluster) ->
         "mars-kubedl",
         "jax-simple",
         "paddle-simple",
+        "xdl-kubedl",
+        "elasticdl-kubedl",
     ]
     jobs = [load_job(n, namespace=f"ns-{i}") for i, n in enumerate(names)]
     for job in jobs:

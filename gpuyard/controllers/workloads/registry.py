@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from gpuyard.apis.jobkinds import KIND_INFO
 from gpuyard.controllers.workloads.base import WorkloadPlugin
+from gpuyard.controllers.workloads.elasticdl import ElasticDLPlugin
 from gpuyard.controllers.workloads.jax import JAXPlugin
 from gpuyard.controllers.workloads.mars import MarsPlugin
 from gpuyard.controllers.workloads.mpi import MPIPlugin
 from gpuyard.controllers.workloads.paddle import PaddlePlugin
 from gpuyard.controllers.workloads.pytorch import PyTorchPlugin
 from gpuyard.controllers.workloads.tensorflow import TensorFlowPlugin
+from gpuyard.controllers.workloads.xdl import XDLPlugin
 from gpuyard.controllers.workloads.xgboost import XGBoostPlugin
 
 __all__ = ["PLUGINS", "UnknownWorkload", "plugin_for", "register"]
@@ -52,5 +54,7 @@ for _plugin in (
     MarsPlugin(),
     JAXPlugin(),
     PaddlePlugin(),
+    XDLPlugin(),
+    ElasticDLPlugin(),
 ):
     register(_plugin)

@@ -104,7 +104,10 @@ def test_unknown_fields_pass_through() -> None:
 
 def test_unknown_kind_lists_allowed_kinds() -> None:
     got = fields({"apiVersion": API_KUBEDL, "kind": "SparkJob", "metadata": {"name": "x"}})
-    assert "allowed: JAXJob, MPIJob, MarsJob, PaddleJob, PyTorchJob, TFJob, XGBoostJob" in got["kind"]
+    assert (
+        "allowed: ElasticDLJob, JAXJob, MPIJob, MarsJob, PaddleJob, PyTorchJob, TFJob, XDLJob, XGBoostJob"
+        in got["kind"]
+    )
 
 
 def test_unknown_api_version_lists_allowed_versions() -> None:

@@ -23,6 +23,8 @@ def job(kind: str, api: str, roles: list[str]):  # type: ignore[no-untyped-def]
         "MarsJob": "marsReplicaSpecs",
         "JAXJob": "jaxReplicaSpecs",
         "PaddleJob": "paddleReplicaSpecs",
+        "XDLJob": "xdlReplicaSpecs",
+        "ElasticDLJob": "elasticdlReplicaSpecs",
     }[kind]
     spec = {field: {r: {"replicas": 1, "template": {"spec": C}} for r in roles}}
     return job_from({"apiVersion": api, "kind": kind, "metadata": {"name": "j"}, "spec": spec})
@@ -61,6 +63,13 @@ def start_order(job: TrainingJob, plugin: WorkloadPlugin) -> list[list[str]]:
         ("MarsJob", KUBEDL, ["Scheduler", "Worker", "WebService"], [["Scheduler"], ["WebService", "Worker"]]),
         ("JAXJob", KUBEFLOW, ["Worker"], [["Worker"]]),
         ("PaddleJob", KUBEFLOW, ["Master", "Worker"], [["Master"], ["Worker"]]),
+        (
+            "XDLJob",
+            KUBEDL,
+            ["PS", "Scheduler", "Worker", "ExtendRole"],
+            [["PS", "Scheduler", "Worker", "ExtendRole"]],
+        ),
+        ("ElasticDLJob", KUBEDL, ["Master"], [["Master"]]),
     ],
 )
 def test_default_start_order(kind: str, api: str, roles: list[str], waves: list[list[str]]) -> None:
