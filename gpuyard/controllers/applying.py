@@ -109,6 +109,8 @@ class Applier:
             self.metrics.pods_running(
                 job.kind,
                 job.metadata.uid,
+                name=name,
+                namespace=ns,
                 created=job.metadata.creation_timestamp,
                 now=report.now,
                 all_pods=plan.launch.all_pods,

@@ -10,8 +10,10 @@ unchanged:
 * `kubedl_jobs_running`, `kubedl_jobs_pending` — gauges by `kind`, from the phase the operator
   last wrote for each job (pending = Created or Queuing).
 * `kubedl_jobs_first_pod_launch_delay_seconds`, `kubedl_jobs_all_pods_launch_delay_seconds` —
-  histograms by `kind`: from the job's creation to its first pod Running, and to every pod
-  Running (or done), observed once per job.
+  histograms by `kind`, `name`, `namespace` and `uid` (KubeDL's labels): from the job's creation
+  to its first pod Running, and to every pod Running (or done), observed once per job. A job's
+  series are removed when the job leaves the store, so they do not pile up over a long run
+  (`sum by (le, kind)` gives KubeDL's per-kind view).
 
 The operator calls :class:`JobMetrics` when it applies a pass (`applying.py`); every call is a
 dict update, no I/O. One instance exists per registry (`job_metrics(registry)`), so a second
@@ -29,10 +31,11 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["COUNTERS", "JobMetrics", "job_metrics"]
+__all__ = ["COUNTERS", "DELAY_LABELS", "JobMetrics", "job_metrics"]
 
 COUNTERS = ("created", "deleted", "successful", "failed", "restarted")
 PENDING = frozenset({"", "Created", "Queuing"})
+DELAY_LABELS = ("kind", "name", "namespace", "uid")  # KubeDL's launch-delay histogram labels
 DELAY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 
 JobKey = tuple[str, str]  # namespace, name
@@ -59,17 +62,18 @@ class JobMetrics:
         self.phases: dict[JobKey, tuple[str, str]] = {}  # key -> (kind, phase)
         self._first: set[str] = set()  # job uids whose first-pod delay was observed
         self._all: set[str] = set()
+        self._series: dict[JobKey, tuple[str, str, str, str]] = {}  # key -> its histograms' labels
         self.first_pod_delay = Histogram(
             "kubedl_jobs_first_pod_launch_delay_seconds",
             "Seconds from a job's creation to its first pod running.",
-            ["kind"],
+            list(DELAY_LABELS),
             registry=registry,
             buckets=DELAY_BUCKETS,
         )
         self.all_pods_delay = Histogram(
             "kubedl_jobs_all_pods_launch_delay_seconds",
             "Seconds from a job's creation to all of its pods running.",
-            ["kind"],
+            list(DELAY_LABELS),
             registry=registry,
             buckets=DELAY_BUCKETS,
         )
@@ -96,18 +100,28 @@ class JobMetrics:
             self.counts["restarted"][kind] += 1
 
     def pods_running(
-        self, kind: str, uid: str, *, created: datetime | None, now: datetime, all_pods: bool
+        self,
+        kind: str,
+        uid: str,
+        *,
+        name: str,
+        namespace: str,
+        created: datetime | None,
+        now: datetime,
+        all_pods: bool,
     ) -> None:
         """A pod of the job runs (and, with `all_pods`, all of them): observe each delay once."""
         if created is None:
             return
         delay = max(0.0, (now - created).total_seconds())
+        labels = (kind, name, namespace, uid)
+        self._series[(namespace, name)] = labels
         if uid not in self._first:
             self._first.add(uid)
-            self.first_pod_delay.labels(kind).observe(delay)
+            self.first_pod_delay.labels(*labels).observe(delay)
         if all_pods and uid not in self._all:
             self._all.add(uid)
-            self.all_pods_delay.labels(kind).observe(delay)
+            self.all_pods_delay.labels(*labels).observe(delay)
 
     def deleted(self, key: JobKey, uid: str | None = None) -> None:
         """The job is gone from the store; counted once for a job this process saw."""
@@ -117,6 +131,15 @@ class JobMetrics:
         if uid:
             self._first.discard(uid)
             self._all.discard(uid)
+        labels = self._series.pop(key, None)
+        if labels is not None:
+            self._first.discard(labels[3])
+            self._all.discard(labels[3])
+            for histogram in (self.first_pod_delay, self.all_pods_delay):
+                try:
+                    histogram.remove(*labels)
+                except KeyError:
+                    pass  # never observed (the all-pods delay of a job that never fully ran)
 
     # --- scrape --------------------------------------------------------------------------------
 

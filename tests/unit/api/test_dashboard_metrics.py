@@ -21,9 +21,10 @@ def test_kubedl_names_counts_and_gauges() -> None:
     m.transition(("a", "tf2"), "TFJob", was="Created", phase="Running")
     m.transition(("a", "pt"), "PyTorchJob", was="Running", phase="Restarting")
     m.transition(("a", "pt"), "PyTorchJob", was="Restarting", phase="Failed")
-    m.pods_running("TFJob", "uid-2", created=t0, now=t0 + timedelta(seconds=3), all_pods=False)
-    m.pods_running("TFJob", "uid-2", created=t0, now=t0 + timedelta(seconds=9), all_pods=True)
-    m.pods_running("TFJob", "uid-2", created=t0, now=t0 + timedelta(seconds=99), all_pods=True)
+    job = {"name": "tf2", "namespace": "a"}
+    m.pods_running("TFJob", "uid-2", **job, created=t0, now=t0 + timedelta(seconds=3), all_pods=False)
+    m.pods_running("TFJob", "uid-2", **job, created=t0, now=t0 + timedelta(seconds=9), all_pods=True)
+    m.pods_running("TFJob", "uid-2", **job, created=t0, now=t0 + timedelta(seconds=99), all_pods=True)
     m.deleted(("a", "pt"), "uid-pt")
     m.deleted(("a", "never-seen"))
     text = generate_latest(registry).decode()
@@ -35,10 +36,14 @@ def test_kubedl_names_counts_and_gauges() -> None:
     assert "kubedl_jobs_created_total" not in text
     assert 'kubedl_jobs_running{kind="TFJob"} 1.0' in text
     assert 'kubedl_jobs_pending{kind="TFJob"} 1.0' in text
-    assert 'kubedl_jobs_first_pod_launch_delay_seconds_count{kind="TFJob"} 1.0' in text
-    assert 'kubedl_jobs_first_pod_launch_delay_seconds_sum{kind="TFJob"} 3.0' in text
-    assert 'kubedl_jobs_all_pods_launch_delay_seconds_sum{kind="TFJob"} 9.0' in text
+    labels = 'kind="TFJob",name="tf2",namespace="a",uid="uid-2"'  # KubeDL's labels
+    assert f"kubedl_jobs_first_pod_launch_delay_seconds_count{{{labels}}} 1.0" in text
+    assert f"kubedl_jobs_first_pod_launch_delay_seconds_sum{{{labels}}} 3.0" in text
+    assert f"kubedl_jobs_all_pods_launch_delay_seconds_sum{{{labels}}} 9.0" in text
     assert "kubedl_jobs_successful" in text
+    m.deleted(("a", "tf2"))  # the job is gone: its launch-delay series go with it
+    text = generate_latest(registry).decode()
+    assert 'uid="uid-2"' not in text
 
 
 def test_queue_quota_and_preemption_metrics_come_from_statuses():
