@@ -46,6 +46,7 @@ from gpuyard.apis.core import (
 )
 from gpuyard.apis.jobspecs import ElasticPolicy, JobSpec, ReplicaSpec, RunPolicy, SchedulingPolicy
 from gpuyard.apis.meta import ObjectMeta, Resource
+from gpuyard.apis.podvalidation import CONTAINER_FIELDS
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param
 
@@ -89,12 +90,7 @@ KUBERNETES_FIELDS: dict[type[BaseModel], frozenset[str]] = {
         "shareProcessNamespace subdomain terminationGracePeriodSeconds tolerations "
         "topologySpreadConstraints volumes".split()
     ),
-    Container: frozenset(
-        "args command env envFrom image imagePullPolicy lifecycle livenessProbe name ports "
-        "readinessProbe resizePolicy resources restartPolicy restartPolicyRules securityContext "
-        "startupProbe stdin stdinOnce terminationMessagePath terminationMessagePolicy tty "
-        "volumeDevices volumeMounts workingDir".split()
-    ),
+    Container: CONTAINER_FIELDS,
     ResourceRequirements: frozenset({"claims", "limits", "requests"}),
     EnvVar: frozenset({"name", "value", "valueFrom"}),
     ContainerPort: frozenset({"containerPort", "hostIP", "hostPort", "name", "protocol"}),
@@ -117,14 +113,13 @@ UNMODELLED_FIELDS: dict[type[BaseModel], frozenset[str]] = {
             "modelVersion",  # KubeDL
             "cacheBackend",  # KubeDL
             "enableDynamicWorker",  # Kubeflow TFJob
-            "managedBy",  # Kubeflow
             "launcherCreationPolicy",  # Kubeflow MPIJob
             "mpiImplementation",  # Kubeflow MPIJob v2
             "sshAuthMountPath",  # Kubeflow MPIJob v2
             "runLauncherAsWorker",  # Kubeflow MPIJob v2
         }
     ),
-    RunPolicy: frozenset({"managedBy"}),
+    RunPolicy: frozenset(),  # managedBy is modelled (apis/managers.py)
     ReplicaSpec: frozenset(),
     ElasticPolicy: frozenset({"metrics"}),  # Kubeflow PyTorchJob
     SchedulingPolicy: frozenset(),
