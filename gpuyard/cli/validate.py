@@ -9,7 +9,9 @@ Every document of every file is checked with the validators the server runs on s
 * ElasticQuota / ResourceQuota / Queue: `gpuyard.apis.quota.parse_quota_document` (the
   ElasticQuotas of all files are checked as one tree, in the order given);
 * ResourceClass: `validate_resource_class`;
-* PriorityClass: `class_problems` (value range, reserved names, preemption policy).
+* PriorityClass: `class_problems` (value range, reserved names, preemption policy);
+* Cron (KubeDL's `apps.kubedl.io`): `gpuyard.apis.crons.parse_cron` (schedule, policy, and the
+  template's workload checked as a job).
 
 With `--cluster SCENARIO` jobs are also checked against that cluster's nodes: a pod larger than
 any node, and a gang that could never be placed even on the empty cluster (the scheduler's own
@@ -37,6 +39,7 @@ from typing import Any, get_args
 import click
 from pydantic import BaseModel
 
+from gpuyard.apis.crons import parse_cron
 from gpuyard.apis.decoding import DocumentLimitError
 from gpuyard.apis.ignoredfields import ignored_fields
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
@@ -56,7 +59,7 @@ from gpuyard.devices.scenarios import Scenario, ScenarioError, load_scenario
 __all__ = ["Checked", "validate_command", "validate_documents", "validate_files"]
 
 _POLICY_KINDS = tuple(cls.KIND for cls, _ in QUOTA_KINDS)
-_ALLOWED_KINDS = sorted([*KIND_INFO, *_POLICY_KINDS, "ResourceClass", "PriorityClass"])
+_ALLOWED_KINDS = sorted([*KIND_INFO, *_POLICY_KINDS, "ResourceClass", "PriorityClass", "Cron"])
 
 
 @dataclass(slots=True)
@@ -174,6 +177,8 @@ def validate_documents(
                 classes.append(ResourceClass.model_validate(doc.data))
         elif doc.kind == "PriorityClass":
             found.extend((n, f"{doc.where}: {f}: {r}") for f, r in class_problems(doc.data)[1])
+        elif doc.kind == "Cron":
+            found.extend((n, f"{doc.where}: {d['field']}: {d['reason']}") for d in parse_cron(doc.data)[1])
         elif doc.kind in _POLICY_KINDS:
             try:
                 obj = parse_quota_document(doc.data, current_quotas=quotas)
@@ -185,7 +190,7 @@ def validate_documents(
     offline = _Offline(classes, scenario)
     for n, doc in enumerate(docs):
         out.kinds[doc.kind or "?"] = out.kinds.get(doc.kind or "?", 0) + 1
-        if doc.kind in _POLICY_KINDS or doc.kind in ("ResourceClass", "PriorityClass"):
+        if doc.kind in _POLICY_KINDS or doc.kind in ("ResourceClass", "PriorityClass", "Cron"):
             continue
         if doc.kind not in KIND_INFO:
             shown = repr(doc.kind) if doc.kind else "missing"

@@ -1,6 +1,7 @@
 """`gpuyard apply -f` of a Cron, `gpuyard get crons` and `gpuyard describe cron` against the whole
 platform served on a loopback port (virtual clock): the sample Cron is applied, runs on schedule,
-and is listed and described with its runs; a bad schedule exits 2 naming the field."""
+and is listed and described with its runs; a bad schedule exits 2 naming the field; `gpuyard
+validate` checks a Cron file offline."""
 
 from __future__ import annotations
 
@@ -63,3 +64,17 @@ async def test_apply_get_and_describe_a_cron(monkeypatch: pytest.MonkeyPatch, tm
         assert run in result.output and "SuccessfulCreate" in result.output
         result = await cli(c.url, "describe", "cron", "default/none")
         assert result.exit_code != 0 and "cron default/none not found" in result.output
+
+
+def test_validate_checks_a_cron_offline(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["validate", str(SAMPLE)])
+    assert result.exit_code == 0 and "1 Cron" in result.output, result.output
+    doc = yaml.safe_load(SAMPLE.read_text())
+    doc["spec"]["historyLimit"] = -1
+    doc["spec"]["template"]["kind"] = "Deployment"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    result = CliRunner().invoke(main, ["validate", str(bad)])
+    assert result.exit_code == 2
+    assert "documents[0]: spec.historyLimit:" in result.output
+    assert "documents[0]: spec.template.kind: 'Deployment' is not a job kind" in result.output
