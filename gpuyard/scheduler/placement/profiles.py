@@ -100,8 +100,7 @@ DEFAULT_PROFILE = ProfileSpec(
         "inter-pod-affinity": 100,  # the user's own preferences: above packing
         "pod-topology-spread": 100,
         "packing": 50,
-        "gpu-binpack": 30,  # whole GPUs on the fullest node that takes them: whole nodes stay free
-        "exact-fit": 30,  # for gangs (bench/topology_quality.py)
+        "exact-fit": 30,  # multi-GPU pods and gangs on the node they fill best: whole nodes stay free
         "gpu-type": 20,
         "cpu-stranding": 5,  # CPU-only pods: strand no GPU, then spread
         "topology-frag": 2,
