@@ -19,6 +19,7 @@ from gpuyard.apis.quantity import Quantity
 __all__ = [
     "GPU_RESOURCE",
     "Affinity",
+    "ConfigMap",
     "Container",
     "ContainerPort",
     "ContainerState",
@@ -309,6 +310,16 @@ class Service(Resource):
     API_VERSION = "v1"
 
     spec: ServiceSpec = Field(default_factory=ServiceSpec)
+
+
+class ConfigMap(Resource):
+    """A ConfigMap gpuyard writes (the Dockerfile of a model's image build, `controllers/imagebuilding.py`);
+    gpuyard does not watch ConfigMaps: the store holds only the ones it wrote or read."""
+
+    KIND = "ConfigMap"
+    API_VERSION = "v1"
+
+    data: dict[str, str] = Field(default_factory=dict)
 
 
 class Event(Resource):

@@ -31,6 +31,7 @@ from gpuyard.apis.crons import Cron
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.jobkinds import API_KUBEDL, API_KUBEFLOW, KIND_INFO
 from gpuyard.apis.meta import Resource
+from gpuyard.apis.models import MODEL_KINDS
 from gpuyard.apis.quantity import Quantity
 from gpuyard.apis.quotakinds import ElasticQuota, Queue
 from gpuyard.apis.resourceclasses import ResourceClass
@@ -65,6 +66,7 @@ def crd_models() -> dict[str, type[Resource]]:
     models: dict[str, type[Resource]] = {kind: info.cls for kind, info in KIND_INFO.items()}
     for cls in (PodGroup, Reservation, ResourceClass, NodeTopology, Queue, ElasticQuota, Cron):
         models[cls.KIND] = cls
+    models.update({cls.KIND: cls for cls in MODEL_KINDS})  # KubeDL's Model and ModelVersion
     return models
 
 
@@ -229,6 +231,18 @@ def _columns(resource: ApiResource, model: type[Resource]) -> list[dict[str, Any
         columns += [
             {"name": "Pending", "type": "integer", "jsonPath": ".status.pending"},
             {"name": "Running", "type": "integer", "jsonPath": ".status.running"},
+        ]
+    elif resource.kind == "Model":  # KubeDL's columns
+        columns += [
+            {"name": "Latest-Version", "type": "string", "jsonPath": ".status.latestVersion.modelVersion"},
+            {"name": "Latest-Image", "type": "string", "jsonPath": ".status.latestVersion.imageName"},
+        ]
+    elif resource.kind == "ModelVersion":  # KubeDL's columns
+        columns += [
+            {"name": "Model", "type": "string", "jsonPath": ".spec.modelName"},
+            {"name": "Image", "type": "string", "jsonPath": ".status.image"},
+            {"name": "Created-By", "type": "string", "jsonPath": ".spec.createdBy"},
+            {"name": "Finish-Time", "type": "string", "jsonPath": ".status.finishTime"},
         ]
     elif resource.kind == "ResourceClass":
         columns.append({"name": "Description", "type": "string", "jsonPath": ".spec.description"})

@@ -327,6 +327,9 @@ class JobStatus(K8sModel):
     )
     restarts: int = Field(default=0, description="gpuyard: restarts counted against backoffLimit.")
     pod_restarts: dict[str, PodRestart] = Field(default_factory=dict)
+    model_version_name: str | None = Field(
+        default=None, description="KubeDL: the ModelVersion the job's success created (spec.modelVersion)."
+    )
 
     def condition(self, type_: str) -> JobCondition | None:
         for c in self.conditions:

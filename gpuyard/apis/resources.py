@@ -59,6 +59,7 @@ class ApiResource:
     categories: tuple[str, ...] = ()
     rest_kind: str = ""  # the kind on the API server when the store's differs (GangPodGroup)
     gang_scheduler: str = ""  # served by this gang scheduler's CRDs (delegate mode only)
+    watched: bool = True  # False: the Kubernetes backend has no informer of it (only what gpuyard writes)
 
     @property
     def wire_kind(self) -> str:
@@ -153,6 +154,9 @@ API_RESOURCES: tuple[ApiResource, ...] = (
     ApiResource("Node", "", "v1", "nodes", namespaced=False, short_names=("no",)),
     ApiResource("Service", "", "v1", "services", short_names=("svc",)),
     ApiResource("Event", "", "v1", "events", short_names=("ev",), status_subresource=False),
+    ApiResource(
+        "ConfigMap", "", "v1", "configmaps", short_names=("cm",), status_subresource=False, watched=False
+    ),
     ApiResource("ResourceQuota", "", "v1", "resourcequotas", short_names=("quota",)),
     ApiResource("Lease", "coordination.k8s.io", "v1", "leases", status_subresource=False),
     ApiResource("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", short_names=("pdb",)),
@@ -218,6 +222,11 @@ API_RESOURCES: tuple[ApiResource, ...] = (
     # KubeDL's Cron (apis/crons.py)
     ApiResource("Cron", "apps.kubedl.io", "v1alpha1", "crons", crd=True, categories=("gpuyard",)),
     *_gang_resources(),
+    # KubeDL's model kinds (apis/models.py)
+    ApiResource("Model", "model.kubedl.io", "v1alpha1", "models", short_names=("mo",), crd=True),
+    ApiResource(
+        "ModelVersion", "model.kubedl.io", "v1alpha1", "modelversions", short_names=("mv",), crd=True
+    ),
 )
 
 

@@ -99,6 +99,17 @@ RULES: dict[str, tuple[str, ...]] = {
     "ResourceClaim": ("create", "delete"),
     "ResourceClaim/status": ("patch",),
     "ResourceSlice": ("list",),  # matched to the NodeTopologies
+    # KubeDL's models (controllers/modelversioning.py, imagebuilding.py): a succeeded job's
+    # ModelVersion, the Model it names, the kaniko pod and the namespace's Dockerfile of its image
+    # build (ConfigMaps are not watched: a create refused as taken reads what holds the name)
+    "Model": ("get", *WATCH, "create"),
+    "Model/status": ("patch",),
+    "ModelVersion": ("get", *WATCH, "create", "update"),
+    "ModelVersion/status": ("patch",),
+    # the ModelVersion's ownerReference to its Model, the build pod's to its ModelVersion (as above)
+    "Model/finalizers": ("update",),
+    "ModelVersion/finalizers": ("update",),
+    "ConfigMap": ("get", "create"),
 }
 """What gpuyard's ServiceAccount may do, cluster-wide. `TrainingJob` stands for every job kind of
 every group in :data:`gpuyard.apis.resources.API_RESOURCES`."""

@@ -7,12 +7,16 @@ through `ControllerRunner`: :class:`JobReconciler`, watching every job kind, the
 reservations and PodGroups, and :class:`JobEventCleaner` (`eventcleaning.py`), which deletes the
 Events of jobs that are gone, and :class:`CronReconciler` (`cronrunning.py`), which creates the
 jobs of KubeDL's Crons on schedule. All write as the operator (`state.ownership.OPERATOR`).
+KubeDL's models: :class:`ModelVersionCreator` (`modelversioning.py`) leaves a succeeded job's
+ModelVersion, :class:`ModelVersionReconciler` (`imagebuilding.py`) its Model and image build.
 """
 
 from __future__ import annotations
 
 from gpuyard.controllers.cronrunning import CronReconciler
 from gpuyard.controllers.eventcleaning import JobEventCleaner
+from gpuyard.controllers.imagebuilding import ModelVersionReconciler
+from gpuyard.controllers.modelversioning import ModelVersionCreator
 from gpuyard.controllers.reconciling import JobReconciler
 from gpuyard.state.components import Reconciler, Runnable
 from gpuyard.state.context import Context
@@ -20,6 +24,10 @@ from gpuyard.state.context import Context
 __all__ = ["CronReconciler", "JobEventCleaner", "JobReconciler", "components"]
 
 
+def _models(ctx: Context) -> list[Runnable | Reconciler]:
+    return [ModelVersionCreator(ctx), ModelVersionReconciler(ctx)]
+
+
 def components(ctx: Context) -> list[Runnable | Reconciler]:
     """The job operator's reconcilers, for `gpuyard.platform.runtime`."""
-    return [JobReconciler(ctx), JobEventCleaner(ctx), CronReconciler(ctx)]
+    return [*_models(ctx), JobReconciler(ctx), JobEventCleaner(ctx), CronReconciler(ctx)]

@@ -63,12 +63,13 @@ log = structlog.get_logger(__name__)
 def watched_resources(
     kinds: list[str], *, job_groups: list[str], gang_scheduler: str | None = None
 ) -> list[ApiResource]:
-    """The resources to watch: every kind the store knows, job kinds only in the configured
-    groups, a gang scheduler's PodGroups only of `gang_scheduler` (delegate mode)."""
+    """The resources to watch: every kind the store knows (but those not `watched`: ConfigMaps),
+    job kinds only in the configured groups, a gang scheduler's PodGroups only of `gang_scheduler`
+    (delegate mode)."""
     known = set(kinds)
     out = []
     for res in API_RESOURCES:
-        if res.kind not in known:
+        if res.kind not in known or not res.watched:
             continue
         if res.categories and "trainingjobs" in res.categories and res.group not in job_groups:
             continue

@@ -6,13 +6,14 @@ node topologies); the store needs only the model class of each.
 
 from __future__ import annotations
 
-from gpuyard.apis.core import Event, Node, Pod, Service
+from gpuyard.apis.core import ConfigMap, Event, Node, Pod, Service
 from gpuyard.apis.crons import CRON_KINDS
 from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.disruption import PDB_KINDS
 from gpuyard.apis.gangs import GangPodGroup
 from gpuyard.apis.jobkinds import JOB_KINDS
 from gpuyard.apis.meta import Resource
+from gpuyard.apis.models import MODEL_KINDS
 from gpuyard.apis.priorityclasses import PRIORITY_CLASS_KINDS
 from gpuyard.apis.quotakinds import QUOTA_KINDS
 from gpuyard.apis.resourceclasses import RESOURCE_CLASS_KINDS
@@ -34,10 +35,11 @@ JOURNALED_KINDS: list[type[Resource]] = [
     *PRIORITY_CLASS_KINDS,
     *(cls for cls, _ in QUOTA_KINDS),
     *(cls for cls, _ in PDB_KINDS),
+    *MODEL_KINDS,  # KubeDL's Model and ModelVersion
     *CRON_KINDS,
 ]
 # Kinds that are rebuilt from the others or are only informational.
-CORE_KINDS: list[type[Resource]] = [Service, Event]
+CORE_KINDS: list[type[Resource]] = [ConfigMap, Service, Event]
 
 
 def register_kinds(store: Store, *, extra: list[tuple[type[Resource], bool]] | None = None) -> None:

@@ -178,6 +178,20 @@ OWNERSHIP: tuple[Rule, ...] = (
         "DRA mode: a placed pod's claim (deleted only to replace a claim left by an earlier pod)",
         backends=_KUBE,
     ),
+    *_rules("Model", _CUD, USER),
+    Rule("Model", "create", OPERATOR, "the Model a ModelVersion names, when it is missing"),
+    Rule("Model", "status", OPERATOR, "`latestVersion` (`controllers/imagebuilding.py`)"),
+    *_rules("ModelVersion", _CUD, USER),
+    *_rules(
+        "ModelVersion",
+        ("create", "update"),
+        OPERATOR,
+        "a succeeded job's (`spec.modelVersion`); its Model as owner, the model-name label, the build pod's annotation",
+    ),
+    Rule(
+        "ModelVersion", "status", OPERATOR, "image, imageBuildPhase, finishTime, message (from its build pod)"
+    ),
+    Rule("ConfigMap", "create", OPERATOR, "a namespace's `dockerfile` of model image builds (on Kubernetes)"),
     *_rules("Lease", ("create", "update"), BACKEND, "the leader election's Lease", backends=_KUBE),
 )
 """The ownership table (see the module docstring); `docs/architecture.md` mirrors it."""

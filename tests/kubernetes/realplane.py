@@ -245,7 +245,13 @@ class ControlPlaneView:
 
 
 def _kept(res: ApiResource, name: str) -> bool:
-    """What a fresh control plane holds outside its system namespaces: system PriorityClasses."""
+    """What a fresh control plane holds outside its system namespaces: system PriorityClasses, and
+    what it makes again at once: each namespace's `kube-root-ca.crt` ConfigMap, the `kubernetes`
+    Service."""
+    if res.plural == "configmaps":
+        return name == "kube-root-ca.crt"
+    if res.plural == "services":
+        return name == "kubernetes"
     return res.plural == "priorityclasses" and name.startswith("system-")
 
 

@@ -87,6 +87,9 @@ POD_GROUPS = resource_for("PodGroup")
 RESERVATIONS = resource_for("Reservation")
 PDBS = resource_for("PodDisruptionBudget")
 NODE_TOPOLOGIES = resource_for("NodeTopology")
+MODELS = resource_for("Model")
+MODEL_VERSIONS = resource_for("ModelVersion")
+CONFIG_MAPS = resource_for("ConfigMap")
 # where a create of the gpuyard mode's scenario finds the name taken (409) and gpuyard reads it:
 # injected by `taken_once`, and the Event an earlier leader left (`seed_cluster`)
 TAKEN = [(r.group, r.plural) for r in (SERVICES, POD_GROUPS, RESERVATIONS, RESOURCE_CLASSES)] + [
@@ -609,6 +612,53 @@ async def api_writes(run: Run) -> None:
         assert not any(o.get("status") for o in run.objects("poddisruptionbudgets", "default"))
 
 
+async def models_mode(run: Run) -> None:
+    """KubeDL's models: a KubeDL TFJob with `spec.modelVersion` succeeds; its ModelVersion, the Model
+    it names, the namespace's Dockerfile (each name found taken once: read after the 409) and the
+    kaniko pod; the ModelVersion's status follows the pod."""
+    seed = run.seed
+    await seed.create(NODES, to_json(make_node("gpu-0", gpus=8)))
+    for res in (MODELS, MODEL_VERSIONS, CONFIG_MAPS):
+        taken_once(run, res.path(namespace="default"))
+    job = tfjob("mnist", api_version=KUBEDL_TFJOBS.api_version, workers=1, gpus=1)
+    storage = {"localStorage": {"path": "/models/mnist", "nodeName": "gpu-0"}}
+    job["spec"]["modelVersion"] = {"modelName": "mnist", "imageRepo": "hub/mnist", "storage": storage}
+    async with platform(settings(run.kubeconfig, election=False)):
+        await seed.create(KUBEDL_TFJOBS, job)
+        await until(
+            lambda: [p for p in run.pods_of("mnist") if p["spec"].get("nodeName")], what="mnist placed"
+        )
+        await run.kubelet("mnist", "Running")
+        await run.kubelet("mnist", "Succeeded")
+        build = await until(
+            lambda: [
+                p for p in run.objects("pods", "default") if p["metadata"]["name"].startswith("image-build-")
+            ],
+            what="the image-build pod",
+        )
+        await seed.patch(
+            PODS, "default", build[0]["metadata"]["name"], {"status": {"phase": "Succeeded"}}, sub="status"
+        )
+        await run.called(
+            ("model.kubedl.io", "modelversions", "create"),
+            ("model.kubedl.io", "modelversions", "get"),
+            ("model.kubedl.io", "modelversions", "update"),
+            ("model.kubedl.io", "modelversions/status", "patch"),
+            ("model.kubedl.io", "models", "create"),
+            ("model.kubedl.io", "models", "get"),
+            ("model.kubedl.io", "models/status", "patch"),
+            ("", "configmaps", "create"),
+            ("", "configmaps", "get"),
+        )
+        await until(
+            lambda: any(
+                (mv.get("status") or {}).get("imageBuildPhase") == "ImageBuildSucceeded"
+                for mv in run.objects("modelversions", "default")
+            ),
+            what="the ModelVersion's build succeeded",
+        )
+
+
 @dataclass(frozen=True)
 class Scenario:
     drive: Callable[[Run], Awaitable[None]]
@@ -620,6 +670,7 @@ SCENARIOS: dict[str, Scenario] = {
     "DRA": Scenario(dra_mode),
     "delegate mode": Scenario(delegate_mode, gang_scheduler="volcano"),
     "HTTP API writes": Scenario(api_writes),
+    "models": Scenario(models_mode),
 }
 
 
