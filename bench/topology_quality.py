@@ -155,6 +155,7 @@ class Figures:
     split_blocks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SHAPES, 0))
     waits: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SHAPES})
     ratios: list[float] = field(default_factory=list)
+    pod_ratios: list[float] = field(default_factory=list)  # the `pod` shape's (one multi-GPU pod)
     one_node: list[bool] = field(default_factory=list)
     unavoidable: int = 0
     waited_for_node: int = 0
@@ -183,6 +184,8 @@ class Figures:
         table = snap.tables[gpu_pods[0].row]
         mask = sum(1 << g for pp in gpu_pods for g in pp.gpus)
         self.ratios.append(float(table.ring[mask]) / best)  # type: ignore[union-attr]
+        if shape == "pod":
+            self.pod_ratios.append(self.ratios[-1])
 
     def summary(self) -> dict[str, object]:
         def share(num: int, den: int) -> float | None:
@@ -224,6 +227,9 @@ class Figures:
                 "gangs one node could hold alone when placed",
                 "bandwidth_ratio_mean": round(float(np.mean(self.ratios)), 4) if self.ratios else None,
                 "one_node_share": round(float(np.mean(self.one_node)), 4) if self.one_node else None,
+                "pod_bandwidth_ratio_mean": round(float(np.mean(self.pod_ratios)), 4)
+                if self.pod_ratios
+                else None,
                 "split_unavoidable_left_out": self.unavoidable,
             },
             "place_us_p50": round(float(np.percentile(self.place_s, 50)) * 1e6, 1) if self.place_s else None,
@@ -350,6 +356,20 @@ def _aggregate(per_seed: dict[int, dict[str, object]]) -> dict[str, object]:
         "jobs_waiting": round(float(np.mean([get(r, "jobs_waiting") for r in runs])), 1),
         "wait_mean_s": round(float(np.mean([get(r, "multi_gpu", "wait_mean_s") for r in runs])), 1),
         "wait_p95_s": round(float(np.mean([get(r, "multi_gpu", "wait_p95_s") for r in runs])), 1),
+        "old_headline_bandwidth_ratio": round(
+            float(
+                np.mean([get(r, "old_headline_excluding_unavoidable", "bandwidth_ratio_mean") for r in runs])
+            ),
+            4,
+        ),
+        "pod_bandwidth_ratio": round(
+            float(
+                np.mean(
+                    [get(r, "old_headline_excluding_unavoidable", "pod_bandwidth_ratio_mean") for r in runs]
+                )
+            ),
+            4,
+        ),
         "by_shape_split_nodes": {
             s: round(float(np.mean([get(r, "by_shape", s, "split_nodes") for r in runs])), 4)
             for s in GANG_SHAPES
@@ -370,7 +390,8 @@ def _aggregate(per_seed: dict[int, dict[str, object]]) -> dict[str, object]:
 
 def _table(results: dict[str, dict[str, dict[str, object]]]) -> str:
     lines = [
-        "mix        profile    split nodes (worst)  split blocks  placed   waiting (worst)  wait mean/p95 s",
+        "mix        profile    split nodes (worst)  split blocks  placed   waiting (worst)  wait mean/p95 s"
+        "  pod bw",
     ]
     for mix, by_profile in results.items():
         for prof, entry in by_profile.items():
@@ -380,6 +401,7 @@ def _table(results: dict[str, dict[str, dict[str, object]]]) -> str:
                 f"        {m['split_blocks']:.3f}         {m['jobs_placed']:<8} "  # type: ignore[index]
                 f"{m['jobs_waiting']:<5} ({w['most_waiting_any_seed']:g})"  # type: ignore[index]
                 f"       {m['wait_mean_s']:g}/{m['wait_p95_s']:g}"  # type: ignore[index]
+                f"  {m['pod_bandwidth_ratio']:.2f}"  # type: ignore[index]
             )
     return "\n".join(lines)
 
