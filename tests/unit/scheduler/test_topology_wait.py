@@ -22,6 +22,7 @@ from gpuyard.scheduler.core import SchedulerState
 from gpuyard.scheduler.cycle.topowait import topology_wait
 from gpuyard.scheduler.decisions import PlaceGang
 from gpuyard.scheduler.gangs.outcomes import Placement, Unschedulable
+from gpuyard.scheduler.liveness import fitting_now
 from gpuyard.scheduler.placement.placing import place
 from gpuyard.scheduler.placement.profiles import build_profile
 from tests.unit.scheduler.helpers import gang_of, make_node, podgroup, role, snap
@@ -275,3 +276,31 @@ def test_preferred_splits_at_once() -> None:
     cluster.put(_pg("now", role(replicas=4, gpus=1), annotations={"gpuyard.io/topology-policy": "preferred"}))
     assert of(PlaceGang, at(state, cluster, 1.0))
     assert _nodes(cluster, "now") == {"n1", "n2"}
+
+
+def test_the_liveness_rule_sees_the_wait_as_the_jobs_own_choice() -> None:
+    """A fresh scheduler makes the same choice: within its wait the gang does not fit now (no
+    liveness violation while it waits); once the wait is over it fits, and the running scheduler
+    places it at once."""
+    cluster, state = _busy()
+    cluster.put(_pg("ddp", role(replicas=4, gpus=1)))
+    at(state, cluster, 1.0)
+    objects: dict[str, list[Any]] = {}
+    for (kind, _, _), obj in cluster.objects.items():
+        objects.setdefault(kind, []).append(obj)
+    profile = build_profile("default")
+    profile.topology_wait = 60.0
+
+    def fits(seconds: float) -> set[tuple[str, str]]:
+        return fitting_now(
+            objects,
+            profile=profile,
+            port_range=(20000, 20100),
+            now=seconds,
+            utcnow=T0 + timedelta(seconds=seconds),
+        )
+
+    assert ("default", "ddp") not in fits(30.0)
+    assert ("default", "ddp") in fits(60.0)
+    assert state.next_due(60.0)[0]
+    assert of(PlaceGang, at(state, cluster, 60.0))
