@@ -101,7 +101,7 @@ def test_unreadable_file_unknown_kind_and_bad_scenario(tmp_path: Path) -> None:
     assert code == 2
     assert lines[0].startswith(f"{tmp_path / 'missing.yaml'}: cannot read:")
     assert lines[1].startswith(
-        f"{other}: documents[0]: kind: 'Deployment'; allowed: Cron, ElasticQuota, JAXJob"
+        f"{other}: documents[0]: kind: 'Deployment'; allowed: Cron, ElasticDLJob, ElasticQuota, JAXJob"
     )
     bad = tmp_path / "cluster.yaml"
     bad.write_text("nodeGroups: []\n")
