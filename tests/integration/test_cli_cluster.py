@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -258,10 +259,20 @@ async def test_config_file(live: Live, tmp_path: Path, monkeypatch: pytest.Monke
 async def test_events_follow_ends_when_the_job_is_deleted(live: Live) -> None:
     job = next(iter(live.ctx.store.list("PyTorchJob", namespace="team-a")))
     ref = f"team-a/{job.metadata.name}"
-    task = asyncio.create_task(live.cli("events", "--job", ref, "--follow"))
-    await asyncio.sleep(0.5)
-    await live.ctx.writer.delete(job.kind, "team-a", job.metadata.name)
-    r = await asyncio.wait_for(task, 20)
+    listed = threading.Event()
+    real = ApiClient.job_events
+
+    def job_events(self: ApiClient, ns: str, name: str) -> Any:
+        answer = real(self, ns, name)
+        listed.set()
+        return answer
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ApiClient, "job_events", job_events)
+        task = asyncio.create_task(live.cli("events", "--job", ref, "--follow"))
+        assert await asyncio.to_thread(listed.wait, 20)  # the command has found the job and listed
+        await live.ctx.writer.delete(job.kind, "team-a", job.metadata.name)
+        r = await asyncio.wait_for(task, 20)
     assert r.exit_code == 0, r.output
     assert r.output.splitlines()[-1] == f"job {ref} was deleted"
 
