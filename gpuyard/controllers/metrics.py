@@ -4,13 +4,13 @@ The names are KubeDL's (`pkg/metrics` in alibaba/kubedl), so its Grafana panels 
 unchanged:
 
 * `kubedl_jobs_created`, `kubedl_jobs_deleted`, `kubedl_jobs_successful`, `kubedl_jobs_failed`,
-  `kubedl_jobs_restarted` — monotonically increasing counts by `kind`. They are exposed under
-  these exact names (untyped): prometheus_client would append `_total` to a counter, which
-  KubeDL's Go client does not.
-* `kubedl_jobs_running`, `kubedl_jobs_pending` — gauges by `kind`, from the phase the operator
-  last wrote for each job (pending = Created or Queuing).
+  `kubedl_jobs_restarted` — monotonically increasing counts by `kind`, in lower case as KubeDL's
+  `NewJobMetrics` writes it (`tfjob`). They are exposed under these exact names (untyped):
+  prometheus_client would append `_total` to a counter, which KubeDL's Go client does not.
+* `kubedl_jobs_running`, `kubedl_jobs_pending` — gauges by `kind` (lower case too), from the phase
+  the operator last wrote for each job (pending = Created or Queuing).
 * `kubedl_jobs_first_pod_launch_delay_seconds`, `kubedl_jobs_all_pods_launch_delay_seconds` —
-  histograms by `kind`, `name`, `namespace` and `uid` (KubeDL's labels): from the job's creation
+  histograms by `kind` (as written: `TFJob`, as KubeDL's), `name`, `namespace` and `uid`: from the job's creation
   to its first pod Running, and to every pod Running (or done), observed once per job. A job's
   series are removed when the job leaves the store, so they do not pile up over a long run
   (`sum by (le, kind)` gives KubeDL's per-kind view).
@@ -147,7 +147,7 @@ class JobMetrics:
         for name in COUNTERS:
             family = Metric(f"kubedl_jobs_{name}", f"Jobs {name}, by kind (KubeDL name).", "unknown")
             for kind, n in sorted(self.counts[name].items()):
-                family.add_sample(f"kubedl_jobs_{name}", {"kind": kind}, float(n))
+                family.add_sample(f"kubedl_jobs_{name}", {"kind": kind.lower()}, float(n))
             yield family
         running: Counter[str] = Counter()
         pending: Counter[str] = Counter()
@@ -161,7 +161,7 @@ class JobMetrics:
         for name, counts in (("running", running), ("pending", pending)):
             gauge = GaugeMetricFamily(f"kubedl_jobs_{name}", f"Jobs {name} now, by kind.", labels=["kind"])
             for kind in sorted(kinds):
-                gauge.add_metric([kind], counts[kind])
+                gauge.add_metric([kind.lower()], counts[kind])
             yield gauge
 
 

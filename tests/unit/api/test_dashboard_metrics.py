@@ -28,14 +28,14 @@ def test_kubedl_names_counts_and_gauges() -> None:
     m.deleted(("a", "pt"), "uid-pt")
     m.deleted(("a", "never-seen"))
     text = generate_latest(registry).decode()
-    assert 'kubedl_jobs_created{kind="TFJob"} 2.0' in text
-    assert 'kubedl_jobs_created{kind="PyTorchJob"} 1.0' in text
-    assert 'kubedl_jobs_restarted{kind="PyTorchJob"} 1.0' in text
-    assert 'kubedl_jobs_failed{kind="PyTorchJob"} 1.0' in text
-    assert 'kubedl_jobs_deleted{kind="PyTorchJob"} 1.0' in text
+    assert 'kubedl_jobs_created{kind="tfjob"} 2.0' in text
+    assert 'kubedl_jobs_created{kind="pytorchjob"} 1.0' in text
+    assert 'kubedl_jobs_restarted{kind="pytorchjob"} 1.0' in text
+    assert 'kubedl_jobs_failed{kind="pytorchjob"} 1.0' in text
+    assert 'kubedl_jobs_deleted{kind="pytorchjob"} 1.0' in text
     assert "kubedl_jobs_created_total" not in text
-    assert 'kubedl_jobs_running{kind="TFJob"} 1.0' in text
-    assert 'kubedl_jobs_pending{kind="TFJob"} 1.0' in text
+    assert 'kubedl_jobs_running{kind="tfjob"} 1.0' in text
+    assert 'kubedl_jobs_pending{kind="tfjob"} 1.0' in text
     labels = 'kind="TFJob",name="tf2",namespace="a",uid="uid-2"'  # KubeDL's labels
     assert f"kubedl_jobs_first_pod_launch_delay_seconds_count{{{labels}}} 1.0" in text
     assert f"kubedl_jobs_first_pod_launch_delay_seconds_sum{{{labels}}} 3.0" in text
