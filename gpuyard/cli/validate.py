@@ -68,7 +68,8 @@ class Checked:
 
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    """Unknown fields: what `submit` would warn about (`--strict` fails on them)."""
+    """Unknown fields and fields gpuyard does not act on: what `submit` would warn about
+    (`--strict` fails on them)."""
     kinds: dict[str, int] = field(default_factory=dict)
     files: int = 0
 
@@ -307,7 +308,9 @@ def validate_command(files: tuple[Path, ...], cluster: Path | None, quiet: bool,
     if not quiet:
         verdict = "ok" if checked.ok else f"{len(checked.problems)} problem(s)"
         if checked.warnings:
-            verdict += f", {len(checked.warnings)} unknown field(s){' (--strict)' if strict else ''}"
+            verdict += (
+                f", {len(checked.warnings)} unknown or unused field(s){' (--strict)' if strict else ''}"
+            )
         on = f" against cluster {scenario.name!r}" if scenario is not None else ""
         click.echo(f"{verdict}: {checked.summary()}{on}", err=not ok)
     sys.exit(0 if ok else 2)
