@@ -330,6 +330,9 @@ class JobStatus(K8sModel):
     model_version_name: str | None = Field(
         default=None, description="KubeDL: the ModelVersion the job's success created (spec.modelVersion)."
     )
+    cache_backend_name: str | None = Field(
+        default=None, description="KubeDL: the dataset cache the job's pods mount (spec.cacheBackend)."
+    )
 
     def condition(self, type_: str) -> JobCondition | None:
         for c in self.conditions:

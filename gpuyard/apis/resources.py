@@ -227,6 +227,9 @@ API_RESOURCES: tuple[ApiResource, ...] = (
     ApiResource(
         "ModelVersion", "model.kubedl.io", "v1alpha1", "modelversions", short_names=("mv",), crd=True
     ),
+    # Fluid's, for a job's cacheBackend (apis/caches.py): created, never watched (Fluid may be absent)
+    ApiResource("Dataset", "data.fluid.io", "v1alpha1", "datasets", watched=False),
+    ApiResource("AlluxioRuntime", "data.fluid.io", "v1alpha1", "alluxioruntimes", watched=False),
 )
 
 

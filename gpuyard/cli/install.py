@@ -110,6 +110,9 @@ RULES: dict[str, tuple[str, ...]] = {
     "Model/finalizers": ("update",),
     "ModelVersion/finalizers": ("update",),
     "ConfigMap": ("get", "create"),
+    # Fluid's (controllers/datasetcaching.py): a job's cacheBackend, not watched (Fluid may be absent)
+    "Dataset": ("get", "create"),
+    "AlluxioRuntime": ("get", "create"),
 }
 """What gpuyard's ServiceAccount may do, cluster-wide. `TrainingJob` stands for every job kind of
 every group in :data:`gpuyard.apis.resources.API_RESOURCES`."""

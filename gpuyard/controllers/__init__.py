@@ -8,12 +8,13 @@ reservations and PodGroups, and :class:`JobEventCleaner` (`eventcleaning.py`), w
 Events of jobs that are gone, and :class:`CronReconciler` (`cronrunning.py`), which creates the
 jobs of KubeDL's Crons on schedule. All write as the operator (`state.ownership.OPERATOR`).
 KubeDL's models: :class:`ModelVersionCreator` (`modelversioning.py`) leaves a succeeded job's
-ModelVersion, :class:`ModelVersionReconciler` (`imagebuilding.py`) its Model and image build.
+ModelVersion, :class:`ModelVersionReconciler` (`imagebuilding.py`) its Model and image build; :class:`CacheReconciler` (`datasetcaching.py`) a job's dataset cache.
 """
 
 from __future__ import annotations
 
 from gpuyard.controllers.cronrunning import CronReconciler
+from gpuyard.controllers.datasetcaching import CacheReconciler
 from gpuyard.controllers.eventcleaning import JobEventCleaner
 from gpuyard.controllers.imagebuilding import ModelVersionReconciler
 from gpuyard.controllers.modelversioning import ModelVersionCreator
@@ -25,7 +26,7 @@ __all__ = ["CronReconciler", "JobEventCleaner", "JobReconciler", "components"]
 
 
 def _models(ctx: Context) -> list[Runnable | Reconciler]:
-    return [ModelVersionCreator(ctx), ModelVersionReconciler(ctx)]
+    return [ModelVersionCreator(ctx), ModelVersionReconciler(ctx), CacheReconciler(ctx)]
 
 
 def components(ctx: Context) -> list[Runnable | Reconciler]:

@@ -39,6 +39,7 @@ from gpuyard.apis.scheduling import (
     LABEL_REPLICA_TYPE,
     Reservation,
 )
+from gpuyard.controllers.datasetcaching import add_cache_volume
 from gpuyard.controllers.delegating import PodScheduling, mark_pod
 from gpuyard.controllers.modelversioning import add_model_output
 from gpuyard.controllers.workloads.base import (
@@ -225,6 +226,7 @@ def render_template(
     if ANNOTATION_GIT_SYNC in job.metadata.annotations and template.spec.containers:
         inject_git_sync(template, job.metadata.annotations[ANNOTATION_GIT_SYNC])
     add_model_output(template, job)  # KubeDL: spec.modelVersion's storage and KUBEDL_MODEL_PATH
+    add_cache_volume(template, job)  # KubeDL: spec.cacheBackend's claim at its mountPath
     if job.host_network:
         _setup_host_network(w)
     template.spec.restart_policy = "Never"

@@ -192,6 +192,8 @@ OWNERSHIP: tuple[Rule, ...] = (
         "ModelVersion", "status", OPERATOR, "image, imageBuildPhase, finishTime, message (from its build pod)"
     ),
     Rule("ConfigMap", "create", OPERATOR, "a namespace's `dockerfile` of model image builds (on Kubernetes)"),
+    Rule("Dataset", "create", OPERATOR, "Fluid's, of a job's `cacheBackend` (on Kubernetes)"),
+    Rule("AlluxioRuntime", "create", OPERATOR, "Fluid's, of a job's `cacheBackend` (on Kubernetes)"),
     *_rules("Lease", ("create", "update"), BACKEND, "the leader election's Lease", backends=_KUBE),
 )
 """The ownership table (see the module docstring); `docs/architecture.md` mirrors it."""

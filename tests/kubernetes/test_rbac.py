@@ -613,16 +613,22 @@ async def api_writes(run: Run) -> None:
 
 
 async def models_mode(run: Run) -> None:
-    """KubeDL's models: a KubeDL TFJob with `spec.modelVersion` succeeds; its ModelVersion, the Model
-    it names, the namespace's Dockerfile (each name found taken once: read after the 409) and the
-    kaniko pod; the ModelVersion's status follows the pod."""
+    """KubeDL's models and dataset cache: a KubeDL TFJob with `spec.modelVersion` and
+    `spec.cacheBackend` (Fluid's CRDs installed) gets Fluid's Dataset and AlluxioRuntime, then
+    succeeds; its ModelVersion, the Model it names, the namespace's Dockerfile (each name found taken
+    once: read after the 409) and the kaniko pod; the ModelVersion's status follows the pod."""
     seed = run.seed
+    run.server.install_crds([minimal_crd(resource_for(kind)) for kind in ("Dataset", "AlluxioRuntime")])
     await seed.create(NODES, to_json(make_node("gpu-0", gpus=8)))
-    for res in (MODELS, MODEL_VERSIONS, CONFIG_MAPS):
+    for res in (MODELS, MODEL_VERSIONS, CONFIG_MAPS, resource_for("Dataset"), resource_for("AlluxioRuntime")):
         taken_once(run, res.path(namespace="default"))
     job = tfjob("mnist", api_version=KUBEDL_TFJOBS.api_version, workers=1, gpus=1)
     storage = {"localStorage": {"path": "/models/mnist", "nodeName": "gpu-0"}}
     job["spec"]["modelVersion"] = {"modelName": "mnist", "imageRepo": "hub/mnist", "storage": storage}
+    job["spec"]["cacheBackend"] = {
+        "mountPath": "/data",
+        "dataset": {"dataSources": [{"location": "oss://b/d"}]},
+    }
     async with platform(settings(run.kubeconfig, election=False)):
         await seed.create(KUBEDL_TFJOBS, job)
         await until(
@@ -649,6 +655,10 @@ async def models_mode(run: Run) -> None:
             ("model.kubedl.io", "models/status", "patch"),
             ("", "configmaps", "create"),
             ("", "configmaps", "get"),
+            ("data.fluid.io", "datasets", "create"),
+            ("data.fluid.io", "datasets", "get"),
+            ("data.fluid.io", "alluxioruntimes", "create"),
+            ("data.fluid.io", "alluxioruntimes", "get"),
         )
         await until(
             lambda: any(
