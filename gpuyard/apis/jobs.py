@@ -29,6 +29,7 @@ from gpuyard.apis.core import ContainerPort
 from gpuyard.apis.cronschedules import cron_policy_problems
 from gpuyard.apis.decoding import DEFAULT_MAX_BYTES, yaml_load_all
 from gpuyard.apis.durations import duration_annotation_problems
+from gpuyard.apis.elasticmetrics import metric_problems
 from gpuyard.apis.jobkinds import (
     ANNOTATION_GIT_SYNC,
     KIND_INFO,
@@ -47,6 +48,7 @@ from gpuyard.apis.managers import managed_by_problems
 from gpuyard.apis.meta import dns_label_problem, metadata_problems
 from gpuyard.apis.podvalidation import template_problems
 from gpuyard.apis.quotakinds import ANNOTATION_EXPECTED_DURATION
+from gpuyard.apis.tensorboards import tensorboard_problems
 from gpuyard.apis.topologypolicy import topology_policy_problems
 
 __all__ = [
@@ -280,6 +282,11 @@ def _semantic_errors(job: TrainingJob, flavor: Flavor) -> list[dict[str, str]]:
     errors.extend(
         duration_annotation_problems(job.metadata.annotations, "metadata", (ANNOTATION_EXPECTED_DURATION,))
     )
+    errors.extend(tensorboard_problems(job.metadata.annotations))
+    if isinstance(job, PyTorchJob) and (ep := job.spec.elastic_policy) is not None:
+        errors.extend(
+            metric_problems(ep.metrics, field="spec.elasticPolicy.metrics", kubeflow=job.flavor == "kubeflow")
+        )
     errors.extend(topology_policy_problems(job.metadata.annotations, "metadata"))
     for role, spec in specs.items():
         base = f"spec.{info.replica_field}.{role}"

@@ -201,6 +201,11 @@ class ElasticPolicy(K8sModel):
     standalone: bool | None = None
     n_proc_per_node: int | None = Field(default=None, ge=1)
     max_restarts: int | None = Field(default=None, ge=0)
+    metrics: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="autoscaling/v2 MetricSpecs: a HorizontalPodAutoscaler scales the Worker replicas "
+        "between minReplicas and maxReplicas on them (training-operator's hpa.go).",
+    )
 
 
 class TFJobSpec(JobSpec):
@@ -306,6 +311,11 @@ class ReplicaStatus(K8sModel):
         default=0,
         description="KubeDL: pods of this replica type evicted or preempted (a Failed pod whose reason "
         "is Evicted or Preempted, or that carries a DisruptionTarget condition), counted once each.",
+    )
+    selector: str | None = Field(
+        default=None,
+        description="The role's pods as a label selector (training-operator's; the `scale` subresource's "
+        "labelSelectorPath): set on the Worker of a PyTorchJob with elasticPolicy.metrics.",
     )
 
 

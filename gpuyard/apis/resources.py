@@ -169,6 +169,12 @@ API_RESOURCES: tuple[ApiResource, ...] = (
         short_names=("pc",),
         status_subresource=False,
     ),
+    # what the operator creates beside a job's pods (apis/addons.py): Tensorboard, Mars web UI, HPA
+    ApiResource("Deployment", "apps", "v1", "deployments", short_names=("deploy",)),
+    ApiResource("Ingress", "networking.k8s.io", "v1", "ingresses", short_names=("ing",)),
+    ApiResource(
+        "HorizontalPodAutoscaler", "autoscaling", "v2", "horizontalpodautoscalers", short_names=("hpa",)
+    ),
     *_job_resources(),
     ApiResource(
         "PodGroup",

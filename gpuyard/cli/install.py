@@ -99,6 +99,11 @@ RULES: dict[str, tuple[str, ...]] = {
     "ResourceClaim": ("create", "delete"),
     "ResourceClaim/status": ("patch",),
     "ResourceSlice": ("list",),  # matched to the NodeTopologies
+    # beside a job's pods (apis/addons.py): its Tensorboard, its Mars web UI's Ingresses, the
+    # HorizontalPodAutoscaler of elasticPolicy.metrics; update: written back when it differs
+    "Deployment": ("get", *WATCH, "create", "update", "delete"),
+    "Ingress": ("get", *WATCH, "create", "update", "delete"),
+    "HorizontalPodAutoscaler": ("get", *WATCH, "create", "update", "delete"),
     # KubeDL's models (controllers/modelversioning.py, imagebuilding.py): a succeeded job's
     # ModelVersion, the Model it names, the kaniko pod and the namespace's Dockerfile of its image
     # build (ConfigMaps are not watched: a create refused as taken reads what holds the name)

@@ -17,6 +17,7 @@ from gpuyard.controllers.cronrunning import CronReconciler
 from gpuyard.controllers.datasetcaching import CacheReconciler
 from gpuyard.controllers.eventcleaning import JobEventCleaner
 from gpuyard.controllers.imagebuilding import ModelVersionReconciler
+from gpuyard.controllers.jobaddons import addon_reconcilers
 from gpuyard.controllers.modelversioning import ModelVersionCreator
 from gpuyard.controllers.reconciling import JobReconciler
 from gpuyard.state.components import Reconciler, Runnable
@@ -26,7 +27,12 @@ __all__ = ["CronReconciler", "JobEventCleaner", "JobReconciler", "components"]
 
 
 def _models(ctx: Context) -> list[Runnable | Reconciler]:
-    return [ModelVersionCreator(ctx), ModelVersionReconciler(ctx), CacheReconciler(ctx)]
+    return [
+        ModelVersionCreator(ctx),
+        ModelVersionReconciler(ctx),
+        CacheReconciler(ctx),
+        *addon_reconcilers(ctx),
+    ]
 
 
 def components(ctx: Context) -> list[Runnable | Reconciler]:

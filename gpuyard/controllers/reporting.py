@@ -17,13 +17,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuyard.apis.core import Pod
-from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobkinds import PyTorchJob, TrainingJob
 from gpuyard.apis.jobspecs import JobStatus, ReplicaStatus
 from gpuyard.apis.meta import deep_copy
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.controllers.judging import Replica, reason_of
 from gpuyard.controllers.podgroups import ANNOTATION_ELASTIC
 from gpuyard.controllers.statuses import set_condition
+
+KUBEFLOW_JOB_NAME = "training.kubeflow.org/job-name"
+KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
 
 __all__ = [
     "EVICTION_REASONS",
@@ -208,6 +211,9 @@ def replica_statuses(
             rs.failed += 1
             if evicted(pod):
                 rs.evicted += 1
+    if isinstance(job, PyTorchJob) and job.spec.elastic_policy and job.spec.elastic_policy.metrics:
+        if (workers := out.get("Worker")) is not None:  # the `scale` subresource's selector (HPA)
+            workers.selector = f"{KUBEFLOW_JOB_NAME}={job.metadata.name},{KUBEFLOW_REPLICA_TYPE}=worker"
     status.replica_statuses = out
 
 

@@ -34,6 +34,7 @@ from gpuyard.apis.durations import (
     parse_duration,
     parse_pod_duration,
 )
+from gpuyard.apis.hpametrics import HpaMetric
 from gpuyard.apis.meta import ObjectMeta, StrictK8sModel
 from gpuyard.apis.quantity import Quantity, format_quantity
 from gpuyard.devices.presets import GPU_MODELS, PRESET_MODELS, PRESETS, get_preset
@@ -205,6 +206,10 @@ class Scenario(StrictK8sModel):
     description: str = ""
     kubelet: KubeletDefaults = Field(default_factory=KubeletDefaults)
     node_groups: list[NodeGroup] = Field(min_length=1)
+    hpa_metrics: list[HpaMetric] = Field(
+        default_factory=list,
+        description="What the metrics API answers for jobs' HorizontalPodAutoscalers (apis/hpametrics.py).",
+    )
 
     @model_validator(mode="after")
     def _unique_groups(self) -> Scenario:

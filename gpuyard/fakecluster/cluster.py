@@ -2,9 +2,10 @@
 
 `FakeCluster.run()` writes the scenario's nodes and device topologies through its writer
 (keeping nodes a restarted process reloaded from its journal), sets `synced`, then runs the
-simulated kubelet (pod phases on the clock) and the device-health reconciler (a GPU that turns
-unhealthy fails the pods using it). Components create pods, already bound by the scheduler's
-placement, through `writer` (:class:`~gpuyard.fakecluster.writing.FakeWriter`, the fake API
+simulated kubelet (pod phases on the clock), the device-health reconciler (a GPU that turns
+unhealthy fails the pods using it) and the autoscaler of jobs' HorizontalPodAutoscalers
+(`autoscaling.py`, on the scenario's `hpaMetrics`). Components create pods, already bound by the
+scheduler's placement, through `writer` (:class:`~gpuyard.fakecluster.writing.FakeWriter`, the fake API
 server); `faults` (:class:`~gpuyard.fakecluster.faulting.FakeFaults`) injects failures;
 `pod_log()` reads the short log the kubelet keeps per container (`podlogs.py`).
 
@@ -22,6 +23,7 @@ import structlog
 
 from gpuyard.apis.core import Pod
 from gpuyard.devices.scenarios import Scenario
+from gpuyard.fakecluster.autoscaling import FakeAutoscaler
 from gpuyard.fakecluster.faulting import FakeFaults
 from gpuyard.fakecluster.health import DeviceHealth
 from gpuyard.fakecluster.kubelet import FakeKubelet
@@ -52,6 +54,9 @@ class FakeCluster:
         self.faults = FakeFaults(store=ctx.store, writer=self.writer, clock=ctx.clock)
         self.kubelet = FakeKubelet(store=ctx.store, writer=own, clock=ctx.clock, defaults=scenario.kubelet)
         self.device_health = DeviceHealth(store=ctx.store, writer=own, clock=ctx.clock)
+        self.autoscaler = FakeAutoscaler(
+            store=ctx.store, writer=own, clock=ctx.clock, metrics=scenario.hpa_metrics
+        )
         self.logs = StorePodLogs(ctx.store)
 
     leadership = None  # one process: it always leads
@@ -91,7 +96,7 @@ class FakeCluster:
         )
         self.synced.set()
         async with asyncio.TaskGroup() as tg:
-            for reconciler in (self.kubelet, self.device_health):
+            for reconciler in (self.kubelet, self.device_health, self.autoscaler):
                 runner = ControllerRunner(reconciler, store=self.store, clock=self.clock)
                 tg.create_task(runner.run(), name=reconciler.name)
 

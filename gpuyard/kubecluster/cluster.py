@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator
 
 import structlog
 
+from gpuyard.apis.addons import ADDON_KINDS
 from gpuyard.apis.core import Pod
 from gpuyard.apis.leases import Lease
 from gpuyard.apis.meta import Resource
@@ -56,6 +57,8 @@ from gpuyard.state.ownership import BACKEND
 from gpuyard.state.writing import acting_as
 
 __all__ = ["KubeCluster", "informer_scope", "watched_resources"]
+
+_ADDONS = frozenset(cls.KIND for cls in ADDON_KINDS)
 
 log = structlog.get_logger(__name__)
 
@@ -83,9 +86,11 @@ def informer_scope(res: ApiResource, config: KubernetesConfig) -> tuple[str | No
     """(namespace, label selector) of the informer of `res`; None: all of it.
 
     Events: only those labelled `job-name` (gpuyard's own about jobs; the Events it writes about
-    nodes are never read back). Leases: only the nodes' heartbeats in `node_lease_namespace` (the
-    leader elector reads its own Lease itself)."""
-    if res.kind == "Event":
+    nodes are never read back); Deployments, Ingresses and HorizontalPodAutoscalers likewise (a
+    job's Tensorboard, Mars web UI and autoscaler, `apis/addons.py`), never the cluster's others.
+    Leases: only the nodes' heartbeats in `node_lease_namespace` (the leader elector reads its own
+    Lease itself)."""
+    if res.kind == "Event" or res.kind in _ADDONS:
         return None, LABEL_JOB_NAME
     if res.kind == Lease.KIND:
         return config.node_lease_namespace, None

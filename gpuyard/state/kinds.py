@@ -6,6 +6,7 @@ node topologies); the store needs only the model class of each.
 
 from __future__ import annotations
 
+from gpuyard.apis.addons import ADDON_KINDS
 from gpuyard.apis.caches import CACHE_KINDS
 from gpuyard.apis.core import ConfigMap, Event, Node, Pod, Service
 from gpuyard.apis.crons import CRON_KINDS
@@ -40,7 +41,7 @@ JOURNALED_KINDS: list[type[Resource]] = [
     *CRON_KINDS,
 ]
 # Kinds that are rebuilt from the others or are only informational.
-CORE_KINDS: list[type[Resource]] = [*CACHE_KINDS, ConfigMap, Service, Event]
+CORE_KINDS: list[type[Resource]] = [*CACHE_KINDS, ConfigMap, Service, Event, *ADDON_KINDS]
 
 
 def register_kinds(store: Store, *, extra: list[tuple[type[Resource], bool]] | None = None) -> None:

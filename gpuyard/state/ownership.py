@@ -123,6 +123,24 @@ OWNERSHIP: tuple[Rule, ...] = (
         backends=_KUBE,
     ),
     *_rules("Service", _CUD, OPERATOR),
+    *_rules("Deployment", _CUD, OPERATOR, "a job's Tensorboard (`kubedl.io/tensorboard-config`)"),
+    *_rules("Ingress", _CUD, OPERATOR, "a job's Tensorboard, a MarsJob's web UI (`webHost`)"),
+    *_rules("HorizontalPodAutoscaler", _CUD, OPERATOR, "a PyTorchJob's `elasticPolicy.metrics`"),
+    Rule(
+        "HorizontalPodAutoscaler",
+        "status",
+        BACKEND,
+        "the fake cluster plays the autoscaler (on Kubernetes: kube-controller-manager)",
+        backends=_FAKE,
+    ),
+    Rule(
+        JOB,
+        "update",
+        BACKEND,
+        "only the scaled replicas of an autoscaled job (the fake cluster's autoscaler, as the "
+        "`scale` subresource on Kubernetes)",
+        backends=_FAKE,
+    ),
     *_rules("GangPodGroup", _CUD, OPERATOR, "delegate mode; its status is the gang scheduler's"),
     *_rules(
         "Node",

@@ -669,6 +669,60 @@ async def models_mode(run: Run) -> None:
         )
 
 
+async def job_addons(run: Run) -> None:
+    """What a job has beside its pods: a Tensorboard (Deployment, Service, Ingress), made, rewritten
+    when its config changes and deleted when the annotation goes; a PyTorchJob's
+    HorizontalPodAutoscaler likewise (`elasticPolicy.metrics`). Each kind's first create finds the
+    name taken (a GET follows)."""
+    seed = run.seed
+    await seed_cluster(run)
+    deployments, ingresses = resource_for("Deployment"), resource_for("Ingress")
+    hpas = resource_for("HorizontalPodAutoscaler")
+    for res in (deployments, ingresses, hpas):
+        taken_once(run, res.path(namespace="default"))
+    config = {"logDir": "/logs/a", "ingressSpec": {"host": "tb.example.com"}}
+    job = tfjob("board", workers=1, gpus=1)
+    job["metadata"]["annotations"] = {"kubedl.io/tensorboard-config": json.dumps(config)}
+    elastic = pytorchjob("elastic", gpus=1)
+    cpu = {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}
+    elastic["spec"]["elasticPolicy"] = {
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "metrics": [{"type": "Resource", "resource": cpu}],
+    }
+    async with platform(settings(run.kubeconfig, identity="replica-a")) as p:
+        await until(lambda: leading(p), what="replica-a leading")
+        await seed.create(TFJOBS, job)
+        await seed.create(PYTORCHJOBS, elastic)
+        await run.called(
+            *(
+                (r.group, r.plural, verb)
+                for r in (deployments, ingresses, hpas)
+                for verb in ("create", "get")  # list and watch: the informers' (audited once a watch ends)
+            ),
+            timeout=30,
+        )
+        await until(lambda: seen(p, "Ingress", "default", "board-tensorboard-0"), what="the Ingress cached")
+        await until(lambda: seen(p, "HorizontalPodAutoscaler", "default", "elastic"), what="the HPA cached")
+        config["logDir"] = "/logs/b"
+        changed = {"metadata": {"annotations": {"kubedl.io/tensorboard-config": json.dumps(config)}}}
+        await seed.patch(TFJOBS, "default", "board", changed)
+        await seed.patch(PYTORCHJOBS, "default", "elastic", {"spec": {"elasticPolicy": {"maxReplicas": 3}}})
+        await run.called(
+            ("apps", "deployments", "update"),
+            ("networking.k8s.io", "ingresses", "update"),
+            ("autoscaling", "horizontalpodautoscalers", "update"),
+        )
+        dropped = {"metadata": {"annotations": {"kubedl.io/tensorboard-config": None}}}
+        await seed.patch(TFJOBS, "default", "board", dropped)
+        await seed.patch(PYTORCHJOBS, "default", "elastic", {"spec": {"elasticPolicy": {"metrics": None}}})
+        await run.called(
+            ("apps", "deployments", "delete"),
+            ("networking.k8s.io", "ingresses", "delete"),
+            ("autoscaling", "horizontalpodautoscalers", "delete"),
+        )
+
+
 @dataclass(frozen=True)
 class Scenario:
     drive: Callable[[Run], Awaitable[None]]
@@ -680,6 +734,7 @@ SCENARIOS: dict[str, Scenario] = {
     "DRA": Scenario(dra_mode),
     "delegate mode": Scenario(delegate_mode, gang_scheduler="volcano"),
     "HTTP API writes": Scenario(api_writes),
+    "job add-ons": Scenario(job_addons),
     "models": Scenario(models_mode),
 }
 

@@ -65,6 +65,7 @@ from gpuyard.platform.api.openapi import Param, operation
 from gpuyard.platform.api.paging import PAGING, event_order, list_body, paginate
 from gpuyard.platform.api.priorityclasses import all_classes
 from gpuyard.platform.api.tenancy import binding_problems, priority_problems
+from gpuyard.platform.api.webuis import web_uis
 from gpuyard.state.store import AlreadyExists
 from gpuyard.state.writing import create_all
 
@@ -359,7 +360,10 @@ def _job(request: web.Request, action: Action = "read") -> TrainingJob:
 
 @operation("Get one job", tags=["jobs"], response=JOB_SCHEMA, errors=[404])
 async def get_job(request: web.Request) -> web.Response:
-    return web.json_response(summarize(_job(request)))
+    job = _job(request)
+    body = summarize(job)
+    body["summary"]["webUIs"] = web_uis(request.app[CTX].store, job)  # Tensorboard, Mars web (webuis.py)
+    return web.json_response(body)
 
 
 @operation("Delete a job with its pods, services, reservations and PodGroup", tags=["jobs"], errors=[404])

@@ -1,0 +1,71 @@
+"""Writing the objects a job has beside its pods (`apis/addons.py`, and Services): create the
+desired object, write it back when it no longer covers what is desired, delete it.
+
+Shared by the Tensorboard, Mars web UI and autoscaler reconcilers. Every write is the operator's
+(`state.ownership.OPERATOR`); a conflict or a name taken by an object the cache has not seen yet
+asks for another pass (`Requeue`), as the level-triggered reconcilers expect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuyard.apis.meta import Resource
+from gpuyard.state.store import AlreadyExists, Conflict, NotFound, Store
+from gpuyard.state.workqueues import Requeue
+from gpuyard.state.writing import Writer
+
+__all__ = ["RETRY", "AddonWriter"]
+
+RETRY = Requeue(after=1.0)
+"""Look again soon: a write lost a race with the cache."""
+
+
+class AddonWriter:
+    """Create, write back and delete the objects one reconciler owns."""
+
+    def __init__(self, *, store: Store, writer: Writer) -> None:
+        self.store = store
+        self.writer = writer
+
+    async def ensure(
+        self,
+        desired: Resource,
+        *,
+        same: Callable[[Resource, Resource], bool],
+        owned: Callable[[Resource], bool],
+    ) -> Requeue | None:
+        """Make the stored object `desired` unless it is already `same` as it. One held by another
+        owner (`owned` False: an earlier job of the same name) is deleted first."""
+        kind, ns, name = desired.kind, desired.metadata.namespace, desired.metadata.name
+        current = self.store.get(kind, ns, name)
+        try:
+            if current is not None and not owned(current):
+                await self.writer.delete(kind, ns, name)
+                return RETRY  # created once the cache has seen it go
+            if current is None:
+                await self.writer.create(desired)
+            elif not same(current, desired):
+                update = current.clone()
+                for field in type(desired).model_fields:
+                    if field not in ("metadata", "status", "kind", "api_version"):
+                        setattr(update, field, getattr(desired, field))
+                update.metadata.labels = dict(desired.metadata.labels)
+                update.metadata.annotations = dict(desired.metadata.annotations)
+                update.metadata.owner_references = list(desired.metadata.owner_references)
+                await self.writer.update(update)
+        except (AlreadyExists, Conflict, NotFound):
+            return RETRY
+        return None
+
+    async def remove(
+        self, kind: str, namespace: str, name: str, *, owned: Callable[[Resource], bool]
+    ) -> None:
+        """Delete the object if it is there and `owned` says it is this reconciler's."""
+        current = self.store.get(kind, namespace, name)
+        if current is None or not owned(current):
+            return
+        try:
+            await self.writer.delete(kind, namespace, name)
+        except NotFound:
+            pass
