@@ -131,7 +131,10 @@ def cache_backend_of(spec_extra: dict[str, Any] | None) -> CacheBackendSpec | No
     if not spec.mount_path:
         raise ValueError(f"spec.{FIELD}.mountPath: required (where the job's containers see the data)")
     if spec.dataset is None or not any(s.location for s in spec.dataset.data_sources):
-        raise ValueError(f"spec.{FIELD}.dataset.dataSources: at least one location is required")
+        raise ValueError(
+            f"spec.{FIELD}.dataset.dataSources: at least one location is required (gpuyard has no "
+            "CacheBackend objects to name: give the data here)"
+        )
     return spec
 
 

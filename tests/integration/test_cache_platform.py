@@ -77,3 +77,9 @@ async def test_a_cache_backend_without_a_mount_path_fails_the_job_naming_the_fie
         failed = c.job(job).status.condition("Failed")
         assert failed is not None and failed.reason == "InvalidCacheBackend"
         assert "spec.cacheBackend.mountPath" in failed.message
+        # KubeDL v0.5's form naming a CacheBackend object: gpuyard has none, the data must be given
+        named = await c.submit(pytorchjob("named", {"name": "test-cachebackend", "mountPath": "/data"}))
+        await c.run_until(named, "Failed", timeout=60)
+        why = c.job(named).status.condition("Failed")
+        assert why is not None and "spec.cacheBackend.dataset.dataSources" in why.message
+        assert "no CacheBackend objects" in why.message
