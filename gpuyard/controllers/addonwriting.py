@@ -3,19 +3,24 @@ desired object, write it back when it no longer covers what is desired, delete i
 
 Shared by the Tensorboard, Mars web UI and autoscaler reconcilers. Every write is the operator's
 (`state.ownership.OPERATOR`); a conflict or a name taken by an object the cache has not seen yet
-asks for another pass (`Requeue`), as the level-triggered reconcilers expect.
+asks for another pass (`Requeue`), as the level-triggered reconcilers expect. :func:`warn_once`
+records the Warning Event that says what the fake cluster only stores (nothing serves it there).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from gpuyard.apis.core import Event
+from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.meta import Resource
+from gpuyard.apis.scheduling import LABEL_JOB_NAME
+from gpuyard.state.events import EventRecorder
 from gpuyard.state.store import AlreadyExists, Conflict, NotFound, Store
 from gpuyard.state.workqueues import Requeue
 from gpuyard.state.writing import Writer
 
-__all__ = ["RETRY", "AddonWriter"]
+__all__ = ["RETRY", "AddonWriter", "warn_once"]
 
 RETRY = Requeue(after=1.0)
 """Look again soon: a write lost a race with the cache."""
@@ -69,3 +74,16 @@ class AddonWriter:
             await self.writer.delete(kind, namespace, name)
         except NotFound:
             pass
+
+
+async def warn_once(
+    events: EventRecorder, store: Store, job: TrainingJob, *, reason: str, message: str
+) -> None:
+    """A Warning Event about `job` with `reason`, unless this job (its uid) already has one."""
+    ns, name = job.metadata.namespace, job.metadata.name
+    if any(
+        e.reason == reason and e.involved_object.get("uid") == job.metadata.uid
+        for e in store.list_of(Event, namespace=ns, selector={LABEL_JOB_NAME: name})
+    ):
+        return
+    await events.record(job, reason=reason, message=message, type="Warning", labels={LABEL_JOB_NAME: name})

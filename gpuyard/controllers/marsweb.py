@@ -10,7 +10,8 @@ port (the one named `mars-port`, else its first; 11111 without ports). The Mars 
 `http://<webHost>/mars/<ns>/<service>/`.
 
 Unlike KubeDL (which only creates), an Ingress whose Service is gone or whose job dropped
-`webHost` is deleted, on both backends; a changed `webHost` is written to the Ingresses.
+`webHost` is deleted, on both backends; a changed `webHost` is written to the Ingresses. On the
+fake cluster the Ingress is stored and a Warning Event `WebUINotServed` says nothing answers there.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from gpuyard.apis.core import Service
 from gpuyard.apis.jobkinds import MarsJob
 from gpuyard.apis.meta import ObjectMeta, OwnerReference, Resource
 from gpuyard.apis.scheduling import LABEL_GROUP_NAME, LABEL_JOB_NAME, LABEL_REPLICA_TYPE
-from gpuyard.controllers.addonwriting import AddonWriter
+from gpuyard.controllers.addonwriting import AddonWriter, warn_once
 from gpuyard.controllers.materializing import group_name
 from gpuyard.state.context import Context
+from gpuyard.state.events import EventRecorder
 from gpuyard.state.ownership import OPERATOR
 from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
 from gpuyard.state.writing import identified
@@ -35,6 +37,7 @@ __all__ = ["MarsWebReconciler", "build_web_ingress", "web_address"]
 WEB_REPLICA_TYPE = "webservice"
 DEFAULT_PORT = 11111  # KubeDL's v1alpha1.DefaultPort for Mars
 PORT_NAME = "mars-port"
+NOT_SERVED = "WebUINotServed"  # the Warning Event on the fake cluster
 
 
 def _web_key(obj: Resource) -> Iterable[ObjectKey]:
@@ -128,6 +131,10 @@ class MarsWebReconciler:
             raise RuntimeError("the Mars web reconciler needs a writer (ctx.writer)")
         self.store = ctx.store
         self.out = AddonWriter(store=ctx.store, writer=identified(ctx.writer, OPERATOR))
+        self.backend = ctx.backend
+        self.events = EventRecorder(
+            component=OPERATOR, store=ctx.store, writer=ctx.writer, now=ctx.clock.utcnow
+        )
         self.watches: Sequence[Watch] = (
             Watch(MarsJob.KIND),
             Watch("Service", _web_key),
@@ -151,6 +158,15 @@ class MarsWebReconciler:
                 )
                 if retry is not None:
                     return retry
+            if services and self.backend is not None and self.backend.name == "fake":
+                await warn_once(
+                    self.events,
+                    self.store,
+                    job,
+                    reason=NOT_SERVED,
+                    message=f"the fake cluster stores the web UI's Ingress on {host} but has no ingress "
+                    "controller: nothing answers there",
+                )
         for ing in self.store.list_of(Ingress, namespace=namespace, selector=selector):
             behind = services.get(ing.metadata.name)
             if job is None or not host or behind is None or _service_uid(ing) != behind.metadata.uid:

@@ -20,7 +20,8 @@ Each object carries the annotation's text; a changed config is written to them (
 rolls its pod). Once the job has finished, everything goes `ttlSecondsAfterJobFinished` after its
 completion (or after the config's `updateTimestamp`, if later); without the annotation, or when
 the job is gone, it goes at once. On the fake cluster the objects are stored like any other (no
-pod runs) and `describe job` shows the address.
+pod runs): `describe job` shows the address, and a Warning Event `TensorboardNotServed` says that
+nothing answers there.
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ from gpuyard.apis.tensorboards import (
     TENSORBOARD_PORT,
     TensorboardConfig,
     parse_tensorboard,
+    tensorboard_address,
     tensorboard_name,
     tensorboard_path,
 )
-from gpuyard.controllers.addonwriting import AddonWriter
+from gpuyard.controllers.addonwriting import AddonWriter, warn_once
 from gpuyard.controllers.materializing import group_name, owner_reference
 from gpuyard.state.context import Context
+from gpuyard.state.events import EventRecorder
 from gpuyard.state.ownership import OPERATOR
 from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
 from gpuyard.state.writing import identified
@@ -56,6 +59,7 @@ __all__ = ["REPLICA_TYPE", "TensorboardReconciler", "build_tensorboard", "job_ow
 log = structlog.get_logger(__name__)
 
 REPLICA_TYPE = "tensorboard"
+NOT_SERVED = "TensorboardNotServed"  # the Warning Event on the fake cluster
 LABEL_REPLICA_NAME = "replica-name"
 MASTER_ROLES = ("Chief", "Master", "Launcher", "Scheduler", "Worker")
 
@@ -199,6 +203,10 @@ class TensorboardReconciler:
         self.store = ctx.store
         self.clock = ctx.clock
         self.out = AddonWriter(store=ctx.store, writer=identified(ctx.writer, OPERATOR))
+        self.backend = ctx.backend
+        self.events = EventRecorder(
+            component=OPERATOR, store=ctx.store, writer=ctx.writer, now=ctx.clock.utcnow
+        )
         self.watches: Sequence[Watch] = (
             *(Watch(kind) for kind in KIND_INFO),
             *(Watch(kind, _tensorboard_key) for kind in ("Deployment", "Service", "Ingress")),
@@ -235,6 +243,16 @@ class TensorboardReconciler:
             if retry is not None:
                 return retry
         await self._remove(namespace, job_name, keep=tuple(o.kind for o in desired))
+        if self.backend is not None and self.backend.name == "fake":
+            address = tensorboard_address(config, namespace=namespace, job_name=job_name)
+            await warn_once(
+                self.events,
+                self.store,
+                job,
+                reason=NOT_SERVED,
+                message=f"the fake cluster stores the Tensorboard's {', '.join(o.kind for o in desired)} "
+                f"{tensorboard_name(job_name)} but runs no Tensorboard: nothing answers at {address}",
+            )
         return later
 
     async def _remove(self, namespace: str, job_name: str, *, keep: tuple[str, ...]) -> None:
