@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from gpuyard.apis.addons import Deployment, HorizontalPodAutoscaler, Ingress
-from gpuyard.apis.core import Pod, Service
+from gpuyard.apis.core import Event, Pod, Service
 from gpuyard.apis.jobkinds import MarsJob
 from gpuyard.apis.jobs import JobValidationError, parse_job
 from gpuyard.state.ownership import USER
@@ -87,6 +87,11 @@ async def test_a_tensorboard_is_made_as_kubedl_makes_it_and_goes_ttl_after_the_j
         assert rule["host"] == "tb.example.com" and path["path"] == "/tb/default/mnist/"
         assert path["backend"] == {"service": {"name": "mnist-tensorboard-0", "port": {"number": 6006}}}
         assert ingress.metadata.annotations["team"] == "vision"
+        # the fake cluster runs no Tensorboard, and says so (in describe job's Events)
+        (warning,) = [
+            e for e in c.store.list_of(Event, namespace="default") if e.reason == "TensorboardNotServed"
+        ]
+        assert warning.type == "Warning" and "http://tb.example.com/tb/default/mnist/" in warning.message
         # the job's own pods are not the Tensorboard's: the operator ran only its worker
         assert [p.metadata.name for p in c.pods(job)] == ["mnist-worker-0"]
 
@@ -164,6 +169,8 @@ async def test_a_mars_web_host_gives_each_web_service_its_ingress() -> None:
             ("/mars/default/mars-webservice-0", 11111),
         ]
         assert ingress.metadata.annotations["nginx.ingress.kubernetes.io/rewrite-target"] == "/$1"
+        reasons = [e.reason for e in c.store.list_of(Event, namespace="default") if e.type == "Warning"]
+        assert reasons.count("WebUINotServed") == 1
         assert [i.metadata.name for i in c.store.list_of(Ingress, namespace="default")] == [
             "mars-webservice-0"
         ]
