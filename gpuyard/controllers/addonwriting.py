@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import structlog
+
 from gpuyard.apis.core import Event
-from gpuyard.apis.jobkinds import TrainingJob
+from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob
 from gpuyard.apis.meta import Resource
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.state.events import EventRecorder
@@ -21,6 +23,8 @@ from gpuyard.state.workqueues import Requeue
 from gpuyard.state.writing import Writer
 
 __all__ = ["RETRY", "AddonWriter", "warn_once"]
+
+log = structlog.get_logger(__name__)
 
 RETRY = Requeue(after=1.0)
 """Look again soon: a write lost a race with the cache."""
@@ -40,12 +44,17 @@ class AddonWriter:
         same: Callable[[Resource, Resource], bool],
         owned: Callable[[Resource], bool],
     ) -> Requeue | None:
-        """Make the stored object `desired` unless it is already `same` as it. One held by another
-        owner (`owned` False: an earlier job of the same name) is deleted first."""
+        """Make the stored object `desired` unless it is already `same` as it. One that is not
+        `owned` is deleted first when an earlier job of the same name made it (it names a job or a
+        job's Service as owner and carries `job-name`); one gpuyard did not make is left alone
+        (as KubeDL reports a conflict), logged."""
         kind, ns, name = desired.kind, desired.metadata.namespace, desired.metadata.name
         current = self.store.get(kind, ns, name)
         try:
             if current is not None and not owned(current):
+                if not _made_for_a_job(current):
+                    log.warning("addon.name_taken", kind=kind, name=f"{ns}/{name}", why="not made by gpuyard")
+                    return None
                 await self.writer.delete(kind, ns, name)
                 return RETRY  # created once the cache has seen it go
             if current is None:
@@ -74,6 +83,13 @@ class AddonWriter:
             await self.writer.delete(kind, namespace, name)
         except NotFound:
             pass
+
+
+def _made_for_a_job(obj: Resource) -> bool:
+    """Made by gpuyard (or KubeDL) for a job: labelled `job-name`, owned by a job or its Service."""
+    return LABEL_JOB_NAME in obj.metadata.labels and any(
+        ref.kind in KIND_INFO or ref.kind == "Service" for ref in obj.metadata.owner_references
+    )
 
 
 async def warn_once(

@@ -282,3 +282,18 @@ def test_bad_elastic_metrics_are_refused_naming_the_field() -> None:
         assert any(d["field"] == "spec.elasticPolicy.metrics" and "scale" in d["reason"] for d in exc.details)
     else:
         raise AssertionError("metrics on a training.kubedl.io PyTorchJob were accepted")
+
+
+async def test_a_deployment_of_that_name_gpuyard_did_not_make_is_left_alone() -> None:
+    async with Cluster.start(nodes=NODES) as c:
+        theirs = Deployment(
+            metadata={"name": "taken-tensorboard-0", "namespace": "default"}, spec={"replicas": 3}
+        )
+        c.store.create(theirs)
+        await c.submit(tfjob("taken", config={"logDir": "/logs"}, duration="inf"))
+        await c.until(
+            lambda: c.store.get("Service", "default", "taken-tensorboard-0") is not None, timeout=30
+        )
+        await c.advance(30)
+        kept = c.store.get_of(Deployment, "default", "taken-tensorboard-0")
+        assert kept is not None and kept.spec == {"replicas": 3} and not kept.metadata.owner_references
