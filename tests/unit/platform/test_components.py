@@ -18,6 +18,13 @@ from gpuyard.state.context import Context
 NEEDS_LEADER = {
     "job-operator": True,  # pods, services, PodGroups
     "job-event-cleaner": True,  # deletes the Events of jobs that are gone
+    "cron-controller": True,  # creates and deletes a Cron's jobs, writes its status
+    "model-version-creator": True,  # a succeeded job's ModelVersion
+    "model-version": True,  # Models, image-build pods, ModelVersion status
+    "dataset-cache": True,  # Fluid's Dataset and runtime of a job
+    "tensorboard": True,  # a job's Tensorboard Deployment, Service, Ingress
+    "mars-web": True,  # a MarsJob's web UI Ingresses
+    "elastic-autoscaler": True,  # a job's HorizontalPodAutoscaler
     "scheduler": True,  # Reservations, PodGroup status, events
     "default-resource-classes": True,  # ResourceClasses
 }
