@@ -478,7 +478,11 @@ def file_objects(run: Run) -> list[str]:
         for plural in ("queues", "elasticquotas", "resourcequotas", "resourceclasses", "priorityclasses")
         for o in run.objects(plural)
         if o["metadata"]["name"] in ("team", "gpus", "fast", "high")
-    ] + [f"poddisruptionbudgets/{o['metadata']['name']}" for o in run.objects("poddisruptionbudgets")]
+    ] + [
+        f"{plural}/{o['metadata']['name']}"
+        for plural in ("poddisruptionbudgets", "crons")
+        for o in run.objects(plural)
+    ]
 
 
 def api_settings(kubeconfig: Path) -> Settings:
@@ -523,6 +527,20 @@ def policy(*, weight: float, gpus: int) -> list[dict[str, Any]]:
             "spec": {"maxUnavailable": gpus // 8, "selector": {"matchLabels": {"job-name": "train"}}},
         },
         {**topology, "kind": "NodeTopology"},
+        {
+            "kind": "Cron",
+            "apiVersion": "apps.kubedl.io/v1alpha1",
+            "metadata": {"name": "nightly", "namespace": "default"},
+            "spec": {  # suspended: no runs, only the object is written
+                "schedule": "0 2 * * *",
+                "suspend": True,
+                "template": {
+                    "apiVersion": "kubeflow.org/v1",
+                    "kind": "TFJob",
+                    "workload": {"spec": tfjob("x", workers=1, gpus=1)["spec"]},
+                },
+            },
+        },
     ]
     for doc in docs:  # a new weight changes every object
         doc["metadata"]["labels"] = {"policy": f"w{weight:g}"}
@@ -612,6 +630,60 @@ async def api_writes(run: Run) -> None:
         assert not any(o.get("status") for o in run.objects("poddisruptionbudgets", "default"))
 
 
+async def job_addons(run: Run) -> None:
+    """What a job has beside its pods: a Tensorboard (Deployment, Service, Ingress), made, rewritten
+    when its config changes and deleted when the annotation goes; a PyTorchJob's
+    HorizontalPodAutoscaler likewise (`elasticPolicy.metrics`). Each kind's first create finds the
+    name taken (a GET follows)."""
+    seed = run.seed
+    await seed_cluster(run)
+    deployments, ingresses = resource_for("Deployment"), resource_for("Ingress")
+    hpas = resource_for("HorizontalPodAutoscaler")
+    for res in (deployments, ingresses, hpas):
+        taken_once(run, res.path(namespace="default"))
+    config = {"logDir": "/logs/a", "ingressSpec": {"host": "tb.example.com"}}
+    job = tfjob("board", workers=1, gpus=1)
+    job["metadata"]["annotations"] = {"kubedl.io/tensorboard-config": json.dumps(config)}
+    elastic = pytorchjob("elastic", gpus=1)
+    cpu = {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}
+    elastic["spec"]["elasticPolicy"] = {
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "metrics": [{"type": "Resource", "resource": cpu}],
+    }
+    async with platform(settings(run.kubeconfig, identity="replica-a")) as p:
+        await until(lambda: leading(p), what="replica-a leading")
+        await seed.create(TFJOBS, job)
+        await seed.create(PYTORCHJOBS, elastic)
+        await run.called(
+            *(
+                (r.group, r.plural, verb)
+                for r in (deployments, ingresses, hpas)
+                for verb in ("create", "get")  # list and watch: the informers' (audited once a watch ends)
+            ),
+            timeout=30,
+        )
+        await until(lambda: seen(p, "Ingress", "default", "board-tensorboard-0"), what="the Ingress cached")
+        await until(lambda: seen(p, "HorizontalPodAutoscaler", "default", "elastic"), what="the HPA cached")
+        config["logDir"] = "/logs/b"
+        changed = {"metadata": {"annotations": {"kubedl.io/tensorboard-config": json.dumps(config)}}}
+        await seed.patch(TFJOBS, "default", "board", changed)
+        await seed.patch(PYTORCHJOBS, "default", "elastic", {"spec": {"elasticPolicy": {"maxReplicas": 3}}})
+        await run.called(
+            ("apps", "deployments", "update"),
+            ("networking.k8s.io", "ingresses", "update"),
+            ("autoscaling", "horizontalpodautoscalers", "update"),
+        )
+        dropped = {"metadata": {"annotations": {"kubedl.io/tensorboard-config": None}}}
+        await seed.patch(TFJOBS, "default", "board", dropped)
+        await seed.patch(PYTORCHJOBS, "default", "elastic", {"spec": {"elasticPolicy": {"metrics": None}}})
+        await run.called(
+            ("apps", "deployments", "delete"),
+            ("networking.k8s.io", "ingresses", "delete"),
+            ("autoscaling", "horizontalpodautoscalers", "delete"),
+        )
+
+
 async def models_mode(run: Run) -> None:
     """KubeDL's models and dataset cache: a KubeDL TFJob with `spec.modelVersion` and
     `spec.cacheBackend` (Fluid's CRDs installed) gets Fluid's Dataset and AlluxioRuntime, then
@@ -669,57 +741,27 @@ async def models_mode(run: Run) -> None:
         )
 
 
-async def job_addons(run: Run) -> None:
-    """What a job has beside its pods: a Tensorboard (Deployment, Service, Ingress), made, rewritten
-    when its config changes and deleted when the annotation goes; a PyTorchJob's
-    HorizontalPodAutoscaler likewise (`elasticPolicy.metrics`). Each kind's first create finds the
-    name taken (a GET follows)."""
+async def crons_mode(run: Run) -> None:
+    """KubeDL's Crons: a KubeDL TFJob with `spec.cronPolicy` gets a Cron of its name (the first create
+    finds the name taken: a GET follows), updated when the job's policy changes; the Cron's runs are
+    jobs it owns (the server checks `crons/finalizers`), and its status is patched."""
     seed = run.seed
-    await seed_cluster(run)
-    deployments, ingresses = resource_for("Deployment"), resource_for("Ingress")
-    hpas = resource_for("HorizontalPodAutoscaler")
-    for res in (deployments, ingresses, hpas):
-        taken_once(run, res.path(namespace="default"))
-    config = {"logDir": "/logs/a", "ingressSpec": {"host": "tb.example.com"}}
-    job = tfjob("board", workers=1, gpus=1)
-    job["metadata"]["annotations"] = {"kubedl.io/tensorboard-config": json.dumps(config)}
-    elastic = pytorchjob("elastic", gpus=1)
-    cpu = {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}
-    elastic["spec"]["elasticPolicy"] = {
-        "minReplicas": 1,
-        "maxReplicas": 2,
-        "metrics": [{"type": "Resource", "resource": cpu}],
-    }
-    async with platform(settings(run.kubeconfig, identity="replica-a")) as p:
-        await until(lambda: leading(p), what="replica-a leading")
-        await seed.create(TFJOBS, job)
-        await seed.create(PYTORCHJOBS, elastic)
+    await seed.create(NODES, to_json(make_node("gpu-0", gpus=8)))
+    crons = resource_for("Cron")
+    taken_once(run, crons.path(namespace="default"))
+    job = tfjob("nightly", api_version=KUBEDL_TFJOBS.api_version, workers=1, gpus=1)
+    job["spec"]["cronPolicy"] = {"schedule": "@every 1s", "historyLimit": 1}
+    async with platform(settings(run.kubeconfig, election=False)):
+        await seed.create(KUBEDL_TFJOBS, job)
+        group = crons.group
+        await run.called((group, "crons", "create"), (group, "crons", "get"), timeout=30)
+        policy = {"spec": {"cronPolicy": {"schedule": "@every 2s"}}}
+        await seed.patch(KUBEDL_TFJOBS, "default", "nightly", policy)
         await run.called(
-            *(
-                (r.group, r.plural, verb)
-                for r in (deployments, ingresses, hpas)
-                for verb in ("create", "get")  # list and watch: the informers' (audited once a watch ends)
-            ),
+            (group, "crons", "update"),
+            (group, "crons/status", "patch"),
+            (group, "crons/finalizers", "update"),
             timeout=30,
-        )
-        await until(lambda: seen(p, "Ingress", "default", "board-tensorboard-0"), what="the Ingress cached")
-        await until(lambda: seen(p, "HorizontalPodAutoscaler", "default", "elastic"), what="the HPA cached")
-        config["logDir"] = "/logs/b"
-        changed = {"metadata": {"annotations": {"kubedl.io/tensorboard-config": json.dumps(config)}}}
-        await seed.patch(TFJOBS, "default", "board", changed)
-        await seed.patch(PYTORCHJOBS, "default", "elastic", {"spec": {"elasticPolicy": {"maxReplicas": 3}}})
-        await run.called(
-            ("apps", "deployments", "update"),
-            ("networking.k8s.io", "ingresses", "update"),
-            ("autoscaling", "horizontalpodautoscalers", "update"),
-        )
-        dropped = {"metadata": {"annotations": {"kubedl.io/tensorboard-config": None}}}
-        await seed.patch(TFJOBS, "default", "board", dropped)
-        await seed.patch(PYTORCHJOBS, "default", "elastic", {"spec": {"elasticPolicy": {"metrics": None}}})
-        await run.called(
-            ("apps", "deployments", "delete"),
-            ("networking.k8s.io", "ingresses", "delete"),
-            ("autoscaling", "horizontalpodautoscalers", "delete"),
         )
 
 
@@ -734,8 +776,9 @@ SCENARIOS: dict[str, Scenario] = {
     "DRA": Scenario(dra_mode),
     "delegate mode": Scenario(delegate_mode, gang_scheduler="volcano"),
     "HTTP API writes": Scenario(api_writes),
-    "job add-ons": Scenario(job_addons),
     "models": Scenario(models_mode),
+    "job add-ons": Scenario(job_addons),
+    "crons": Scenario(crons_mode),
 }
 
 
