@@ -208,43 +208,30 @@ def priority_problems(
     allowed = list(queue.spec.allowed_priority_classes or []) if queue is not None else []
     where = f"queue {queue_name}" + ("" if queue is not None else " (implicit: no Queue object)")
     known = {**BUILTIN, **{c.metadata.name: c for c in classes}}
+
+    def refusal(name: str, field: str) -> list[dict[str, str]]:
+        """Why a tenant's job may not name class `name` in `field` (none: it may)."""
+        if name in BUILTIN and namespace != SYSTEM_NAMESPACE and name not in allowed:
+            reason = (
+                f"PriorityClass {name!r} is a system class: only admins and jobs in "
+                f"{SYSTEM_NAMESPACE} may use it ({where}, namespace {namespace})"
+            )
+        elif allowed and name not in allowed:
+            reason = (
+                f"PriorityClass {name!r} is not allowed in {where}; allowed: "
+                f"{', '.join(allowed)} (Queue spec.allowedPriorityClasses)"
+            )
+        else:
+            return []
+        return [{"field": f"{prefix}{field}", "reason": reason}]
+
     for spot_class, field in spot_classes(job):  # the spot replicas' class is held to the same rules
-        if spot_class in BUILTIN and namespace != SYSTEM_NAMESPACE and spot_class not in allowed:
-            return [
-                {
-                    "field": f"{prefix}{field}",
-                    "reason": f"PriorityClass {spot_class!r} is a system class: only admins and jobs in "
-                    f"{SYSTEM_NAMESPACE} may use it ({where}, namespace {namespace})",
-                }
-            ]
-        if allowed and spot_class not in allowed:
-            return [
-                {
-                    "field": f"{prefix}{field}",
-                    "reason": f"PriorityClass {spot_class!r} is not allowed in {where}; allowed: "
-                    f"{', '.join(allowed)} (Queue spec.allowedPriorityClasses)",
-                }
-            ]
+        if refused := refusal(spot_class, field):
+            return refused
     resolved = resolve_priority(job, known.values())
     name = resolved.class_name if resolved.field else None  # the class the job names itself
     if name is not None:
-        if name in BUILTIN and namespace != SYSTEM_NAMESPACE and name not in allowed:
-            return [
-                {
-                    "field": f"{prefix}{resolved.field}",
-                    "reason": f"PriorityClass {name!r} is a system class: only admins and jobs in "
-                    f"{SYSTEM_NAMESPACE} may use it ({where}, namespace {namespace})",
-                }
-            ]
-        if allowed and name not in allowed:
-            return [
-                {
-                    "field": f"{prefix}{resolved.field}",
-                    "reason": f"PriorityClass {name!r} is not allowed in {where}; allowed: "
-                    f"{', '.join(allowed)} (Queue spec.allowedPriorityClasses)",
-                }
-            ]
-        return []
+        return refusal(name, resolved.field)
     sched = job.run_policy.scheduling_policy
     explicit = sched.priority if sched is not None else None
     if explicit is None:
