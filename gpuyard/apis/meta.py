@@ -174,6 +174,18 @@ class Resource(K8sModel):
         """A deep copy that is safe to change and write back."""
         return deep_copy(self)
 
+    def controller_reference(self) -> OwnerReference:
+        """The ownerReference an object this one controls carries: `controller` and
+        `blockOwnerDeletion` set, as Kubernetes' controllers write it."""
+        return OwnerReference(
+            api_version=self.api_version,
+            kind=self.kind,
+            name=self.metadata.name,
+            uid=self.metadata.uid,
+            controller=True,
+            block_owner_deletion=True,
+        )
+
 
 # --- names as Kubernetes checks them (k8s.io/apimachinery/pkg/util/validation) -----------------
 

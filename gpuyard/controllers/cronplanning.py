@@ -37,7 +37,6 @@ from gpuyard.apis.crons import (
 from gpuyard.apis.cronschedules import ConcurrencyPolicy, parse_schedule
 from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobs import JobValidationError, parse_job
-from gpuyard.apis.meta import OwnerReference
 from gpuyard.state.events import EventType
 
 __all__ = ["CronEvent", "CronPlan", "cron_owns", "job_reference", "plan_cron"]
@@ -202,14 +201,7 @@ def _job_for(cron: Cron, due: datetime) -> tuple[TrainingJob | None, Concurrency
     meta["labels"] = {**dict(meta.get("labels") or {}), LABEL_CRON_NAME: cron.metadata.name}
     meta["ownerReferences"] = [
         *list(meta.get("ownerReferences") or []),
-        OwnerReference(
-            api_version=cron.api_version,
-            kind="Cron",
-            name=cron.metadata.name,
-            uid=cron.metadata.uid,
-            controller=True,
-            block_owner_deletion=True,
-        ).to_dict(),
+        cron.controller_reference().to_dict(),
     ]
     doc["metadata"] = meta
     try:

@@ -33,7 +33,6 @@ from gpuyard.apis.caches import (
 from gpuyard.apis.core import Event, PodTemplateSpec
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.jobspecs import JobCondition
-from gpuyard.apis.meta import OwnerReference
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
 from gpuyard.state.context import Context
 from gpuyard.state.events import EventRecorder
@@ -113,14 +112,7 @@ class CacheReconciler:
         name = cache_name(spec, job.metadata.name)
         ns = job.metadata.namespace
         if self.on_kubernetes:
-            owner = OwnerReference(
-                api_version=job.api_version,
-                kind=job.kind,
-                name=job.metadata.name,
-                uid=job.metadata.uid,
-                controller=True,
-                block_owner_deletion=True,
-            )
+            owner = job.controller_reference()
             for obj in fluid_objects(spec, name=name, namespace=ns, owner=owner):
                 if self.store.get(obj.kind, ns, name) is not None:
                     continue

@@ -35,7 +35,7 @@ import structlog
 
 from gpuyard.apis.core import ConfigMap, Pod
 from gpuyard.apis.jobkinds import find_job
-from gpuyard.apis.meta import ObjectMeta, OwnerReference, Resource
+from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.models import (
     ANNOTATION_BUILD_POD,
     DEFAULT_MODEL_PATH_IN_IMAGE,
@@ -116,17 +116,6 @@ def storage_volume(storage: Storage, *, name: str = "build-source") -> tuple[dic
     raise ValueError("spec.storage names none of localStorage, nfs, AWSEfs")
 
 
-def _owner(obj: Resource) -> OwnerReference:
-    return OwnerReference(
-        api_version=obj.api_version,
-        kind=obj.kind,
-        name=obj.metadata.name,
-        uid=obj.metadata.uid,
-        controller=True,
-        block_owner_deletion=True,
-    )
-
-
 def build_pod(mv: ModelVersion, *, name: str, image: str, builder: str = DEFAULT_BUILDER_IMAGE) -> Pod:
     """KubeDL's image-build pod of `mv` (see the module docstring); scheduled by the cluster's own
     scheduler (it asks for no GPU)."""
@@ -167,7 +156,7 @@ def build_pod(mv: ModelVersion, *, name: str, image: str, builder: str = DEFAULT
         spec["nodeSelector"] = selector
     pod = Pod.model_validate({"metadata": {"name": name, "namespace": mv.metadata.namespace}, "spec": spec})
     pod.metadata.labels = {LABEL_MODEL_NAME: mv.spec.model_name}
-    pod.metadata.owner_references = [_owner(mv)]
+    pod.metadata.owner_references = [mv.controller_reference()]
     return pod
 
 
@@ -256,7 +245,7 @@ class ModelVersionReconciler:
             return mv
         new = mv.clone()
         if not owned:
-            ref = _owner(model)
+            ref = model.controller_reference()
             ref.controller = None  # KubeDL's reference: the Model owns, no controller claim
             new.metadata.owner_references.append(ref)
         new.metadata.labels[LABEL_MODEL_NAME] = model.metadata.name

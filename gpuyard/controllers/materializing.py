@@ -105,14 +105,7 @@ def pod_labels(job: TrainingJob, role: str, index: int, plugin: WorkloadPlugin) 
 
 
 def owner_reference(job: TrainingJob) -> OwnerReference:
-    return OwnerReference(
-        api_version=job.api_version,
-        kind=job.kind,
-        name=job.metadata.name,
-        uid=job.metadata.uid,
-        controller=True,
-        block_owner_deletion=True,
-    )
+    return job.controller_reference()
 
 
 def inject_git_sync(template: PodTemplateSpec, raw: str) -> None:
