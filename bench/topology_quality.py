@@ -295,10 +295,11 @@ def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s:
                 keep.append(job)
                 continue
             job.gang.topology_required = level
-            best = _best_possible(snap, job.k) if job.k > 1 else 0.0
             t0 = time.perf_counter()
             result = place(snap, job.gang, profile)
             figures.place_s.append(time.perf_counter() - t0)
+            # place() leaves the snapshot as it was: the best possible is measured on the same state
+            best = _best_possible(snap, job.k) if job.k > 1 and isinstance(result, Placement) else 0.0
             if not isinstance(result, Placement):
                 failed.add(sig)
                 keep.append(job)
