@@ -4,7 +4,7 @@ The Kubernetes backend's informers and writer speak to the API server only throu
 :class:`KubeClient`: LIST, WATCH (a stream of raw events), GET, POST, PUT, merge PATCH (of the
 object or a subresource), DELETE and `pods/binding`. URLs come from
 `gpuyard.apis.resources.ApiResource`; bodies are plain JSON dicts (the callers convert to and from
-the `apis/` models). LIST and WATCH take a namespace and a label selector, so an informer can watch
+the `apis/` models). LIST comes in pages (`paging.py`, as client-go's pager). LIST and WATCH take a namespace and a label selector, so an informer can watch
 a part of a resource (Events labelled `job-name`, Leases in `kube-node-lease`). Kubernetes errors become gpuyard's: 404 :class:`NotFound`, 409
 :class:`AlreadyExists` (on create) or :class:`Conflict`, 410 :class:`Gone`, anything else (5xx,
 timeouts, a refused connection, 4xx such as 403/422) :class:`ApiError`, a
@@ -32,6 +32,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuyard.apis.resources import ApiResource, resource_for
+from gpuyard.kubecluster.paging import DEFAULT_PAGE_SIZE, Page, list_pages
 from gpuyard.state.backend import BackendError
 from gpuyard.state.store import AlreadyExists, Conflict, Gone, NotFound
 from gpuyard.state.writing import writer_identity
@@ -195,36 +196,66 @@ class KubeClient:
 
     # --- verbs ---------------------------------------------------------------------------------
 
+    async def list_page(
+        self,
+        res: ApiResource,
+        *,
+        namespace: str | None = None,
+        selector: str | None = None,
+        limit: int | None = None,
+        token: str | None = None,
+    ) -> tuple[list[Json], str, str]:
+        """One LIST request: (items, the list's resourceVersion, the `continue` token or "").
+        `limit` None asks for everything at once. An expired `token` raises `Gone`."""
+        query: dict[str, str] = {}
+        if limit is not None:
+            query["limit"] = str(limit)
+        if token:
+            query["continue"] = token
+        if selector:
+            query["labelSelector"] = selector
+        data = await self.request("GET", res.path(namespace=namespace), query=query)
+        items: list[Json] = data.get("items") or []
+        meta = data.get("metadata") or {}
+        api_version, kind = res.api_version, res.wire_kind
+        for item in items:  # list items come without apiVersion and kind
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return items, str(meta.get("resourceVersion") or ""), str(meta.get("continue") or "")
+
+    def pages(
+        self,
+        res: ApiResource,
+        *,
+        namespace: str | None = None,
+        selector: str | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> AsyncIterator[Page]:
+        """The pages of one LIST of `res` (`paging.list_pages`: `limit` / `continue`, restarted
+        when a token expires, then one full list)."""
+
+        async def fetch(limit: int | None, token: str | None) -> tuple[list[Json], str, str]:
+            return await self.list_page(res, namespace=namespace, selector=selector, limit=limit, token=token)
+
+        return list_pages(fetch, page_size=page_size, what=res.plural)
+
     async def list(
         self,
         res: ApiResource,
         *,
         namespace: str | None = None,
         selector: str | None = None,
-        page_size: int = 500,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> tuple[list[Json], str]:
-        """Every object of `res` (in `namespace`) and the list's resourceVersion, in pages of
-        `page_size` (`limit` / `continue`, as client-go's pager: no single huge answer, on the
-        server or here); every page is of the first page's snapshot. A `continue` token that
-        expired between pages (410) raises `Gone`: the caller lists again."""
-        query: dict[str, str] = {"limit": str(page_size)}
-        if selector:
-            query["labelSelector"] = selector
+        """Every object of `res` (in `namespace`) and the list's resourceVersion, gathered from
+        :meth:`pages` (a restarted list's earlier pages are dropped)."""
         items: list[Json] = []
         rv = ""
-        while True:
-            data = await self.request("GET", res.path(namespace=namespace), query=query)
-            items += data.get("items") or []
-            meta = data.get("metadata") or {}
-            rv = rv or str(meta.get("resourceVersion") or "")
-            token = meta.get("continue")
-            if not token:
-                break
-            query["continue"] = str(token)
-        api_version, kind = res.api_version, res.wire_kind
-        for item in items:  # list items come without apiVersion and kind
-            item.setdefault("apiVersion", api_version)
-            item.setdefault("kind", kind)
+        async for page in self.pages(res, namespace=namespace, selector=selector, page_size=page_size):
+            if page.restarted:
+                items = []
+            items += page.items
+            rv = page.resource_version
         return items, rv
 
     async def watch(
