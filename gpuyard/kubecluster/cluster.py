@@ -48,6 +48,7 @@ from gpuyard.kubecluster.leading import LeaderElector
 from gpuyard.kubecluster.nodes import NodeModel
 from gpuyard.kubecluster.orphans import OrphanSweeper
 from gpuyard.kubecluster.podlogs import open_pod_log
+from gpuyard.kubecluster.trimming import Trimmer
 from gpuyard.kubecluster.writing import KubeWriter
 from gpuyard.state.backend import BackendError, FaultInjector, Leadership
 from gpuyard.state.config import KubernetesConfig
@@ -149,6 +150,10 @@ class KubeCluster:
         self.invalid_jobs.revisit = self._revisit
         self._refetches: set[asyncio.Task[None]] = set()
         self.informers: list[Informer] = []
+        ours = {ctx.settings.scheduler.name}
+        if self.gang_scheduler:
+            ours.add(ctx.settings.scheduler.pod_scheduler_name)
+        self.trimmer = Trimmer(ours=frozenset(ours))  # the transform on informer objects
 
     # --- ClusterBackend ------------------------------------------------------------------------
 
@@ -236,6 +241,8 @@ class KubeCluster:
                     invalid=self.invalid_jobs if "trainingjobs" in res.categories else None,
                     namespace=namespace,
                     selector=selector,
+                    page_size=cfg.list_page_size,
+                    transform=self.trimmer,
                 )
             )
 

@@ -3,7 +3,8 @@
 One :class:`Informer` per watched `ApiResource`, by Kubernetes' rules (client-go's reflector,
 kopf's `watching.py`):
 
-1. LIST, in pages (`limit` / `continue`); every object is mirrored into the store with the server's resourceVersion, and every
+1. LIST, in pages (`limit` / `continue`, `paging.py`: a token that expired restarts the list, then
+   falls back to one full list, as client-go's pager does), each page mirrored as it comes; every object is mirrored into the store with the server's resourceVersion, and every
    object of this resource the store holds but the list lacks is forgotten (a re-list after a
    410 thus turns into the deletes that were missed). `synced` is set after the first LIST.
 2. WATCH from the list's resourceVersion with `allowWatchBookmarks`; each event is mirrored
@@ -22,6 +23,9 @@ kopf's `watching.py`):
    of the store inside it (an object that stops matching arrives as DELETED, as the server says).
 5. A resource the server does not serve (404 on LIST: a CRD not installed) is logged once, with
    the CRD's name and `gpuyard install`, and retried with backoff; never a crash loop.
+
+Before an object is validated, the informer's `transform` (`trimming.py`, as client-go's
+`SetTransform`) drops what gpuyard never reads: `managedFields`, and most of a foreign pod.
 
 Objects go to a :class:`Mirror` (the store itself by default; the node model wraps it for Nodes,
 Pods and NodeTopologies). An object that does not validate against its model is logged once
@@ -46,10 +50,13 @@ from gpuyard.apis.meta import Resource
 from gpuyard.apis.resources import ApiResource
 from gpuyard.kubecluster.client import ApiError, Json, KubeClient, WatchSilent
 from gpuyard.kubecluster.invalid import InvalidJobs, problem_text
+from gpuyard.kubecluster.paging import DEFAULT_PAGE_SIZE
 from gpuyard.state.clock import Clock
 from gpuyard.state.store import Gone, NotFound, Store
 
-__all__ = ["Backoff", "Informer", "Mirror", "StoreMirror"]
+__all__ = ["Backoff", "Informer", "Mirror", "StoreMirror", "Transform"]
+
+Transform = Callable[[str, Json], Json]  # (kind, raw object) -> the object without what is never read
 
 log = structlog.get_logger(__name__)
 
@@ -112,8 +119,12 @@ class Informer:
         invalid: InvalidJobs | None = None,
         namespace: str | None = None,
         selector: str | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        transform: Transform | None = None,
     ) -> None:
-        """`namespace` and `selector` (a label selector, e.g. `job-name`) limit what is watched."""
+        """`namespace` and `selector` (a label selector, e.g. `job-name`) limit what is watched;
+        `page_size` is the `limit` of each LIST page; `transform` (kind, raw) -> raw cuts what
+        gpuyard never reads before an object is validated (`trimming.Trimmer`)."""
         self.client = client
         self.resource = resource
         self.cls = cls
@@ -128,11 +139,15 @@ class Informer:
         self.namespace = namespace or None
         self.selector = selector or None
         self._matcher: Selector = parse_selector(selector)
+        self.page_size = page_size
+        self.transform = transform
         self.synced = asyncio.Event()
         self.healthy = False
         self.error: str | None = None
         self.resource_version = ""
         self.lists = 0  # LISTs made (the first, then one per 410)
+        self.list_restarts = 0  # lists started over: a `continue` token expired between pages
+        self.pages = 0  # LIST pages read
         self.watches = 0  # WATCH requests opened
         self._missing_logged = False
         self._invalid: set[tuple[str, str, str]] = set()
@@ -147,6 +162,8 @@ class Informer:
     def _model(self, raw: Json) -> Resource | None:
         raw.setdefault("apiVersion", self.resource.api_version)
         raw["kind"] = self.resource.kind  # the store's kind (GangPodGroup is a `PodGroup` on the wire)
+        if self.transform is not None:
+            raw = self.transform(self.resource.kind, raw)
         obj: Resource | None = None
         try:
             obj = self.cls.model_validate(raw)
@@ -224,14 +241,24 @@ class Informer:
         return self._matcher.matches(obj.metadata.labels)
 
     async def relist(self) -> None:
-        items, rv = await self.client.list(self.resource, namespace=self.namespace, selector=self.selector)
+        """LIST page by page (each page mirrored as it comes, so no whole list is held as JSON),
+        then forget what the list lacked; the watch resumes from the list's resourceVersion."""
         seen: set[tuple[str, str]] = set()
-        for raw in items:
-            obj = self._model(raw)
-            if obj is None:
-                continue
-            seen.add((obj.metadata.namespace, obj.metadata.name))
-            self.mirror.put(obj)
+        rv = ""
+        async for page in self.client.pages(
+            self.resource, namespace=self.namespace, selector=self.selector, page_size=self.page_size
+        ):
+            self.pages += 1
+            if page.restarted:  # a token expired: the list started over, of a newer snapshot
+                self.list_restarts += 1
+                seen.clear()
+            rv = page.resource_version
+            for raw in page.items:
+                obj = self._model(raw)
+                if obj is None:
+                    continue
+                seen.add((obj.metadata.namespace, obj.metadata.name))
+                self.mirror.put(obj)
         kind = self.resource.kind
         for ns, name in self.store.keys_of(kind):
             held = self.store.get(kind, ns, name)

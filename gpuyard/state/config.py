@@ -192,6 +192,15 @@ class KubernetesConfig(Section):
     )
     request_timeout: float = Field(default=30.0, gt=0, description="Seconds for one non-watch request.")
     backoff_max: float = Field(default=30.0, gt=0, description="Longest wait between retries of a watch.")
+    list_page_size: int = Field(
+        default=500,
+        ge=1,
+        le=10_000,
+        description=(
+            "Objects per page of an informer's LIST (`limit` / `continue`, the first list and every re-list "
+            "after a 410), as client-go's pager asks for them."
+        ),
+    )
     gpu_resource: Literal["auto", "dra", "gpuyard.io/gpu", "nvidia.com/gpu"] = Field(
         default="auto",
         description=(
