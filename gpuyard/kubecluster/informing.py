@@ -40,7 +40,8 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
-from typing import Protocol
+from contextlib import AbstractContextManager, nullcontext
+from typing import Protocol, runtime_checkable
 
 import structlog
 from pydantic import ValidationError
@@ -54,7 +55,7 @@ from gpuyard.kubecluster.paging import DEFAULT_PAGE_SIZE
 from gpuyard.state.clock import Clock
 from gpuyard.state.store import Gone, NotFound, Store
 
-__all__ = ["Backoff", "Informer", "Mirror", "StoreMirror", "Transform"]
+__all__ = ["Backoff", "BatchingMirror", "Informer", "Mirror", "StoreMirror", "Transform"]
 
 Transform = Callable[[str, Json], Json]  # (kind, raw object) -> the object without what is never read
 
@@ -67,6 +68,13 @@ class Mirror(Protocol):
     def put(self, obj: Resource) -> None: ...
 
     def drop(self, kind: str, namespace: str, name: str) -> None: ...
+
+
+@runtime_checkable
+class BatchingMirror(Mirror, Protocol):
+    """A mirror that does its derived work once per batch (a LIST), not once per object."""
+
+    def batched(self) -> AbstractContextManager[None]: ...
 
 
 class StoreMirror:
@@ -245,20 +253,21 @@ class Informer:
         then forget what the list lacked; the watch resumes from the list's resourceVersion."""
         seen: set[tuple[str, str]] = set()
         rv = ""
-        async for page in self.client.pages(
-            self.resource, namespace=self.namespace, selector=self.selector, page_size=self.page_size
-        ):
-            self.pages += 1
-            if page.restarted:  # a token expired: the list started over, of a newer snapshot
-                self.list_restarts += 1
-                seen.clear()
-            rv = page.resource_version
-            for raw in page.items:
-                obj = self._model(raw)
-                if obj is None:
-                    continue
-                seen.add((obj.metadata.namespace, obj.metadata.name))
-                self.mirror.put(obj)
+        with self._batch():  # the node model re-derives each node once, when the list is in
+            async for page in self.client.pages(
+                self.resource, namespace=self.namespace, selector=self.selector, page_size=self.page_size
+            ):
+                self.pages += 1
+                if page.restarted:  # a token expired: the list started over, of a newer snapshot
+                    self.list_restarts += 1
+                    seen.clear()
+                rv = page.resource_version
+                for raw in page.items:
+                    obj = self._model(raw)
+                    if obj is None:
+                        continue
+                    seen.add((obj.metadata.namespace, obj.metadata.name))
+                    self.mirror.put(obj)
         kind = self.resource.kind
         for ns, name in self.store.keys_of(kind):
             held = self.store.get(kind, ns, name)
@@ -268,6 +277,12 @@ class Informer:
         self.lists += 1
         if self.on_relist is not None:
             self.on_relist()
+
+    def _batch(self) -> AbstractContextManager[None]:
+        """The mirror's batch of one LIST (`BatchingMirror`), when it has one."""
+        if isinstance(self.mirror, BatchingMirror):
+            return self.mirror.batched()
+        return nullcontext()
 
     def apply(self, event: Json) -> None:
         kind = event.get("type")

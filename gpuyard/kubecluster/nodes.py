@@ -36,7 +36,8 @@ three things are added on the way into the store:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from decimal import Decimal
 
@@ -128,6 +129,23 @@ class NodeModel:
         self.stale: set[str] = set()  # nodes whose heartbeat is older than the monitor grace
         self.writer: KubeWriter | None = None
         self.pods_failed = 0
+        self._pending: set[str] | None = None  # nodes to publish when a batch ends (`batched`)
+
+    @contextmanager
+    def batched(self) -> Iterator[None]:
+        """Publish each node whose pods changed inside once, at the end (the Pod informer's LIST:
+        its pods arrive in thousands, and re-deriving a node per pod costs a copy of the node and a
+        sum over its pods each). A Node's own change is published at once."""
+        if self._pending is not None:
+            yield
+            return
+        self._pending = set()
+        try:
+            yield
+        finally:
+            pending, self._pending = self._pending, None
+            for name in sorted(pending):
+                self._publish(name)
 
     # --- Nodes ---------------------------------------------------------------------------------
 
@@ -269,6 +287,9 @@ class NodeModel:
                 on.pop(key, None)
             if _is_foreign(p, self.scheduler_name):  # delegated ones too: they may have been counted
                 touched.add(p.spec.node_name)
+        if self._pending is not None:
+            self._pending.update(touched)
+            return
         for name in touched:
             self._publish(name)
 
@@ -430,6 +451,9 @@ class PodMirror:
 
     def __init__(self, model: NodeModel) -> None:
         self.model = model
+
+    def batched(self) -> AbstractContextManager[None]:
+        return self.model.batched()
 
     def put(self, obj: Resource) -> None:
         if not isinstance(obj, Pod):
