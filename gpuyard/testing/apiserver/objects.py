@@ -20,6 +20,7 @@ Everything here is synchronous: one write is one atomic step of the event loop.
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import json
 import re
@@ -131,11 +132,10 @@ class ObjectApi:
                 )
             found = self.storage.items_at(res.key, at, namespace=scope)
             list_rv = at
-        items = [o for o in found if match is None or match(o)]
+        items = found if match is None else [o for o in found if match(o)]
         start = 0
-        if token is not None:
-            after = tuple(token["after"])
-            start = next((i for i, o in enumerate(items) if _order_key(o) > after), len(items))
+        if token is not None:  # the items are in key order: the page starts after the token's key
+            start = bisect.bisect_right(items, tuple(token["after"]), key=_order_key)
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
         page = items[start:]
         if limit and limit > 0 and len(page) > limit:

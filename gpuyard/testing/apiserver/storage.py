@@ -12,6 +12,7 @@ Semantics of the verbs (metadata, generation, status subresource, ...) live in `
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ class Storage:
         self.history_limit = history_limit
         self.watchers: set[Watcher] = set()
         self._objects: dict[ResourceKey, dict[ObjectKey, dict[str, Any]]] = {}
+        self._order: dict[ResourceKey, list[ObjectKey]] = {}  # sorted keys, until a key comes or goes
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -96,14 +98,19 @@ class Storage:
     def items(self, resource: ResourceKey, namespace: str | None = None) -> list[dict[str, Any]]:
         """The objects of a resource (in one namespace when given), ordered by namespace then name."""
         found = self._objects.get(resource, {})
-        keys = sorted(k for k in found if namespace is None or k[0] == namespace)
-        return [found[k] for k in keys]
+        keys = self._order.get(resource)
+        if keys is None:
+            keys = self._order[resource] = sorted(found)
+        return [found[k] for k in keys if namespace is None or k[0] == namespace]
 
     def items_at(
         self, resource: ResourceKey, rv: int, *, namespace: str | None = None
     ) -> list[dict[str, Any]]:
         """The objects of a resource as they were at version `rv` (not older than `compacted`): the
         current ones with every later event of the history undone."""
+        later = itertools.takewhile(lambda e: e.rv > rv, reversed(self.history))
+        if not any(e.resource == resource for e in later):
+            return self.items(resource, namespace)  # nothing written since: the objects now
         state = {k: o for k, o in self._objects.get(resource, {}).items()}
         for event in reversed(self.history):
             if event.rv <= rv:
@@ -144,6 +151,8 @@ class Storage:
             bucket.pop(key, None)
         else:
             bucket[key] = stored
+        if old is None or event_type == "DELETED":
+            self._order.pop(resource, None)
         event = Event(self.rv, resource, event_type, stored, old)
         if len(self.history) >= self.history_limit:
             self.compacted = self.history.popleft().rv
@@ -157,6 +166,7 @@ class Storage:
         gone = [self.commit(resource, obj, event_type="DELETED") for obj in self.items(resource, namespace)]
         if namespace is None:
             self._objects.pop(resource, None)
+            self._order.pop(resource, None)
         return gone
 
     def compact(self) -> int:
