@@ -410,13 +410,13 @@ class NodeModel:
             return 0
         failed = 0
         for name, pods in list(self.pods_on.items()):
+            if not pods or not (bad := self.unhealthy_gpus(name)):
+                continue  # most nodes: no unhealthy GPU, and their pods need no look
             active = [
                 p
                 for p in pods.values()
                 if p.status.phase in ACTIVE and p.metadata.deletion_timestamp is None and not self._foreign(p)
             ]
-            if not active or not (bad := self.unhealthy_gpus(name)):
-                continue
             for pod in active:
                 hit = sorted(bad.intersection(pod_gpus(pod)))
                 if not hit:
