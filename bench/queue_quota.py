@@ -134,7 +134,7 @@ def workload(jobs: int, window: float, seed: int = 7) -> list[tuple[float, str, 
 async def run(*, jobs_per_leaf: int, window: float) -> dict[str, Any]:
     total_gpus = COHORTS * LEAVES * LEAF_MIN
     clock = VirtualClock()
-    store = Store(history=500_000)
+    store = Store()  # the server's watch log (50,000 events); a longer one only holds old objects
     register_kinds(store)
     ctx = Context(store=store, clock=clock, settings=Settings(backend={"data_dir": None}))
     for i in range(total_gpus // GPUS_PER_NODE):
