@@ -26,7 +26,7 @@ for at most once per state of the cluster (the core's epoch).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.scheduling import PodGroup
@@ -110,8 +110,13 @@ def _lowest_running_priority(state: Preempting, token: int) -> int | None:
     cached = state.claims.lowest_running
     if cached is not None and cached[0] == token:
         return cached[1]
-    queue = state.admission.queue
-    prios = [t.job.priority for k, t in state.admission.jobs.items() if queue.is_running(k)]
+    # over the running jobs, not every tracked one: the queue may hold far more than run
+    jobs = state.admission.jobs
+    prios = [
+        t.job.priority
+        for run in state.admission.queue.running()
+        if (t := jobs.get(cast(Key, run.key))) is not None
+    ]
     lowest = min(prios) if prios else None
     state.claims.lowest_running = (token, lowest)
     return lowest
