@@ -166,12 +166,21 @@ class Catalog:
         return sorted(found, key=version_priority)
 
     def groups(self) -> list[str]:
-        """Every group but the core one, in registration order (built-ins first)."""
-        seen: dict[str, None] = {}
-        for g, _, _ in self.resources:
-            if g:
-                seen.setdefault(g)
-        return list(seen)
+        """Every group but the core one: the built-ins in registration order, then the groups of
+        custom resources as kube-apiserver's aggregator lists them (their APIServices all have one
+        priority, so by APIService name, `<version>.<group>`). The order matters: kubectl resolves
+        a name two groups serve (`tfjob`: kubeflow.org and training.kubedl.io) to the first."""
+        builtin: dict[str, None] = {}
+        custom: dict[str, str] = {}  # group -> its first APIService name
+        for (g, v, _), r in self.resources.items():
+            if not g:
+                continue
+            if r.crd:
+                name = f"{v}.{g}"
+                custom[g] = min(custom.get(g, name), name)
+            else:
+                builtin.setdefault(g)
+        return [*builtin, *sorted((g for g in custom if g not in builtin), key=lambda g: custom[g])]
 
     def of(self, group: str, version: str) -> list[Resource]:
         return [r for (g, v, _), r in self.resources.items() if g == group and v == version]
