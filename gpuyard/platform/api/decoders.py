@@ -306,6 +306,18 @@ class _Worker:
             self.proc.wait()
 
 
+def _ended(proc: subprocess.Popen[bytes]) -> bool:
+    """The process has exited. `poll()` alone may answer "running" for a dead one (it does not wait
+    while another thread holds the Popen's waitpid lock), so an unreaped zombie counts as ended too."""
+    if proc.poll() is not None:
+        return True
+    try:
+        with open(f"/proc/{proc.pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False  # no /proc here: trust poll()
+
+
 class DecoderPool:
     """:data:`DECODE_PROCESSES` worker processes serving one event loop (see the module docstring)."""
 
@@ -452,7 +464,7 @@ class DecoderPool:
                 self._waiting -= 1
             if worker is None:
                 raise NotPortable("no decoder process")
-            if worker.proc.poll() is None:
+            if not _ended(worker.proc):
                 break
             log.warning(
                 "decoder process ended while idle; replaced", pid=worker.pid, code=worker.proc.returncode

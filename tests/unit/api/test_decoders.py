@@ -66,9 +66,14 @@ async def pool() -> AsyncIterator[decoders.DecoderPool]:
 
 @pytest.fixture
 async def full(pool: decoders.DecoderPool) -> decoders.DecoderPool:
-    """The pool with both workers up (a test before may have replaced one)."""
-    pool.warm()
-    await until(lambda: len(pool.pids()) == pool.processes)
+    """The pool with both workers up (a test before may have replaced one; a start that failed is
+    tried again once its retry time has come, as the next request would)."""
+
+    def up() -> bool:
+        pool.warm()
+        return len(pool.pids()) == pool.processes
+
+    await until(up, timeout_s=120.0)
     return pool
 
 
