@@ -277,6 +277,27 @@ async def main(nodes: int, pods: int, workers: int, *, transform: bool = True) -
     }
 
 
+def _quiet_nodes() -> Any:
+    """Control-plane timings under which no node goes NotReady during a run (no kubelets here)."""
+    from gpuyard.testing.controlplane.running import Timings
+
+    return Timings(node_monitor_grace_period=3600, not_ready_toleration=3600, unreachable_toleration=3600)
+
+
+async def _apply_crds(client: Any) -> None:
+    """gpuyard's CRDs on the real control plane (server-side apply, forced)."""
+    from gpuyard.apis.crds import crds
+
+    for crd in crds():
+        await client.request(
+            "PATCH",
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
+            query={"fieldManager": "bench", "force": "true"},
+            body=crd,
+            content_type="application/apply-patch+yaml",
+        )
+
+
 async def real_sync(*, nodes: int, pods: int) -> dict[str, Any]:
     """The sync on the real control plane: `nodes` nodes and `pods` foreign pods created through the
     API server, then gpuyard started; its sync time and RSS."""
@@ -287,25 +308,17 @@ async def real_sync(*, nodes: int, pods: int) -> dict[str, Any]:
         find_binaries()
     except BinariesMissing as exc:
         return {"control_plane": "real", "sync": True, "skipped": str(exc)}
-    from gpuyard.apis.crds import crds
     from gpuyard.apis.resources import resource_for
-    from gpuyard.testing.controlplane.running import ControlPlane, Timings
+    from gpuyard.testing.controlplane.running import ControlPlane
 
     gc.collect()
     rss_start = _rss_mib()
-    timings = Timings(node_monitor_grace_period=3600, not_ready_toleration=3600, unreachable_toleration=3600)
+    timings = _quiet_nodes()
     plane = ControlPlane(timings=timings)
     await asyncio.to_thread(plane.start)
     try:
         client = await KubeClient.connect(kubeconfig=str(plane.admin_kubeconfig), request_timeout=120.0)
-        for crd in crds():
-            await client.request(
-                "PATCH",
-                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
-                query={"fieldManager": "bench", "force": "true"},
-                body=crd,
-                content_type="application/apply-patch+yaml",
-            )
+        await _apply_crds(client)
         node_res, pod_res = resource_for("Node"), resource_for("Pod")
         sem = asyncio.Semaphore(32)
 
@@ -431,25 +444,17 @@ async def real_main(*, nodes: int, pods: int, gang: int, qps: int, burst: int) -
         find_binaries()
     except BinariesMissing as exc:
         return {"control_plane": "real", "skipped": str(exc)}
-    from gpuyard.apis.crds import crds
     from gpuyard.apis.resources import resource_for
-    from gpuyard.testing.controlplane.running import ControlPlane, Timings
+    from gpuyard.testing.controlplane.running import ControlPlane
 
     jobs = pods // gang
     pods = jobs * gang
-    timings = Timings(node_monitor_grace_period=3600, not_ready_toleration=3600, unreachable_toleration=3600)
+    timings = _quiet_nodes()
     plane = ControlPlane(timings=timings, scheduler_config={"clientConnection": {"qps": qps, "burst": burst}})
     await asyncio.to_thread(plane.start)
     try:
         client = await KubeClient.connect(kubeconfig=str(plane.admin_kubeconfig), request_timeout=60.0)
-        for crd in crds():
-            await client.request(
-                "PATCH",
-                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
-                query={"fieldManager": "bench", "force": "true"},
-                body=crd,
-                content_type="application/apply-patch+yaml",
-            )
+        await _apply_crds(client)
         await client.request(
             "POST",
             "/api/v1/namespaces",
