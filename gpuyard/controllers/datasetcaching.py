@@ -19,7 +19,6 @@ when the operator renders a pod; on Kubernetes the kubelet starts a pod once its
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import structlog
 
@@ -34,6 +33,7 @@ from gpuyard.apis.core import Event, PodTemplateSpec
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.jobspecs import JobCondition
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
+from gpuyard.controllers.statuses import patch_job_status
 from gpuyard.state.context import Context
 from gpuyard.state.events import EventRecorder
 from gpuyard.state.ownership import OPERATOR
@@ -147,20 +147,8 @@ class CacheReconciler:
                 labels={LABEL_JOB_NAME: job.metadata.name},
             )
         if job.status.cache_backend_name != name:
-            await self._status(job, {"cache_backend_name": name})
+            await patch_job_status(self.writer, job, {"cache_backend_name": name})
         return None
-
-    async def _status(self, job: TrainingJob, changes: dict[str, Any]) -> None:
-        try:
-            await self.writer.patch_status(
-                job.kind,
-                job.metadata.namespace,
-                job.metadata.name,
-                changes,
-                resource_version=job.metadata.resource_version,
-            )  # a Conflict: the runner retries the key
-        except NotFound:
-            pass
 
     async def _fail(self, job: TrainingJob, reason: str, message: str) -> None:
         now = self.clock.utcnow()
@@ -168,7 +156,9 @@ class CacheReconciler:
             type="Failed", reason=reason, message=message, last_update_time=now, last_transition_time=now
         )
         conditions = [c for c in job.status.conditions if c.type != "Failed"] + [failed]
-        await self._status(job, {"conditions": conditions, "phase": "Failed", "completion_time": now})
+        await patch_job_status(
+            self.writer, job, {"conditions": conditions, "phase": "Failed", "completion_time": now}
+        )
         await self.events.record(
             job, reason=reason, message=message, type="Warning", labels={LABEL_JOB_NAME: job.metadata.name}
         )

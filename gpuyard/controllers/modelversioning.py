@@ -17,7 +17,6 @@ What happens to the ModelVersion next (its Model, its image build) is `imagebuil
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import structlog
 from pydantic import ValidationError
@@ -28,10 +27,11 @@ from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.models import KUBEDL_MODEL_PATH, ModelVersion, ModelVersionSpec
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
 from gpuyard.controllers.imagebuilding import storage_volume
+from gpuyard.controllers.statuses import patch_job_status
 from gpuyard.state.context import Context
 from gpuyard.state.events import EventRecorder
 from gpuyard.state.ownership import OPERATOR
-from gpuyard.state.store import AlreadyExists, Conflict, NotFound, Store
+from gpuyard.state.store import AlreadyExists, Store
 from gpuyard.state.workqueues import ObjectKey, Requeue, Watch
 from gpuyard.state.writing import Writer, identified
 
@@ -175,20 +175,5 @@ class ModelVersionCreator:
                     labels=labels,
                 )
         if job.status.model_version_name != name:
-            await self._name_in_status(job, name)
+            await patch_job_status(self.writer, job, {"model_version_name": name})
         return None
-
-    async def _name_in_status(self, job: TrainingJob, name: str) -> None:
-        changes: dict[str, Any] = {"model_version_name": name}
-        try:
-            await self.writer.patch_status(
-                job.kind,
-                job.metadata.namespace,
-                job.metadata.name,
-                changes,
-                resource_version=job.metadata.resource_version,
-            )
-        except Conflict:
-            raise  # the runner retries the key: the job changed meanwhile
-        except NotFound:
-            pass

@@ -14,10 +14,14 @@ The job's Events are written by the applier through the one Event recorder
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
+from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobspecs import JobCondition, JobStatus
+from gpuyard.state.store import NotFound
+from gpuyard.state.writing import Writer
 
-__all__ = ["EXCLUSIVE", "current_phase", "set_condition"]
+__all__ = ["EXCLUSIVE", "current_phase", "patch_job_status", "set_condition"]
 
 EXCLUSIVE = ("Queuing", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
@@ -63,3 +67,18 @@ def set_condition(
     status.conditions = conditions
     status.phase = current_phase(status)
     return True
+
+
+async def patch_job_status(writer: Writer, job: TrainingJob, changes: dict[str, Any]) -> None:
+    """PATCH `changes` into the job's status at the version it was read at. A Conflict goes to the
+    caller (the runner retries the key: the job changed meanwhile); a job gone has nothing to write."""
+    try:
+        await writer.patch_status(
+            job.kind,
+            job.metadata.namespace,
+            job.metadata.name,
+            changes,
+            resource_version=job.metadata.resource_version,
+        )
+    except NotFound:
+        pass
