@@ -42,6 +42,24 @@ def spot_job(name: str) -> dict[str, Any]:
     }
 
 
+def what_happened(served: FakeApiServerView, job: str) -> str:
+    """The job's events, PodGroup, Reservations and pods as the server holds them: what a failed
+    placement assertion prints."""
+    mine = [e for e in served.list("events") if e["involvedObject"].get("name", "").startswith(job)]
+    lines = [f"event {e['involvedObject'].get('name')}: {e.get('reason')}: {e.get('message')}" for e in mine]
+    lines += [f"podgroup: {g['spec']} {g.get('status')}" for g in served.list("podgroups")]
+    lines += [f"reservation: {r['metadata']['name']} {r['spec']}" for r in served.list("reservations")]
+    lines += [
+        f"pod: {p['metadata']['name']} {p['spec'].get('nodeName')} {p.get('status')}"
+        for p in job_pods(served, job)
+    ]
+    lines += [
+        f"node: {n['metadata']['name']} {n['spec']} {n['status'].get('conditions')}"
+        for n in served.list("nodes")
+    ]
+    return "\n".join(lines)
+
+
 async def test_the_last_replica_gets_the_spot_class_labels_and_node(served: FakeApiServerView) -> None:
     client = await connect(served)
     try:
@@ -73,7 +91,8 @@ async def test_the_last_replica_gets_the_spot_class_labels_and_node(served: Fake
             assert last["spec"]["nodeName"] == "spot-0"
             assert "priorityClassName" not in first["spec"]
             assert "capacity" not in first["metadata"]["labels"]
-            assert first["spec"]["nodeName"] == "od-0"  # binpacking alone would have put both together
+            # binpacking alone would have put both together
+            assert first["spec"]["nodeName"] == "od-0", what_happened(served, "sp")
             (group,) = [g for g in served.list("podgroups") if g["metadata"]["name"] == "sp"]
             assert [r.get("spotReplicas") for r in group["spec"]["roles"]] == [1]
     finally:
