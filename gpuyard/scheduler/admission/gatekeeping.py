@@ -327,6 +327,16 @@ class Admission:
         reason = self.rqs.check(t.namespace, t.rq_usage)
         return Refusal("ResourceQuotaExceeded", reason) if reason is not None else None
 
+    def allows(self, key: Key) -> bool:
+        """Whether `check` says yes, without building its message (quota parking asks this
+        once per shape and change)."""
+        t = self.jobs.get(key)
+        if t is None:
+            return True
+        if self.has_quotas and not self.quotas.allows(key):
+            return False
+        return self.rqs.check(t.namespace, t.rq_usage) is None
+
     def never_fits(self, key: Key, never: bool) -> bool:
         """Whether the waiting job can never be placed on this cluster as it is: then its demand
         leaves its quota's request (it must not squeeze the runtime of quotas whose jobs could
@@ -417,17 +427,9 @@ class Admission:
         tree = self.tree
         if charge.quota not in tree or not tree.is_attached(charge.quota):
             return False
-        tree.refresh()
-        used, lo, rt = tree.used(charge.quota), tree.min(charge.quota), tree.runtime(charge.quota)
-        guaranteed = tree.guaranteed(charge.quota)
-        wanted = {r: a for r, a in charge.usage.items() if a > 0}
-        if not any(r in guaranteed for r in wanted):
-            return False  # nothing it asks for is guaranteed: nothing to take back
-        # every dimension counts: within the min where the quota has one, within the runtime always
-        return all(
-            (r not in guaranteed or used.get(r, 0) + a <= lo.get(r, 0)) and used.get(r, 0) + a <= rt.get(r, 0)
-            for r, a in wanted.items()
-        )
+        # every dimension counts: within the min where the quota has one, within the runtime
+        # always; nothing it asks for is guaranteed: nothing to take back
+        return tree.owed(charge.quota, charge.usage)
 
     # --- statuses ----------------------------------------------------------------------------
 

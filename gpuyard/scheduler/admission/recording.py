@@ -54,7 +54,7 @@ class QuotaParking:
         elsewhere does not send every waiting job through a cycle again."""
         for keys in list(self.by_shape.values()):
             rep = next(iter(keys))
-            if adm.check(rep) is None or adm.owed(rep):
+            if adm.allows(rep) or adm.owed(rep):
                 for key in list(keys):
                     self.unpark(key)
         return self.parked.__contains__ if self.parked else None

@@ -1,6 +1,8 @@
 """Invariants under random trees, demand and job arrivals/completions (hypothesis).
 
 * runtimes never exceed the parent's (and children's runtimes add up to at most the parent's);
+* the tree's incremental runtimes (per changed resource, splits redone only where their inputs
+  moved) are those of a tree built afresh with the same demand;
 * while the mins fit the cluster, every quota gets at least min(request, min);
 * admission never lets usage exceed the runtime anywhere on the job's path;
 * a feasible reclaim plan restores an owner's min: afterwards its job is admitted and fits;
@@ -16,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, rule
 
-from gpuyard.scheduler.admission.quota.admission import QuotaBook
+from gpuyard.scheduler.admission.quota.admission import QuotaBook, admit, admits
 from gpuyard.scheduler.admission.quota.ordering import Aging, FairQueue, QueueConfig, QueuedJob
 from gpuyard.scheduler.admission.quota.resources import fits
 from gpuyard.scheduler.admission.quota.tree import DEFAULT_QUOTA, ROOT_QUOTA, QuotaSpec, QuotaTree
@@ -72,6 +74,7 @@ class QuotaMachine(RuleBasedStateMachine):
     @initialize(tree=trees())
     def build(self, tree: tuple[list[QuotaSpec], dict[str, int]]) -> None:
         specs, total = tree
+        self.specs = specs
         self.tree = QuotaTree(specs, total=total)
         self.book = QuotaBook(self.tree)
         self.leaves = [s.name for s in specs if not s.is_parent] + [DEFAULT_QUOTA]
@@ -114,6 +117,8 @@ class QuotaMachine(RuleBasedStateMachine):
         charge = self.book.charge(key)
         if charge is None or charge.admitted:
             return
+        said = admit(self.tree, charge.quota, charge.usage, preemptible=charge.preemptible)
+        assert admits(self.tree, charge.quota, charge.usage, preemptible=charge.preemptible) == (said is None)
         if self.book.admit(key) is None:
             self.running[key] = RunningJob(
                 key, charge.quota, self.meta[key], next(self.start), charge.usage, charge.preemptible
@@ -177,6 +182,20 @@ class QuotaMachine(RuleBasedStateMachine):
                 shares = [self.tree.runtime(k).get(r, 0) for k in kids]
                 assert sum(shares) <= prt.get(r, 0), (parent, r, shares, prt)
                 assert all(0 <= s <= prt.get(r, 0) for s in shares)
+
+    @invariant()
+    def incremental_runtimes_match_a_fresh_tree(self) -> None:
+        if not hasattr(self, "tree"):
+            return
+        fresh = QuotaTree(self.specs, total=self.tree.total)
+        for _, charge in self.book.jobs():
+            if charge.counted:
+                fresh.add_request(charge.quota, charge.usage)
+            if charge.admitted:
+                fresh.add_used(charge.quota, charge.usage, preemptible=charge.preemptible)
+        for name in [ROOT_QUOTA, *self.tree.names()]:
+            want, got = fresh.status(name), self.tree.status(name)
+            assert (want.runtime, want.scaled_min, want.request) == (got.runtime, got.scaled_min, got.request)
 
     @invariant()
     def runtime_within_max_and_min_guaranteed(self) -> None:

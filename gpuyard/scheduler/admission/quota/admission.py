@@ -40,6 +40,7 @@ __all__ = [
     "QuotaBook",
     "ResourceQuotaBook",
     "admit",
+    "admits",
     "is_preemptible",
     "quota_of",
     "resource_quota_usage",
@@ -94,27 +95,29 @@ def _note(tree: QuotaTree, name: str, res: str) -> str:
     return f"{base}, nothing to borrow"
 
 
-def admit(tree: QuotaTree, quota: str, request: Mapping[str, int], *, preemptible: bool = True) -> str | None:
-    """None if `request` may start in `quota` now, else why not.
+Cause = tuple[str, str, str, int, int]
+"""Why `admit` says no, as data: (what, quota, resource, amount, limit); see `_blocked`."""
 
-    `request` is already charged to the quota's request (pending demand); runtimes are
-    recomputed first if anything changed.
+
+def _blocked(tree: QuotaTree, quota: str, request: Mapping[str, int], preemptible: bool) -> Cause | None:
+    """The first reason `request` may not start in `quota` now (None: it may), without words.
+
+    ("missing" | "detached" | "parent", quota, "", 0, 0); ("max", quota, resource, requested,
+    max); ("min", quota, resource, non-preemptible used, min); ("excess", the first quota on the
+    path without room, resource, used, runtime).
     """
     if quota not in tree:
-        return f"quota {quota}: no such ElasticQuota"
+        return ("missing", quota, "", 0, 0)
     if quota != ROOT_QUOTA and not tree.is_attached(quota):
-        return f"quota {quota}: detached from the tree (parent {tree.spec(quota).parent!r} is unknown or forms a cycle)"
+        return ("detached", quota, "", 0, 0)
     spec = tree.spec(quota)
-    if spec.is_parent or tree.children_of(quota):
-        return f"quota {quota}: is a parent quota; jobs are charged to its leaf quotas"
+    if spec.is_parent or tree.has_children(quota):
+        return ("parent", quota, "", 0, 0)
     wanted = {r: request[r] for r in sorted(request) if request[r] > 0}
     for res, amount in wanted.items():
         cap = spec.max.get(res)
         if cap is not None and amount > cap:
-            return (
-                f"quota {quota}: {res} requested {format_amount(res, amount)} > max {format_amount(res, cap)} "
-                "(the job can never run in this quota)"
-            )
+            return ("max", quota, res, amount, cap)
     tree.refresh()
     if not preemptible:
         lo = tree.min(quota)
@@ -122,18 +125,50 @@ def admit(tree: QuotaTree, quota: str, request: Mapping[str, int], *, preemptibl
         for res, amount in wanted.items():
             have = used.get(res, 0)
             if have + amount > lo.get(res, 0):
-                return (
-                    f"quota {quota}: non-preemptible jobs run only within min; {res} non-preemptible used "
-                    f"{format_amount(res, have)} + requested {format_amount(res, amount)} > min {format_amount(res, lo.get(res, 0))}"
-                )
+                return ("min", quota, res, have, lo.get(res, 0))
     found = tree.excess(quota, wanted)
     if found is None:
         return None
     name, res, have, rt = found
+    return ("excess", name, res, have, rt)
+
+
+def admits(tree: QuotaTree, quota: str, request: Mapping[str, int], *, preemptible: bool = True) -> bool:
+    """Whether `admit` says yes, without building its message (the parking check's question)."""
+    return _blocked(tree, quota, request, preemptible) is None
+
+
+def admit(tree: QuotaTree, quota: str, request: Mapping[str, int], *, preemptible: bool = True) -> str | None:
+    """None if `request` may start in `quota` now, else why not.
+
+    `request` is already charged to the quota's request (pending demand); runtimes are
+    recomputed first if anything changed.
+    """
+    cause = _blocked(tree, quota, request, preemptible)
+    if cause is None:
+        return None
+    what, name, res, have, limit = cause
+    if what == "missing":
+        return f"quota {quota}: no such ElasticQuota"
+    if what == "detached":
+        return f"quota {quota}: detached from the tree (parent {tree.spec(quota).parent!r} is unknown or forms a cycle)"
+    if what == "parent":
+        return f"quota {quota}: is a parent quota; jobs are charged to its leaf quotas"
+    if what == "max":
+        return (
+            f"quota {quota}: {res} requested {format_amount(res, have)} > max {format_amount(res, limit)} "
+            "(the job can never run in this quota)"
+        )
+    if what == "min":
+        amount = request[res]
+        return (
+            f"quota {quota}: non-preemptible jobs run only within min; {res} non-preemptible used "
+            f"{format_amount(res, have)} + requested {format_amount(res, amount)} > min {format_amount(res, limit)}"
+        )
     what = "cluster" if name == ROOT_QUOTA else f"quota {name}"
     return (
-        f"{what}: {res} used {format_amount(res, have)} + requested {format_amount(res, wanted[res])} "
-        f"> runtime {format_amount(res, rt)} ({_explain(tree, name, res)})"
+        f"{what}: {res} used {format_amount(res, have)} + requested {format_amount(res, request[res])} "
+        f"> runtime {format_amount(res, limit)} ({_explain(tree, name, res)})"
     )
 
 
@@ -200,6 +235,13 @@ class QuotaBook(Generic[K]):
         if charge.admitted:
             return None
         return admit(self.tree, charge.quota, charge.usage, preemptible=charge.preemptible)
+
+    def allows(self, key: K) -> bool:
+        """Whether `check` says yes, without building its message."""
+        charge = self._jobs[key]
+        return charge.admitted or admits(
+            self.tree, charge.quota, charge.usage, preemptible=charge.preemptible
+        )
 
     def admit(self, key: K) -> str | None:
         """Admit the job if its quota allows; None on success, else the reason."""

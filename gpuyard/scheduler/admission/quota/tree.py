@@ -27,7 +27,9 @@ Every quota takes part in every resource the cluster or any quota names: a missi
 a missing `max` is unlimited, a missing weight is `max` or 1 where `max` is unlimited.
 
 The tree is plain data and incremental: requests and usage change by deltas (`add_request`,
-`add_used`); runtimes are recomputed lazily, at most once per change, in O(quotas x resources).
+`add_used`); runtimes are recomputed lazily, at most once per change, and only for the resources
+whose requests changed (a GPU-only job leaves CPU and memory alone); within a resource, a parent's
+split among its children is done again only when its runtime or a child's limited request moved.
 """
 
 from __future__ import annotations
@@ -208,6 +210,7 @@ class _Node:
         "request",
         "runtime",
         "spec",
+        "split",
         "used",
     )
 
@@ -223,6 +226,9 @@ class _Node:
         self.contrib: Vector = {}
         self.min_eff: Vector = {}
         self.runtime: Vector = {}
+        self.split: dict[str, tuple[int, list[int]]] = {}
+        """Per resource, the inputs of the last split among the children: (runtime, their
+        limited requests); the same inputs give the same split."""
 
 
 _IMPLICIT_DEFAULT = QuotaSpec(name=DEFAULT_QUOTA, shared_weight=None)
@@ -251,6 +257,8 @@ class QuotaTree:
         self._ns_index: dict[str, str] = {}
         self._resources: set[str] = set()
         self._dirty = True
+        self._stale: set[str] | None = None
+        """Resources whose runtimes need recomputing; None: all of them (structure or total changed)."""
         self.version = 0
         """Bumped whenever runtimes are recomputed."""
         self.notes: tuple[int, dict[tuple[str, str], str]] | None = None
@@ -279,6 +287,7 @@ class QuotaTree:
             self._total = new
             self._resources.update(new)
             self._dirty = True
+            self._stale = None
 
     @property
     def total(self) -> Vector:
@@ -330,6 +339,7 @@ class QuotaTree:
         for name, v in self._self_used.items():
             self._charge_path(name, v, self._self_np_used.get(name, {}), sign=1)
         self._dirty = True
+        self._stale = None
 
     def _path_nodes(self, name: str) -> list[_Node]:
         """The quota and its ancestors (the root last for an attached quota)."""
@@ -361,7 +371,15 @@ class QuotaTree:
         if not any(delta.values()):
             return
         _add(self._self_request.setdefault(name, {}), delta, sign)
-        self._resources.update(k for k, v in delta.items() if v)
+        stale = self._stale
+        for k, v in delta.items():
+            if v:
+                if k not in self._resources:  # a new resource: every quota gets it, in order
+                    self._resources.add(k)
+                    stale = None
+                elif stale is not None:
+                    stale.add(k)
+        self._stale = stale
         self._dirty = True
 
     def add_used(
@@ -399,6 +417,10 @@ class QuotaTree:
     def children_of(self, name: str) -> list[str]:
         node = self._root if name == ROOT_QUOTA else self._nodes.get(name)
         return [c.name for c in node.children] if node is not None else []
+
+    def has_children(self, name: str) -> bool:
+        node = self._root if name == ROOT_QUOTA else self._nodes.get(name)
+        return node is not None and bool(node.children)
 
     def is_attached(self, name: str) -> bool:
         """Whether the quota's parent chain reaches the root (else it gets no runtime)."""
@@ -457,6 +479,23 @@ class QuotaTree:
                         return node.name, res, have, runtime.get(res, 0)
         return None
 
+    def owed(self, name: str, request: Mapping[str, int]) -> bool:
+        """Whether `request` fits in `name`'s min (in force) for every resource its min names, and
+        in its runtime for every resource; False when it asks for nothing its min names (reclaim
+        is owed only within the guarantee). No copies: the reclaim and parking hot path."""
+        if name == ROOT_QUOTA or name not in self._nodes:
+            return False
+        self.refresh()
+        node = self._nodes[name]
+        guaranteed, used, lo, rt = node.spec.min, node.used, node.min_eff, node.runtime
+        wanted = [(r, a) for r, a in request.items() if a > 0]
+        if not any(r in guaranteed for r, _ in wanted):
+            return False
+        return all(
+            (r not in guaranteed or used.get(r, 0) + a <= lo.get(r, 0)) and used.get(r, 0) + a <= rt.get(r, 0)
+            for r, a in wanted
+        )
+
     def status(self, name: str) -> QuotaStatus:
         self.refresh()
         node = self._node(name)
@@ -479,54 +518,72 @@ class QuotaTree:
         """Recompute runtimes if anything changed; True if it did."""
         if not self._dirty:
             return False
-        self._compute()
+        if self._stale is None:
+            self._compute()
+        else:
+            for res in sorted(self._stale):
+                self._compute_resource(res)
+        self._stale = set()
         self._dirty = False
         self.version += 1
         return True
 
     def _compute(self) -> None:
-        order = self._order
+        """Every resource from scratch."""
         for node in self._nodes.values():
             node.request, node.contrib, node.min_eff, node.runtime = {}, {}, {}, {}
+            node.split = {}
         root = self._root
         root.request, root.contrib, root.min_eff, root.runtime = {}, {}, {}, {}
+        root.split = {}
         for res in sorted(self._resources):
-            # bottom-up: requests and what each quota passes to its parent
-            for node in reversed(order):
-                req = self._self_request.get(node.name, {}).get(res, 0)
-                for child in node.children:
-                    req += child.contrib.get(res, 0)
-                req = max(req, 0)
-                node.request[res] = req
-                cap = node.spec.max.get(res)
-                limited = req if cap is None else min(req, cap)
-                if not node.spec.allow_lent:
-                    lo = node.spec.min.get(res, 0)
-                    limited = max(limited, lo if cap is None else min(lo, cap))
-                node.contrib[res] = limited
-            # top-down: runtimes
-            root.runtime[res] = self._total.get(res, 0)
-            root.min_eff[res] = self._total.get(res, 0)
-            for node in order:
-                kids = node.children
-                if not kids:
-                    continue
-                mins = scale_mins(node.runtime[res], [k.spec.min.get(res, 0) for k in kids])
-                shares = redistribute(
-                    node.runtime[res],
-                    requests=[k.contrib[res] for k in kids],
-                    mins=mins,
-                    weights=[k.spec.weight(res) for k in kids],
-                    lend=[k.spec.allow_lent for k in kids],
-                    names=[k.name for k in kids],
-                )
-                for k, lo, share in zip(kids, mins, shares, strict=True):
-                    k.min_eff[res] = lo
-                    k.runtime[res] = share
+            self._compute_resource(res)
         for node in self._nodes.values():
             if node.name not in self._attached:
                 node.runtime = dict.fromkeys(self._resources, 0)
                 node.min_eff = dict.fromkeys(self._resources, 0)
+
+    def _compute_resource(self, res: str) -> None:
+        """One resource's requests (bottom-up) and runtimes (top-down) of the attached quotas."""
+        order, root = self._order, self._root
+        # bottom-up: requests and what each quota passes to its parent
+        for node in reversed(order):
+            req = self._self_request.get(node.name, {}).get(res, 0)
+            for child in node.children:
+                req += child.contrib.get(res, 0)
+            req = max(req, 0)
+            node.request[res] = req
+            cap = node.spec.max.get(res)
+            limited = req if cap is None else min(req, cap)
+            if not node.spec.allow_lent:
+                lo = node.spec.min.get(res, 0)
+                limited = max(limited, lo if cap is None else min(lo, cap))
+            node.contrib[res] = limited
+        # top-down: runtimes
+        root.runtime[res] = self._total.get(res, 0)
+        root.min_eff[res] = self._total.get(res, 0)
+        for node in order:
+            kids = node.children
+            if not kids:
+                continue
+            total = node.runtime[res]
+            requests = [k.contrib[res] for k in kids]
+            inputs = (total, requests)
+            if node.split.get(res) == inputs:
+                continue  # the children's runtimes and mins stand
+            node.split[res] = inputs
+            mins = scale_mins(total, [k.spec.min.get(res, 0) for k in kids])
+            shares = redistribute(
+                total,
+                requests=requests,
+                mins=mins,
+                weights=[k.spec.weight(res) for k in kids],
+                lend=[k.spec.allow_lent for k in kids],
+                names=[k.name for k in kids],
+            )
+            for k, lo, share in zip(kids, mins, shares, strict=True):
+                k.min_eff[res] = lo
+                k.runtime[res] = share
 
 
 def _add(into: Vector, delta: Mapping[str, int], sign: int) -> None:
