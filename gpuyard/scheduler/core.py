@@ -325,7 +325,7 @@ class SchedulerState:
         epoch = self.epoch()
         if epoch != self._seen_epoch:
             self._seen_epoch = epoch
-            self.queue.wake_parked(epoch, stay=self.parking.stays(adm))
+            self.queue.wake_parked(epoch, keep=self.parking.stays(adm))
 
     def _forget(self, key: tuple[str, str]) -> None:
         """The PodGroup is gone: its Reservations go too, and every record of it."""

@@ -20,7 +20,7 @@ could help.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Mapping, Set
 from datetime import datetime
 
 import structlog
@@ -48,16 +48,16 @@ class QuotaParking:
         self.parked: dict[Key, JobShape] = {}  # parked by quota alone since last tried -> shape
         self.by_shape: dict[JobShape, set[Key]] = {}  # the same, per shape
 
-    def stays(self, adm: Admission) -> Callable[[Hashable], bool] | None:
-        """For `wake_parked`: jobs parked by quota alone stay parked while quota still blocks
-        their shape and reclaim cannot help it (not owed). One check per shape, so a change
-        elsewhere does not send every waiting job through a cycle again."""
+    def stays(self, adm: Admission) -> Set[Key] | None:
+        """For `wake_parked(keep=)`: jobs parked by quota alone stay parked while quota still
+        blocks their shape and reclaim cannot help it (not owed). One check per shape, so a
+        change elsewhere does not send every waiting job through a cycle again."""
         for keys in list(self.by_shape.values()):
             rep = next(iter(keys))
             if adm.allows(rep) or adm.owed(rep):
                 for key in list(keys):
                     self.unpark(key)
-        return self.parked.__contains__ if self.parked else None
+        return self.parked.keys() if self.parked else None
 
     def park(self, key: Key, shape: JobShape | None) -> None:
         self.unpark(key)

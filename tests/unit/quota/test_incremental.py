@@ -71,3 +71,36 @@ def test_wake_parked_keeps_the_jobs_stay_names() -> None:
     assert sorted(j.key for j in fq.pending()) == ["j0", "j2"]
     assert sorted(j.key for j in fq.held()) == ["j1", "j3"]
     assert fq.counts() == {"a": (4, 0)}
+
+
+def test_wake_parked_with_keep_wakes_as_stay_does() -> None:
+    """`keep` (a set) wakes the same jobs in the same order as the `stay` predicate, and the
+    parked head is found among the protected parked jobs as among all held ones."""
+    rng = random.Random(5)
+    for _ in range(30):
+        fqs = [FairQueue(capacity={G: 64}, queues=[QueueConfig("a"), QueueConfig("b")]) for _ in range(2)]
+        jobs = [QueuedJob(f"j{i}", rng.choice("ab"), rng.randrange(3), float(i), {G: 1}) for i in range(30)]
+        script = [
+            (rng.choice(jobs), rng.randrange(4), rng.randrange(1, 6), rng.random() < 0.5) for _ in range(120)
+        ]
+        keep = {job.key for job in rng.sample(jobs, 10)}
+        for fq in fqs:
+            for job, op, epoch, reserve in script:
+                if op == 0:
+                    fq.add(job)
+                elif op == 1 and job.key in fq:
+                    fq.park(job.key, epoch=epoch, reserve=reserve)
+                elif op == 2 and job.key in fq:
+                    fq.backoff(job.key, until=float(epoch))
+                elif op == 3:
+                    fq.remove(job.key)
+        a, b = fqs
+        assert a.parked_head(0.0) == min(
+            (h.job for h in a._held.values() if h.reserve and h.epoch is not None),
+            key=lambda job: a.rank(job, 0.0),
+            default=None,
+        )
+        assert a.wake_parked(4, stay=keep.__contains__) == b.wake_parked(4, keep=keep)
+        assert list(a._pending) == list(b._pending)
+        assert [j.key for j in a.order(0.0)] == [j.key for j in b.order(0.0)]
+        assert list(a._held) == list(b._held)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from gpuyard.scheduler.admission.quota.candidates import Candidates
@@ -73,6 +73,8 @@ class _Held:
     epoch: int | None
     until: float | None
     reserve: bool
+    seq: int = 0
+    """When it was set aside (its place in `FairQueue._held`, kept while it stays held)."""
 
 
 @dataclass(slots=True)
@@ -102,6 +104,8 @@ class FairQueue:
         self._pending: dict[Hashable, tuple[QueuedJob, tuple[float, int, Hashable]]] = {}
         self._running: dict[Hashable, _Running] = {}
         self._held: dict[Hashable, _Held] = {}
+        self._held_seq = itertools.count()
+        self._reserved: dict[Hashable, _Held] = {}  # parked (not backing off) and protected: head candidates
         self._held_in: dict[str, int] = {}  # per queue: how many of `_held` (kept as they change)
         self._backoffs: list[tuple[float, int, Hashable]] = []  # (until, seq, key); stale ones skipped
         self._used: Vector = {}  # the running jobs' usage, summed
@@ -211,7 +215,12 @@ class FairQueue:
         old = self._held.get(key)
         if old is not None:
             self._held_in[old.job.queue] -= 1
+        held.seq = old.seq if old is not None else next(self._held_seq)  # the dict keeps its place
         self._held[key] = held
+        if held.reserve and held.epoch is not None:
+            self._reserved[key] = held
+        else:
+            self._reserved.pop(key, None)
         self._held_in[held.job.queue] = self._held_in.get(held.job.queue, 0) + 1
         if held.until is not None:
             heapq.heappush(self._backoffs, (held.until, next(self._seq), key))
@@ -220,6 +229,7 @@ class FairQueue:
         held = self._held.pop(key, None)
         if held is not None:
             self._held_in[held.job.queue] -= 1
+            self._reserved.pop(key, None)
         return held
 
     def _take(self, key: Hashable) -> QueuedJob | None:
@@ -255,13 +265,34 @@ class FairQueue:
             self._causes[key] = reason
         self._hold(key, _Held(job, epoch, until, reserve))
 
-    def wake_parked(self, epoch: int, *, stay: Callable[[Hashable], bool] | None = None) -> int:
-        """Make every job parked before `epoch` ready again (but those `stay` keeps); how many."""
-        woken = [
-            (k, h)
-            for k, h in self._held.items()
-            if h.epoch is not None and h.epoch < epoch and (stay is None or not stay(k))
-        ]
+    def wake_parked(
+        self,
+        epoch: int,
+        *,
+        stay: Callable[[Hashable], bool] | None = None,
+        keep: Set[Hashable] | None = None,
+    ) -> int:
+        """Make every job parked before `epoch` ready again (but those `stay` or `keep` keeps),
+        in the order they were set aside; how many.
+
+        `keep` (a set: the jobs quota parking keeps) is cheaper than `stay` when most held jobs
+        stay: only the others are looked at.
+        """
+        held = self._held
+        if keep is not None and stay is None:
+            woken = [
+                (k, h) for k in held.keys() - keep if (h := held[k]).epoch is not None and h.epoch < epoch
+            ]
+            woken.sort(key=lambda kh: kh[1].seq)
+        else:
+            woken = [
+                (k, h)
+                for k, h in held.items()
+                if h.epoch is not None
+                and h.epoch < epoch
+                and (stay is None or not stay(k))
+                and (keep is None or k not in keep)
+            ]
         for key, h in woken:
             self._unhold(key)
             self._insert(h.job)
@@ -418,8 +449,17 @@ class FairQueue:
         held = self._held.get(self._head) if self._head is not None else None
         if held is not None and held.reserve and held.epoch is not None:
             return held.job
-        parked = [h.job for h in self._held.values() if h.reserve and h.epoch is not None]
-        return min(parked, key=lambda job: self.rank(job, now)) if parked else None
+        if not self._reserved:
+            return None
+        shares: dict[str, float] = {}  # one per queue, not one per parked job
+
+        def rank(job: QueuedJob) -> tuple[float, str, int, float, str]:
+            share = shares.get(job.queue)
+            if share is None:
+                share = shares[job.queue] = self.share(job.queue)
+            return (share, job.queue, -self.effective_priority(job, now), job.submit_time, str(job.key))
+
+        return min((h.job for h in self._reserved.values()), key=rank)
 
     def shadow(self, head: QueuedJob, now: float, free: Mapping[str, int]) -> tuple[float, Vector] | None:
         """When `head` could start at the earliest and what it would leave free then.
