@@ -441,23 +441,24 @@ class Admission:
             self.tree.refresh()
         # Statuses are functions of the tree (or the queue counts): unchanged since every one was
         # written, there is nothing to write (a failed write makes the next call look again).
-        if "ElasticQuota" in kinds and self._wrote_all.get("ElasticQuota") != (self.tree, self.tree.version):
+        tree = self.tree
+        if "ElasticQuota" in kinds and self._wrote_all.get("ElasticQuota") != (tree, tree.version):
+            written = self._written
             for eq in store.list_of(ElasticQuota):
-                name = eq.metadata.name
-                if name not in self.tree:
+                meta = eq.metadata
+                name = meta.name
+                if name not in tree:
                     continue
-                st = self.tree.status(name)
-                numbers = (
-                    tuple(sorted(st.runtime.items())),
-                    tuple(sorted(st.used.items())),
-                    tuple(sorted(st.request.items())),
-                )
-                if self._changed(eq, numbers):
-                    vectors = {"runtime": st.runtime, "request": st.request}
-                    if self.writes_quota_used:
-                        vectors["used"] = st.used
-                    self._patch(out, eq, {n: quantities_of(x) for n, x in vectors.items()})
-            self._wrote_all["ElasticQuota"] = (self.tree, self.tree.version)
+                runtime, used, request = numbers = tree.vectors(name)
+                wkey = (eq.kind, meta.namespace, name)
+                if written.get(wkey) == numbers:  # the vectors as last written (copies)
+                    continue
+                written[wkey] = (dict(runtime), dict(used), dict(request))
+                vectors = {"runtime": runtime, "request": request}
+                if self.writes_quota_used:
+                    vectors["used"] = used
+                self._patch(out, eq, {n: quantities_of(x) for n, x in vectors.items()})
+            self._wrote_all["ElasticQuota"] = (tree, tree.version)
         counts = self.queue_counts() if "Queue" in kinds else None
         if counts is not None and self._wrote_all.get("Queue") != counts:
             for q in store.list_of(Queue):

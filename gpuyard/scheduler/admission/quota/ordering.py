@@ -109,6 +109,7 @@ class FairQueue:
         self._held_in: dict[str, int] = {}  # per queue: how many of `_held` (kept as they change)
         self._backoffs: list[tuple[float, int, Hashable]] = []  # (until, seq, key); stale ones skipped
         self._used: Vector = {}  # the running jobs' usage, summed
+        self._shares: dict[str, float] = {}  # per queue, until its usage, weight or the capacity changes
         self._causes: dict[Hashable, str] = {}
         self._head: Hashable | None = None  # the last protected head, kept while it is parked
         self._seq = itertools.count()
@@ -120,6 +121,7 @@ class FairQueue:
     def set_capacity(self, capacity: Mapping[str, int]) -> None:
         """The cluster total the shares are measured against."""
         self._capacity = dict(capacity)
+        self._shares.clear()
 
     @property
     def capacity(self) -> Vector:
@@ -127,6 +129,7 @@ class FairQueue:
 
     def set_queue(self, config: QueueConfig) -> None:
         self._configs[config.name] = config
+        self._shares.pop(config.name, None)
         q = self._queues.get(config.name)
         if q is not None:
             q.config = config
@@ -142,6 +145,7 @@ class FairQueue:
     def remove_queue(self, name: str) -> None:
         """Forget a queue's settings (its jobs stay, under default settings)."""
         self._configs.pop(name, None)
+        self._shares.pop(name, None)
         q = self._queues.get(name)
         if q is not None:
             q.config = QueueConfig(name)
@@ -351,6 +355,7 @@ class FairQueue:
         q = self._queue(job.queue)
         q.running += 1
         add(q.usage, use)
+        self._shares.pop(job.queue, None)
         add(self._used, use)
 
     def finish(self, key: Hashable) -> None:
@@ -361,6 +366,7 @@ class FairQueue:
         q = self._queues[run.job.queue]
         q.running -= 1
         add(q.usage, run.usage, sign=-1)
+        self._shares.pop(run.job.queue, None)
         add(self._used, run.usage, sign=-1)
 
     def requeue(self, key: Hashable) -> None:
@@ -400,10 +406,14 @@ class FairQueue:
 
     def share(self, queue: str) -> float:
         """The queue's weighted dominant share of the cluster (its running jobs' usage)."""
+        share = self._shares.get(queue)
+        if share is not None:
+            return share
         q = self._queues.get(queue)
         if q is None:
             return 0.0
-        return dominant_share(q.usage, self._capacity) / q.config.weight
+        share = self._shares[queue] = dominant_share(q.usage, self._capacity) / q.config.weight
+        return share
 
     def effective_priority(self, job: QueuedJob, now: float) -> int:
         return job.priority + self.aging_of(job.queue).boost(now - job.submit_time)

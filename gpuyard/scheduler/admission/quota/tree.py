@@ -496,6 +496,12 @@ class QuotaTree:
             for r, a in wanted
         )
 
+    def vectors(self, name: str) -> tuple[Vector, Vector, Vector]:
+        """(runtime, used, request) of `name`: the tree's own vectors, not copies (read, never
+        keep or change them); runtimes as of the last `refresh`."""
+        node = self._node(name)
+        return node.runtime, node.used, node.request
+
     def status(self, name: str) -> QuotaStatus:
         self.refresh()
         node = self._node(name)
