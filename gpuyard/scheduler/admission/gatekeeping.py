@@ -57,7 +57,7 @@ from gpuyard.scheduler.cache.objects import ObjectCache
 from gpuyard.scheduler.decisions import PatchStatus
 from gpuyard.scheduler.gangs.outcomes import Refusal
 
-__all__ = ["Admission", "TrackedJob"]
+__all__ = ["Admission", "ParkedMarks", "TrackedJob"]
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +65,8 @@ Key = tuple[str, str]
 VectorItems = tuple[tuple[str, int], ...]
 JobShape = tuple[tuple[str, VectorItems, bool] | None, str, VectorItems]
 """What quota answers depend on for a waiting job: (quota charge, namespace, ResourceQuota usage)."""
+ParkedMarks = tuple[QuotaTree, str, str, tuple[int, ...]]
+"""(tree, the quota without room, the job's quota, `QuotaTree.marks` of both): `Admission.parked_marks`."""
 
 
 @dataclass(slots=True)
@@ -336,6 +338,34 @@ class Admission:
         if self.has_quotas and not self.quotas.allows(key):
             return False
         return self.rqs.check(t.namespace, t.rq_usage) is None
+
+    def parked_marks(self, key: Key) -> ParkedMarks | None:
+        """While quota blocks the waiting job and reclaim cannot help it (not owed): what that
+        depends on (the quota without room, the job's quota, their `QuotaTree.marks`), for
+        `still_parked`. None when the job may start, may be owed, or ResourceQuotas alone block it."""
+        charge = self.quotas.charge(key)
+        if not self.has_quotas or key not in self.jobs or charge is None or charge.admitted:
+            return None
+        cause = self.quotas.cause(key)
+        if cause is None or cause[0] not in ("excess", "min", "max") or self.owed(key):
+            return None
+        blocker = cause[1]
+        return (self.tree, blocker, charge.quota, self.tree.marks(blocker, charge.quota))
+
+    def still_parked(self, key: Key, marks: ParkedMarks) -> bool:
+        """Whether `parked_marks` would still say the job stays parked: its quota's usage and
+        the blocking quota's did not go down and no runtime or min changed since `marks`."""
+        tree, blocker, quota, seen = marks
+        charge = self.quotas.charge(key)
+        return (
+            tree is self.tree
+            and self.has_quotas
+            and key in self.jobs
+            and charge is not None
+            and not charge.admitted
+            and charge.quota == quota
+            and tree.marks(blocker, quota) == seen
+        )
 
     def never_fits(self, key: Key, never: bool) -> bool:
         """Whether the waiting job can never be placed on this cluster as it is: then its demand

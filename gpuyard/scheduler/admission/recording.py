@@ -26,7 +26,7 @@ from datetime import datetime
 import structlog
 
 from gpuyard.apis.scheduling import PodGroup, pod_name
-from gpuyard.scheduler.admission.gatekeeping import Admission, JobShape
+from gpuyard.scheduler.admission.gatekeeping import Admission, JobShape, ParkedMarks
 from gpuyard.scheduler.cache.assuming import StatusView, event_about, patch, status_changes
 from gpuyard.scheduler.decisions import Decision, EventType, Outbox, PatchStatus, RecordEvent, Tally
 
@@ -47,14 +47,21 @@ class QuotaParking:
     def __init__(self) -> None:
         self.parked: dict[Key, JobShape] = {}  # parked by quota alone since last tried -> shape
         self.by_shape: dict[JobShape, set[Key]] = {}  # the same, per shape
+        self.marks: dict[JobShape, ParkedMarks] = {}  # per shape: why it stays (`Admission.parked_marks`)
 
     def stays(self, adm: Admission) -> Set[Key] | None:
         """For `wake_parked(keep=)`: jobs parked by quota alone stay parked while quota still
         blocks their shape and reclaim cannot help it (not owed). One check per shape, so a
         change elsewhere does not send every waiting job through a cycle again."""
-        for keys in list(self.by_shape.values()):
+        for shape, keys in list(self.by_shape.items()):
             rep = next(iter(keys))
-            if adm.allows(rep) or adm.owed(rep):
+            marks = self.marks.get(shape)
+            if marks is not None and adm.still_parked(rep, marks):
+                continue  # no usage went down where it matters, no runtime changed: same answer
+            marks = adm.parked_marks(rep)
+            if marks is not None:
+                self.marks[shape] = marks
+            elif adm.allows(rep) or adm.owed(rep):
                 for key in list(keys):
                     self.unpark(key)
         return self.parked.keys() if self.parked else None
@@ -72,11 +79,13 @@ class QuotaParking:
             keys.discard(key)
             if not keys:
                 del self.by_shape[shape]
+                self.marks.pop(shape, None)
 
     def clear(self) -> None:
         """Quota configuration changed: shapes may mean other quotas; wake by epoch as usual."""
         self.parked.clear()
         self.by_shape.clear()
+        self.marks.clear()
 
 
 class Recorder:

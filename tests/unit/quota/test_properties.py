@@ -3,6 +3,8 @@
 * runtimes never exceed the parent's (and children's runtimes add up to at most the parent's);
 * the tree's incremental runtimes (per changed resource, splits redone only where their inputs
   moved) are those of a tree built afresh with the same demand;
+* a job refused for room and not owed its min stays so while the marks of the quota without
+  room and of its own quota do not change (quota parking skips its check then);
 * while the mins fit the cluster, every quota gets at least min(request, min);
 * admission never lets usage exceed the runtime anywhere on the job's path;
 * a feasible reclaim plan restores an owner's min: afterwards its job is admitted and fits;
@@ -82,6 +84,7 @@ class QuotaMachine(RuleBasedStateMachine):
         self.seq = itertools.count()
         self.start = itertools.count()
         self.running: dict[str, RunningJob] = {}
+        self.refused: dict[str, tuple[str, str, tuple[int, ...]]] = {}
 
     @rule(
         target=jobs,
@@ -118,6 +121,9 @@ class QuotaMachine(RuleBasedStateMachine):
         if charge is None or charge.admitted:
             return
         said = admit(self.tree, charge.quota, charge.usage, preemptible=charge.preemptible)
+        cause = self.book.cause(key)
+        if cause is not None and cause[0] != "missing" and not self.tree.owed(charge.quota, charge.usage):
+            self.refused[key] = (cause[1], charge.quota, self.tree.marks(cause[1], charge.quota))
         assert admits(self.tree, charge.quota, charge.usage, preemptible=charge.preemptible) == (said is None)
         if self.book.admit(key) is None:
             self.running[key] = RunningJob(
@@ -182,6 +188,18 @@ class QuotaMachine(RuleBasedStateMachine):
                 shares = [self.tree.runtime(k).get(r, 0) for k in kids]
                 assert sum(shares) <= prt.get(r, 0), (parent, r, shares, prt)
                 assert all(0 <= s <= prt.get(r, 0) for s in shares)
+
+    @invariant()
+    def refused_jobs_stay_refused_while_the_marks_stand(self) -> None:
+        if not hasattr(self, "tree"):
+            return
+        for key, (blocker, quota, marks) in list(self.refused.items()):
+            charge = self.book.charge(key)
+            if charge is None or charge.admitted or self.tree.marks(blocker, quota) != marks:
+                del self.refused[key]
+                continue
+            assert self.book.cause(key) is not None
+            assert not self.tree.owed(charge.quota, charge.usage)
 
     @invariant()
     def incremental_runtimes_match_a_fresh_tree(self) -> None:

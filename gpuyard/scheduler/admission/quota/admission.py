@@ -36,6 +36,7 @@ K = TypeVar("K", bound=Hashable)
 """A job's key (the scheduler uses (namespace, name))."""
 
 __all__ = [
+    "Cause",
     "JobCharge",
     "QuotaBook",
     "ResourceQuotaBook",
@@ -235,6 +236,13 @@ class QuotaBook(Generic[K]):
         if charge.admitted:
             return None
         return admit(self.tree, charge.quota, charge.usage, preemptible=charge.preemptible)
+
+    def cause(self, key: K) -> Cause | None:
+        """Why the tracked, waiting job may not start now, as data (`_blocked`); None: it may."""
+        charge = self._jobs[key]
+        return (
+            None if charge.admitted else _blocked(self.tree, charge.quota, charge.usage, charge.preemptible)
+        )
 
     def allows(self, key: K) -> bool:
         """Whether `check` says yes, without building its message."""

@@ -203,6 +203,7 @@ class _Node:
         "children",
         "contrib",
         "depth",
+        "drop",
         "min_eff",
         "name",
         "np_used",
@@ -220,6 +221,8 @@ class _Node:
         self.parent: _Node | None = None
         self.children: list[_Node] = []
         self.depth = 0
+        self.drop = 0
+        """When some usage of this quota last went down (`QuotaTree.marks`)."""
         self.used: Vector = {}
         self.np_used: Vector = {}
         self.request: Vector = {}
@@ -261,6 +264,9 @@ class QuotaTree:
         """Resources whose runtimes need recomputing; None: all of them (structure or total changed)."""
         self.version = 0
         """Bumped whenever runtimes are recomputed."""
+        self.limits = 0
+        """Bumped whenever a runtime or a min in force changes value (or the structure does)."""
+        self._drops = 0
         self.notes: tuple[int, dict[tuple[str, str], str]] | None = None
         """How each runtime came about, per (quota, resource), as of a version (`admit`'s messages)."""
         self.set_quotas(quotas)
@@ -360,9 +366,14 @@ class QuotaTree:
         path = self._path_nodes(name)
         if not path or path[-1] is not self._root:
             path.append(self._root)  # the cluster is used whatever the quota's state
+        dropped = any(sign * v < 0 for v in delta.values()) or any(sign * v < 0 for v in np_delta.values())
+        if dropped:
+            self._drops += 1
         for node in path:
             _add(node.used, delta, sign)
             _add(node.np_used, np_delta, sign)
+            if dropped:
+                node.drop = self._drops
 
     # --- demand and usage --------------------------------------------------------------------
 
@@ -496,6 +507,14 @@ class QuotaTree:
             for r, a in wanted
         )
 
+    def marks(self, *names: str) -> tuple[int, ...]:
+        """What admission answers about these quotas depend on, as far as they can turn to yes:
+        (`limits`, when each quota's usage last went down). While the marks stay the same, a
+        request that found no room in one of them still finds none (usage only grew there, no
+        runtime or min changed), and one not within a quota's min is still not."""
+        self.refresh()
+        return (self.limits, *(self._node(n).drop for n in names))
+
     def vectors(self, name: str) -> tuple[Vector, Vector, Vector]:
         """(runtime, used, request) of `name`: the tree's own vectors, not copies (read, never
         keep or change them); runtimes as of the last `refresh`."""
@@ -526,6 +545,7 @@ class QuotaTree:
             return False
         if self._stale is None:
             self._compute()
+            self.limits += 1
         else:
             for res in sorted(self._stale):
                 self._compute_resource(res)
@@ -588,6 +608,8 @@ class QuotaTree:
                 names=[k.name for k in kids],
             )
             for k, lo, share in zip(kids, mins, shares, strict=True):
+                if k.runtime.get(res) != share or k.min_eff.get(res) != lo:
+                    self.limits += 1
                 k.min_eff[res] = lo
                 k.runtime[res] = share
 
