@@ -39,6 +39,7 @@ from gpuyard.apis.resourceclasses import ResourceClass, is_class_resource
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.admission.quota import (
     FairQueue,
+    JobCharge,
     QueuedJob,
     QuotaBook,
     QuotaTree,
@@ -106,6 +107,7 @@ class Admission:
         self._written: dict[tuple[str, str, str], object] = {}
         self._wrote_all: dict[str, object] = {}  # per kind: the state whose statuses are all written
         self._sigs: dict[tuple[str, str, str], object] = {}
+        self._shapes: dict[Key, tuple[TrackedJob, JobCharge | None, JobShape]] = {}  # `shape`, per job
         self._named_classes: frozenset[str] = frozenset()  # GPU classes some ElasticQuota names
 
     # --- configuration from the objects ------------------------------------------------------
@@ -124,6 +126,7 @@ class Admission:
         self.rqs = ResourceQuotaBook()
         self.queue = FairQueue()
         self.jobs.clear()
+        self._shapes.clear()
         self.has_quotas = False
         self._written.clear()
         self._wrote_all.clear()
@@ -386,8 +389,13 @@ class Admission:
         charge = self.quotas.charge(key) if self.has_quotas else None
         if charge is not None and charge.admitted:
             return None
+        known = self._shapes.get(key)  # a new TrackedJob or JobCharge replaces the old ones
+        if known is not None and known[0] is t and known[1] is charge:
+            return known[2]
         quota = (charge.quota, tuple(sorted(charge.usage.items())), charge.preemptible) if charge else None
-        return (quota, t.namespace, tuple(sorted(t.rq_usage.items())))
+        shape = (quota, t.namespace, tuple(sorted(t.rq_usage.items())))
+        self._shapes[key] = (t, charge, shape)
+        return shape
 
     def start(self, key: Key, *, now: float) -> None:
         """The job was placed: admitted (even a gang-group member that was not checked itself)."""
@@ -415,6 +423,7 @@ class Admission:
 
     def forget(self, key: Key) -> None:
         """The job is gone or suspended."""
+        self._shapes.pop(key, None)
         if self.jobs.pop(key, None) is None:
             return
         self.quotas.forget(key)

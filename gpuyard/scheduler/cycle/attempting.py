@@ -87,7 +87,7 @@ def offer(state: Cycling, walk: Walk, job: Any) -> None:
             outcome = None
             if (
                 refusal.code != "ResourceQuotaExceeded"
-                and not adm.owed(key)
+                and not (known[1] if known is not None else adm.owed(key))  # same shape, same state
                 and preempt_for(state, key, quota_blocked=True)
             ):
                 walk.verdicts.clear()
