@@ -53,10 +53,11 @@ class OrphanSweeper:
         self.deleted = 0
 
     def _unbound(self) -> list[Pod]:
+        ours = self.writer.scheduler_name
         return [
             p
-            for p in self.store.list_of(Pod)
-            if p.spec.scheduler_name == self.writer.scheduler_name
+            for p in self.store.all_of(Pod)  # every second over every pod: no sort
+            if p.spec.scheduler_name == ours
             and not p.spec.node_name
             and p.status.phase == "Pending"
             and p.metadata.deletion_timestamp is None
