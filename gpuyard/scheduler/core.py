@@ -111,7 +111,7 @@ class SchedulerState:
         self.recorder = Recorder(events=events, out=out)
         self.cache = ClusterCache(port_range=port_range, out=out)
         self.admission = Admission(self.cache.objects, writes_quota_used=writes_quota_used)
-        self.parking = QuotaParking()  # jobs parked by quota alone
+        self.parking = QuotaParking(lambda: self.admission.queue)  # jobs parked by quota alone
         self.claims = Claims(
             reclaimer=Reclaimer(delay=reclaim_delay),
             nomination_seconds=nomination_seconds,
@@ -325,7 +325,8 @@ class SchedulerState:
         epoch = self.epoch()
         if epoch != self._seen_epoch:
             self._seen_epoch = epoch
-            self.queue.wake_parked(epoch, keep=self.parking.stays(adm))
+            self.parking.stays(adm)
+            self.queue.wake_parked(epoch)
 
     def _forget(self, key: tuple[str, str]) -> None:
         """The PodGroup is gone: its Reservations go too, and every record of it."""

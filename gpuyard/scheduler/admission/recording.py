@@ -20,13 +20,14 @@ could help.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 import structlog
 
 from gpuyard.apis.scheduling import PodGroup, pod_name
 from gpuyard.scheduler.admission.gatekeeping import Admission, JobShape, ParkedMarks
+from gpuyard.scheduler.admission.quota import FairQueue
 from gpuyard.scheduler.cache.assuming import StatusView, event_about, patch, status_changes
 from gpuyard.scheduler.decisions import Decision, EventType, Outbox, PatchStatus, RecordEvent, Tally
 
@@ -44,15 +45,17 @@ Key = tuple[str, str]
 class QuotaParking:
     """Jobs parked by quota alone since they were last tried, and the same per job shape."""
 
-    def __init__(self) -> None:
+    def __init__(self, queue: Callable[[], FairQueue]) -> None:
+        self._queue = queue  # the FairQueue that keeps them parked (`FairQueue.keep`)
         self.parked: dict[Key, JobShape] = {}  # parked by quota alone since last tried -> shape
         self.by_shape: dict[JobShape, set[Key]] = {}  # the same, per shape
         self.marks: dict[JobShape, ParkedMarks] = {}  # per shape: why it stays (`Admission.parked_marks`)
 
-    def stays(self, adm: Admission) -> Set[Key] | None:
-        """For `wake_parked(keep=)`: jobs parked by quota alone stay parked while quota still
-        blocks their shape and reclaim cannot help it (not owed). One check per shape, so a
-        change elsewhere does not send every waiting job through a cycle again."""
+    def stays(self, adm: Admission) -> None:
+        """Before `wake_parked`: jobs parked by quota alone stay parked (kept by the FairQueue)
+        while quota still blocks their shape and reclaim cannot help it (not owed); the others
+        are no longer kept. One check per shape, so a change elsewhere does not send every
+        waiting job through a cycle again."""
         for shape, keys in list(self.by_shape.items()):
             rep = next(iter(keys))
             marks = self.marks.get(shape)
@@ -64,17 +67,18 @@ class QuotaParking:
             elif adm.allows(rep) or adm.owed(rep):
                 for key in list(keys):
                     self.unpark(key)
-        return self.parked.keys() if self.parked else None
 
     def park(self, key: Key, shape: JobShape | None) -> None:
         self.unpark(key)
         if shape is not None:
             self.parked[key] = shape
             self.by_shape.setdefault(shape, set()).add(key)
+            self._queue().keep(key)
 
     def unpark(self, key: Key) -> None:
         shape = self.parked.pop(key, None)
         if shape is not None:
+            self._queue().unkeep(key)
             keys = self.by_shape[shape]
             keys.discard(key)
             if not keys:
@@ -86,6 +90,7 @@ class QuotaParking:
         self.parked.clear()
         self.by_shape.clear()
         self.marks.clear()
+        self._queue().unkeep_all()
 
 
 class Recorder:

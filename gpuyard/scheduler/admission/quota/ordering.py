@@ -37,7 +37,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Hashable, Iterable, Mapping, Set
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuyard.scheduler.admission.quota.candidates import Candidates
@@ -106,6 +106,8 @@ class FairQueue:
         self._held: dict[Hashable, _Held] = {}
         self._held_seq = itertools.count()
         self._reserved: dict[Hashable, _Held] = {}  # parked (not backing off) and protected: head candidates
+        self._kept: set[Hashable] = set()  # stay parked whatever the epoch (`keep`)
+        self._wakeable: dict[Hashable, _Held] = {}  # parked with an epoch and not kept
         self._held_in: dict[str, int] = {}  # per queue: how many of `_held` (kept as they change)
         self._backoffs: list[tuple[float, int, Hashable]] = []  # (until, seq, key); stale ones skipped
         self._used: Vector = {}  # the running jobs' usage, summed
@@ -225,6 +227,10 @@ class FairQueue:
             self._reserved[key] = held
         else:
             self._reserved.pop(key, None)
+        if held.epoch is not None and key not in self._kept:
+            self._wakeable[key] = held
+        else:
+            self._wakeable.pop(key, None)
         self._held_in[held.job.queue] = self._held_in.get(held.job.queue, 0) + 1
         if held.until is not None:
             heapq.heappush(self._backoffs, (held.until, next(self._seq), key))
@@ -234,7 +240,26 @@ class FairQueue:
         if held is not None:
             self._held_in[held.job.queue] -= 1
             self._reserved.pop(key, None)
+            self._wakeable.pop(key, None)
         return held
+
+    def keep(self, key: Hashable) -> None:
+        """`key` stays parked whatever the epoch until `unkeep` (quota parking: its quota still
+        refuses it); a key not held now is kept once parked."""
+        self._kept.add(key)
+        self._wakeable.pop(key, None)
+
+    def unkeep(self, key: Hashable) -> None:
+        """`key` wakes with the epoch again (when parked)."""
+        if key in self._kept:
+            self._kept.discard(key)
+            held = self._held.get(key)
+            if held is not None and held.epoch is not None:
+                self._wakeable[key] = held
+
+    def unkeep_all(self) -> None:
+        for key in list(self._kept):
+            self.unkeep(key)
 
     def _take(self, key: Hashable) -> QueuedJob | None:
         """Out of the ready structures (not of the held ones); keeps its recorded cause."""
@@ -274,28 +299,19 @@ class FairQueue:
         epoch: int,
         *,
         stay: Callable[[Hashable], bool] | None = None,
-        keep: Set[Hashable] | None = None,
     ) -> int:
-        """Make every job parked before `epoch` ready again (but those `stay` or `keep` keeps),
-        in the order they were set aside; how many.
-
-        `keep` (a set: the jobs quota parking keeps) is cheaper than `stay` when most held jobs
-        stay: only the others are looked at.
-        """
-        held = self._held
-        if keep is not None and stay is None:
-            woken = [
-                (k, h) for k in held.keys() - keep if (h := held[k]).epoch is not None and h.epoch < epoch
-            ]
+        """Make every job parked before `epoch` ready again (but those kept, and those `stay`
+        names), in the order they were set aside; how many. Without `stay` only the parked jobs
+        nobody keeps are looked at (an index), however many are kept."""
+        if stay is None:  # the index: parked jobs nobody keeps, by when set aside
+            woken = [(k, h) for k, h in self._wakeable.items() if h.epoch is not None and h.epoch < epoch]
             woken.sort(key=lambda kh: kh[1].seq)
         else:
+            kept = self._kept
             woken = [
                 (k, h)
-                for k, h in held.items()
-                if h.epoch is not None
-                and h.epoch < epoch
-                and (stay is None or not stay(k))
-                and (keep is None or k not in keep)
+                for k, h in self._held.items()
+                if h.epoch is not None and h.epoch < epoch and k not in kept and not stay(k)
             ]
         for key, h in woken:
             self._unhold(key)
