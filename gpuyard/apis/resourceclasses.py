@@ -17,6 +17,7 @@ models.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -318,6 +319,31 @@ def _capacity_cached(
     return cap
 
 
+_STORE_KINDS = ("Node", "NodeTopology", "ResourceClass")
+_LAST_STORE: list[tuple[weakref.ref[Any], tuple[int, ...], dict[str, ResourceClass], _Capacity | None]] = []
+
+
+def _store_capacity(store: Any) -> tuple[dict[str, ResourceClass], _Capacity | None]:
+    """The classes (defaults for the nodes' GPU models added) and the capacity of what `store`
+    holds, reused until a node, topology or class is written there (`Store.changed`): a queue of
+    100,000 jobs is validated without listing 10,000 nodes per job."""
+    changed = getattr(store, "changed", None)  # a store-like object without it: nothing reused
+    versions = changed(*_STORE_KINDS) if changed is not None else None
+    if versions is not None and _LAST_STORE:
+        ref, known, by_name, cap = _LAST_STORE[0]
+        if ref() is store and known == versions:
+            return dict(by_name), cap
+    kinds = set(store.kinds())
+    classes = store.list("ResourceClass") if "ResourceClass" in kinds else []
+    nodes = store.list("Node")
+    topologies = store.list("NodeTopology") if "NodeTopology" in kinds else []
+    by_name = {c.metadata.name: c for c in classes}
+    cap = _capacity_cached(nodes, by_name, topologies) if nodes else None
+    if versions is not None:
+        _LAST_STORE[:] = [(weakref.ref(store), versions, dict(by_name), cap)]
+    return by_name, cap
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
@@ -386,17 +412,20 @@ def validate_gang_request(
     or field-prefix -> PodSpec. Classes, nodes and topologies default to what `store` holds. With
     no nodes known yet the capacity checks are skipped (nodes may still join).
     """
-    if store is not None:
-        kinds = set(store.kinds())
-        if classes is None:
-            classes = store.list("ResourceClass") if "ResourceClass" in kinds else []
-        if nodes is None:
-            nodes = store.list("Node")
-        if not topologies and "NodeTopology" in kinds:
-            topologies = store.list("NodeTopology")
-    by_name = {c.metadata.name: c for c in classes or ()}
-    node_list = list(nodes or ())
-    cap = _capacity_cached(node_list, by_name, list(topologies)) if node_list else None
+    if store is not None and classes is None and nodes is None and not topologies:
+        by_name, cap = _store_capacity(store)
+    else:
+        if store is not None:
+            kinds = set(store.kinds())
+            if classes is None:
+                classes = store.list("ResourceClass") if "ResourceClass" in kinds else []
+            if nodes is None:
+                nodes = store.list("Node")
+            if not topologies and "NodeTopology" in kinds:
+                topologies = store.list("NodeTopology")
+        by_name = {c.metadata.name: c for c in classes or ()}
+        node_list = list(nodes or ())
+        cap = _capacity_cached(node_list, by_name, list(topologies)) if node_list else None
     problems: list[Problem] = []
     for prefix, spec in _pod_specs(request):
         problems.extend(_placement_rule_problems(prefix, spec))

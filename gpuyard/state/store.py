@@ -151,11 +151,12 @@ class JournalSink(Protocol):
 
 
 class _Kind:
-    __slots__ = ("by_label", "cls", "journaled", "objects")
+    __slots__ = ("by_label", "changed", "cls", "journaled", "objects")
 
     def __init__(self, cls: type[Resource], journaled: bool) -> None:
         self.cls = cls
         self.journaled = journaled
+        self.changed = 0  # the store's change count when an object of the kind was last written
         self.objects: dict[tuple[str, str], Resource] = {}
         # label key -> label value -> set of (namespace, name)
         self.by_label: dict[str, dict[str, set[tuple[str, str]]]] = {}
@@ -194,6 +195,7 @@ class Store:
         self._log: list[WatchEvent | None] = [None] * history
         self._seq = 0  # events written (the log is indexed by it; versions may skip)
         self._seq_base = 0  # the log holds no event at or before this position (a restart)
+        self._changes = 0  # writes of any kind, journal loads included (`changed`)
         self._floor = 0  # the log holds every event numbered above this version
         self._new: asyncio.Future[None] | None = None
         self._closed = False
@@ -254,6 +256,12 @@ class Store:
     @property
     def resource_version(self) -> int:
         return self._rv
+
+    def changed(self, *kinds: str) -> tuple[int, ...]:
+        """Per kind, a number that moves whenever an object of it is written (created, updated,
+        deleted, mirrored or loaded); 0 for a kind never written or not registered. What a
+        cache derived from every object of some kinds compares to know it is still good."""
+        return tuple(k.changed if (k := self._kinds.get(kind)) is not None else 0 for kind in kinds)
 
     def get(self, kind: str, namespace: str, name: str) -> Resource | None:
         return self._kind(kind).objects.get((namespace, name))
@@ -486,6 +494,8 @@ class Store:
         key = (obj.metadata.namespace, obj.metadata.name)
         k.objects[key] = obj
         k.index(key, obj.metadata.labels)
+        self._changes += 1
+        k.changed = self._changes
         self._rv = max(self._rv, obj.resource_version)
         self._floor = self._rv  # no event stands for it: a watch from before it is Gone
 
@@ -499,6 +509,8 @@ class Store:
         self._floor = self._rv
 
     def _commit(self, type_: EventType, obj: Resource, rv: int, k: _Kind) -> None:
+        self._changes += 1
+        k.changed = self._changes
         self._rv = rv
         self._seq = seq = self._seq + 1
         slot = seq % self._cap

@@ -278,6 +278,35 @@ def test_validation_skips_capacity_checks_without_nodes_and_reads_a_store():
     )
 
 
+def test_validation_against_a_store_lists_its_nodes_once_until_a_node_is_written():
+    from gpuyard.apis.core import Node
+    from gpuyard.apis.resourceclasses import ResourceClass
+    from gpuyard.state.store import Store
+
+    class CountingStore(Store):
+        node_lists = 0
+
+        def list(self, kind, **kw):
+            self.node_lists += kind == "Node"
+            return super().list(kind, **kw)
+
+    store = CountingStore()
+    store.register(Node)
+    store.register(ResourceClass)
+    for node in NODES:
+        store.create(node.model_copy(deep=True))
+    too_big = spec(**{"nvidia.com/gpu": 9})
+    for _ in range(3):
+        assert validate_gang_request(too_big, store=store)[0].reason.endswith("the largest node has 8")
+    assert store.node_lists == 1
+    store.create(make_node("c", gpus=16, model="v100"))  # a bigger node joins: checked again
+    assert validate_gang_request(too_big, store=store) == []
+    assert store.node_lists == 2
+    other = Store()
+    other.register(Node)
+    assert validate_gang_request(too_big, store=other) == []  # another store: no nodes, no capacity check
+
+
 def test_example_class_files_are_valid():
     import glob
 

@@ -268,3 +268,29 @@ async def test_restored_store_answers_gone_for_an_older_version_and_continues_fr
     assert ev.rv == created.resource_version and ev.object.metadata.name == "c"
     await newest.aclose()
     journal2.close()
+
+
+def test_changed_moves_with_every_write_of_its_kind_and_no_other():
+    s = new_store()
+    assert s.changed("Node", "Pod", "NoSuchKind") == (0, 0, 0)
+    s.create(make_node("n1"))
+    first = s.changed("Node", "Pod")
+    assert first[0] > 0 and first[1] == 0
+    s.create(make_pod("p"))
+    assert s.changed("Node") == first[:1]  # a pod written: the nodes' figure stays
+    node = s.must_get_of(Node, "", "n1").clone()
+    node.metadata.labels["x"] = "1"
+    mirrored = make_node("n2")
+    mirrored.metadata.resource_version = "900"
+    seen = {first[0]}
+    for write in (
+        lambda: s.update(node),
+        lambda: s.observe(mirrored),
+        lambda: s.forget("Node", "", "n2"),
+        lambda: s.load(make_node("n3")),
+        lambda: s.delete("Node", "", "n1"),
+    ):
+        write()
+        now = s.changed("Node")[0]
+        assert now not in seen
+        seen.add(now)
