@@ -13,9 +13,11 @@ refreshed only when the NodeTopology or the label changes. Per pod everything is
   (`refusals`), never a silent downgrade. Unhealthy GPUs are never in the free mask.
 * :class:`TopologyScore` (`topology`): the ring bandwidth and locality of the set the table would
   hand out on each candidate node, so the node that can give an NVLink-connected set wins.
-* :class:`FragmentationScore` (`topology-frag`): a tie-break preferring the node whose remaining
-  free mask keeps the best future subsets (the table's own picks for every size, relative to a
-  fully free node).
+* :class:`FragmentationScore` (`topology-frag`): prefers the node where the pod *loses* the least
+  of the node's future subsets (the sum of the table's own picks for every size, before minus
+  after the pod, relative to a fully free node): a gradient, as FGD scores the change of
+  fragmentation. A one-GPU pod then goes to a node that has few GPUs left rather than opening a
+  whole one (which would lose its 8-, 4- and 2-GPU sets), so whole nodes stay whole for gangs.
 * :func:`best_split`: for flexible one-GPU data-parallel workers that no single node can hold, the
   two-node split with the best modelled all-reduce bandwidth (`bandwidth.placement_bandwidth`).
 
@@ -201,7 +203,12 @@ class TopologyScore:
 
 
 class FragmentationScore:
-    """Prefer the node whose free GPUs, after this pod, keep the best subsets for future pods."""
+    """Prefer the node that loses the least of its future subsets to this pod (see the module doc).
+
+    The score is the change, not the level: scoring what is left (the level) ranks a fully free
+    node best for every pod, so one-GPU pods opened whole nodes one after another and the gangs
+    that came next found no node with room (`bench/topology_quality.py`).
+    """
 
     name = "topology-frag"
 
@@ -240,7 +247,7 @@ class FragmentationScore:
                 full = self._full[id(table)] = (
                     float(self._future(table, np.array([(1 << table.n) - 1]))[0]) or 1.0
                 )
-            out[sel] = self._future(table, rest) / full
+            out[sel] = (self._future(table, rest) - self._future(table, m)) / full
         return out
 
 

@@ -256,3 +256,17 @@ def test_scores_have_no_opinion_without_topologies() -> None:
     result = place_one(s, podgroup("j", role(gpus=4)))
     assert isinstance(result, Placement) and result.pods[0].gpus == (0, 1, 2, 3)
     assert mask_of(result.pods[0].gpus) == 0b1111
+
+
+def test_topology_frag_keeps_the_whole_node_whole() -> None:
+    """`topology-frag` scores what the pod takes from a node's future GPU sets, not what is left:
+    one GPU from a partly used node, not from the lowest, fully free node (which would lose its
+    8-, 4- and 2-GPU sets)."""
+    s = cluster("dgx1-v100", 3)
+    occupy(s, "dgx1-v100-1", [0, 1, 2, 3, 4, 5])
+    occupy(s, "dgx1-v100-2", [0, 1, 2, 3])
+    weights = {"first-fit": 0, "topology-frag": 1}
+    alone = place_one(s, podgroup("j", role(gpus=1)), profile="first-fit", weights=weights)
+    assert isinstance(alone, Placement) and alone.nodes != ["dgx1-v100-0"]
+    default = place_one(s, podgroup("k", role(gpus=1)))
+    assert isinstance(default, Placement) and default.nodes != ["dgx1-v100-0"]
