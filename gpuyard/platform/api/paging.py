@@ -16,11 +16,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import heapq
 import hmac
 import json
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -118,14 +119,25 @@ def parse_limit(request: web.Request) -> int:
     return limit
 
 
-def paginate(request: web.Request, items: Sequence[T], *, key: Any = None) -> tuple[list[T], str | None]:
-    """The page of `items` (sorted by (namespace, name)) the request asks for, and the next token."""
+def paginate(
+    request: web.Request, items: Sequence[T] | Iterable[T], *, key: Any = None
+) -> tuple[list[T], str | None]:
+    """The page of `items` the request asks for, in key order ((namespace, name) by default), and
+    the next token. A sequence must be sorted already; any other iterable may come in any order:
+    the page is then picked with a heap of `limit` items (a page of 100 of 100,000 jobs costs one
+    pass, not a sort of them all)."""
     limit = parse_limit(request)
     keyf = key or (lambda o: (o.metadata.namespace, o.metadata.name))
     token = request.query.get("continue")
+    after = _decode(request, token) if token else None
+    if not isinstance(items, Sequence):
+        if after is not None:
+            items = (o for o in items if keyf(o) > after)
+        picked = heapq.nsmallest(limit + 1, items, key=keyf)
+        page = picked[:limit]
+        return page, (_encode(request, keyf(page[-1])) if len(picked) > limit else None)
     start = 0
-    if token:
-        after = _decode(request, token)
+    if after is not None:
         lo, hi = 0, len(items)
         while lo < hi:  # first item with key > after
             mid = (lo + hi) // 2

@@ -65,3 +65,43 @@ async def test_oversize_body_is_413_in_the_error_shape(aiohttp_client):
     body = await r.json()
     assert body["error"]["code"] == 413 and "2048" in body["error"]["message"]
     assert ctx.store.resource_version == before
+
+
+JOB = """apiVersion: kubeflow.org/v1
+kind: {kind}
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  {specs}:
+    {role}:
+      replicas: 1
+      template:
+        spec:
+          containers: [{{name: main, image: x, resources: {{limits: {{cpu: 1}}}}}}]
+"""
+KINDS = [("PyTorchJob", "pytorchReplicaSpecs", "Master"), ("TFJob", "tfReplicaSpecs", "Worker")]
+
+
+async def test_job_pages_come_in_namespace_and_name_order_across_kinds_each_job_once(aiohttp_client):
+    ctx = Context.for_tests()
+    http = await aiohttp_client(make_app(ctx))
+    # written in an order that is neither name nor kind order
+    wanted = [(f"team-{i % 3}", f"j{(i * 7) % 20:02d}") for i in range(20)]
+    docs = [
+        JOB.format(kind=KINDS[i % 2][0], specs=KINDS[i % 2][1], role=KINDS[i % 2][2], ns=ns, name=name)
+        for i, (ns, name) in enumerate(wanted)
+    ]
+    r = await http.post("/api/v1/jobs", data="---\n".join(docs), headers={"Content-Type": "application/yaml"})
+    assert r.status == 201, await r.text()
+    seen, token = [], None
+    while True:
+        url = "/api/v1/jobs?limit=6" + (f"&continue={token}" if token else "")
+        body = await (await http.get(url)).json()
+        seen += [(j["metadata"]["namespace"], j["metadata"]["name"]) for j in body["items"]]
+        token = body["metadata"]["continue"]
+        if token is None:
+            break
+    assert seen == sorted(wanted)
+    body = await (await http.get("/api/v1/jobs?limit=3&namespace=team-1&kind=TFJob")).json()
+    tf_team1 = sorted(k for i, k in enumerate(wanted) if i % 2 == 1 and k[0] == "team-1")
+    assert [(j["metadata"]["namespace"], j["metadata"]["name"]) for j in body["items"]] == tf_team1[:3]
+    assert (body["metadata"]["continue"] is not None) == (len(tf_team1) > 3)
