@@ -483,13 +483,16 @@ class Admission:
         tree = self.tree
         if "ElasticQuota" in kinds and self._wrote_all.get("ElasticQuota") != (tree, tree.version):
             written = self._written
+            touched = tree.take_touched()  # the others' vectors are as last compared (and written)
             for eq in store.list_of(ElasticQuota):
                 meta = eq.metadata
                 name = meta.name
+                wkey = (eq.kind, meta.namespace, name)
+                if touched is not None and name not in touched and wkey in written:
+                    continue
                 if name not in tree:
                     continue
                 runtime, used, request = numbers = tree.vectors(name)
-                wkey = (eq.kind, meta.namespace, name)
                 if written.get(wkey) == numbers:  # the vectors as last written (copies)
                     continue
                 written[wkey] = (dict(runtime), dict(used), dict(request))
@@ -499,8 +502,21 @@ class Admission:
                 self._patch(out, eq, {n: quantities_of(x) for n, x in vectors.items()})
             self._wrote_all["ElasticQuota"] = (tree, tree.version)
         counts = self.queue_counts() if "Queue" in kinds else None
-        if counts is not None and self._wrote_all.get("Queue") != counts:
+        last = self._wrote_all.get("Queue")
+        if counts is not None and last != counts:
+            # queues whose counts are those of the last pass have their statuses written already
+            moved = (
+                {n for n in counts.keys() | last.keys() if counts.get(n) != last.get(n)}
+                if isinstance(last, dict)
+                else None
+            )
             for q in store.list_of(Queue):
+                if (
+                    moved is not None
+                    and q.metadata.name not in moved
+                    and (q.kind, q.metadata.namespace, q.metadata.name) in self._written
+                ):
+                    continue
                 pending, running, share = counts.get(q.metadata.name, (0, 0, 0.0))
                 share = round(share, 4)
                 if self._changed(q, (pending, running, share)):

@@ -5,6 +5,8 @@
   moved) are those of a tree built afresh with the same demand;
 * a job refused for room and not owed its min stays so while the marks of the quota without
   room and of its own quota do not change (quota parking skips its check then);
+* a quota the tree does not report as touched kept its runtime, used and request (status writes
+  look only at the touched ones);
 * while the mins fit the cluster, every quota gets at least min(request, min);
 * admission never lets usage exceed the runtime anywhere on the job's path;
 * a feasible reclaim plan restores an owner's min: afterwards its job is admitted and fits;
@@ -200,6 +202,20 @@ class QuotaMachine(RuleBasedStateMachine):
                 continue
             assert self.book.cause(key) is not None
             assert not self.tree.owed(charge.quota, charge.usage)
+
+    @invariant()
+    def untouched_quotas_kept_their_vectors(self) -> None:
+        if not hasattr(self, "tree"):
+            return
+        self.tree.refresh()
+        touched = self.tree.take_touched()
+        now = {n: tuple(dict(v) for v in self.tree.vectors(n)) for n in [ROOT_QUOTA, *self.tree.names()]}
+        seen = getattr(self, "seen_vectors", None)
+        if touched is not None and seen is not None:
+            for name, vectors in now.items():
+                if name not in touched:
+                    assert seen.get(name) == vectors, name
+        self.seen_vectors = now
 
     @invariant()
     def incremental_runtimes_match_a_fresh_tree(self) -> None:

@@ -267,6 +267,7 @@ class QuotaTree:
         self.limits = 0
         """Bumped whenever a runtime or a min in force changes value (or the structure does)."""
         self._drops = 0
+        self._touched: set[str] | None = None  # quotas whose vectors may have changed; None: all
         self.notes: tuple[int, dict[tuple[str, str], str]] | None = None
         """How each runtime came about, per (quota, resource), as of a version (`admit`'s messages)."""
         self.set_quotas(quotas)
@@ -346,6 +347,7 @@ class QuotaTree:
             self._charge_path(name, v, self._self_np_used.get(name, {}), sign=1)
         self._dirty = True
         self._stale = None
+        self._touched = None
 
     def _path_nodes(self, name: str) -> list[_Node]:
         """The quota and its ancestors (the root last for an attached quota)."""
@@ -369,7 +371,10 @@ class QuotaTree:
         dropped = any(sign * v < 0 for v in delta.values()) or any(sign * v < 0 for v in np_delta.values())
         if dropped:
             self._drops += 1
+        touched = self._touched
         for node in path:
+            if touched is not None:
+                touched.add(node.name)
             _add(node.used, delta, sign)
             _add(node.np_used, np_delta, sign)
             if dropped:
@@ -515,6 +520,12 @@ class QuotaTree:
         self.refresh()
         return (self.limits, *(self._node(n).drop for n in names))
 
+    def take_touched(self) -> set[str] | None:
+        """The quotas whose runtime, used or request may have changed since the last call (at
+        least those that did); None: any of them (the structure, the total or the tree is new)."""
+        touched, self._touched = self._touched, set()
+        return touched
+
     def vectors(self, name: str) -> tuple[Vector, Vector, Vector]:
         """(runtime, used, request) of `name`: the tree's own vectors, not copies (read, never
         keep or change them); runtimes as of the last `refresh`."""
@@ -556,6 +567,7 @@ class QuotaTree:
 
     def _compute(self) -> None:
         """Every resource from scratch."""
+        self._touched = None
         for node in self._nodes.values():
             node.request, node.contrib, node.min_eff, node.runtime = {}, {}, {}, {}
             node.split = {}
@@ -578,6 +590,8 @@ class QuotaTree:
             for child in node.children:
                 req += child.contrib.get(res, 0)
             req = max(req, 0)
+            if self._touched is not None and node.request.get(res) != req:
+                self._touched.add(node.name)
             node.request[res] = req
             cap = node.spec.max.get(res)
             limited = req if cap is None else min(req, cap)
@@ -610,6 +624,8 @@ class QuotaTree:
             for k, lo, share in zip(kids, mins, shares, strict=True):
                 if k.runtime.get(res) != share or k.min_eff.get(res) != lo:
                     self.limits += 1
+                    if self._touched is not None:
+                        self._touched.add(k.name)
                 k.min_eff[res] = lo
                 k.runtime[res] = share
 
