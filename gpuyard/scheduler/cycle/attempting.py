@@ -70,6 +70,11 @@ def offer(state: Cycling, walk: Walk, job: Any) -> None:
             # the most fundamental reason: no quota, preemption or held room can help it; the
             # attempt says why in full (`place`), and the job holds and protects nothing
             state.claims.holds.drop(key)
+            token = state.memo.never_jobs[key][0]
+            if state.memo.never_told.get(key) == token:  # its status says so already: the change
+                candidates.blocked(job, "", reserve=False)  # that woke it cannot have helped
+                state.admission.queue.park(key, epoch=state.epoch(), reserve=False)
+                return
             outcome = schedule_one(state, key)
             if outcome is None:
                 state.admission.queue.park(key, epoch=state.epoch(), reserve=False)
@@ -77,6 +82,7 @@ def offer(state: Cycling, walk: Walk, job: Any) -> None:
                 candidates.placed(job)
             else:
                 candidates.blocked(job, outcome.full_message(), reserve=False)
+                state.memo.never_told[key] = token
             return
         shape = adm.shape(key)
         known = walk.verdicts.get(shape) if shape is not None else None

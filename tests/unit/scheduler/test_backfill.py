@@ -116,3 +116,36 @@ def test_a_gang_no_empty_cluster_could_hold_says_it_can_never_fit() -> None:
     assert state.claims.holds.get(("default", "nine")) is None
     cluster.put(podgroup("small", role(gpus=2)))
     assert placed(step(state, cluster, now=2.0)) == [("default", "small")]
+
+
+def test_a_job_that_can_never_fit_is_tried_once_until_the_cluster_or_the_job_changes(monkeypatch) -> None:
+    import gpuyard.scheduler.cycle.attempting as attempting
+
+    tries: list[tuple[str, str]] = []
+    real = attempting.schedule_one
+
+    def counted(state, key, **kw):  # type: ignore[no-untyped-def]
+        tries.append(key)
+        return real(state, key, **kw)
+
+    monkeypatch.setattr(attempting, "schedule_one", counted)
+    cluster = Cluster(make_node("n1", gpus=8))
+    state = core(cluster)
+    cluster.put(podgroup("nine", role(gpus=9)))
+    now = 1.0
+    for i in range(3):  # other jobs start and end meanwhile: room frees, parked jobs are woken
+        cluster.put(podgroup(f"small-{i}", role(gpus=1)))
+        assert placed(step(state, cluster, now=now)) == [("default", f"small-{i}")]
+        cluster.delete("PodGroup", "default", f"small-{i}")
+        step(state, cluster, now=now + 0.5)
+        now += 1
+    assert tries.count(("default", "nine")) == 1
+    assert cluster.get("PodGroup", "default", "nine").status.message.startswith("can never fit")
+    cluster.put(make_node("n2", gpus=16))  # a node that could hold it joins: tried again, placed
+    assert placed(step(state, cluster, now=now)) == [("default", "nine")]
+    assert tries.count(("default", "nine")) == 2
+    cluster.put(podgroup("ten", role(gpus=17)))
+    step(state, cluster, now=now + 1)
+    cluster.put(podgroup("ten", role(gpus=4)))  # the job itself changes: tried again, placed
+    assert placed(step(state, cluster, now=now + 2)) == [("default", "ten")]
+    assert tries.count(("default", "ten")) == 2
