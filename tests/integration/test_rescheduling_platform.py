@@ -55,18 +55,22 @@ async def scattered(
         for j in fill:
             by_node.setdefault(c.placement(j).nodes[0], []).append(j.metadata.name)
         assert len(by_node) == 8 and all(len(v) == 8 for v in by_node.values())
-        for names in by_node.values():
-            for name in names:
-                await c.delete(("default", name))
-        await c.advance(30)
-        for i in range(len(by_node)):
+        # a full cluster with one GPU freed at a time: each keep job gets the only free room, so
+        # one lands on each node (on an empty cluster the scheduler would pack them together)
+        for i, names in enumerate(by_node.values()):
+            await c.delete(("default", names[0]))
+            await c.advance(30)
             extra = (
                 (cheap if cheap is not None else {"gpuyard.io/checkpoint-interval": "10m"}) if i == 3 else {}
             )
             k = await c.submit(job(f"keep-{i}", **extra))
             await c.run_until(k, "Running", timeout=300)
+        for names in by_node.values():
+            for name in names[1:]:
+                await c.delete(("default", name))
+        await c.advance(30)
         placed = {f"keep-{i}": c.placement(("default", f"keep-{i}")).nodes[0] for i in range(8)}
-        assert len(set(placed.values())) == 8, placed  # one on each node (spread: the only free room)
+        assert len(set(placed.values())) == 8, placed  # one on each node
         await c.advance(900)  # 15 minutes in: keep-3 checkpointed 5 minutes ago
         big = await c.submit(job("big", 8))
         if not rescheduler.get("enabled"):
