@@ -33,7 +33,7 @@ from gpuyard.apis.core import Event, PodTemplateSpec
 from gpuyard.apis.jobkinds import KIND_INFO, TrainingJob, find_job
 from gpuyard.apis.jobspecs import JobCondition
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
-from gpuyard.controllers.statuses import patch_job_status
+from gpuyard.controllers.statuses import patch_status_as_read
 from gpuyard.state.context import Context
 from gpuyard.state.events import EventRecorder
 from gpuyard.state.ownership import OPERATOR
@@ -147,7 +147,7 @@ class CacheReconciler:
                 labels={LABEL_JOB_NAME: job.metadata.name},
             )
         if job.status.cache_backend_name != name:
-            await patch_job_status(self.writer, job, {"cache_backend_name": name})
+            await patch_status_as_read(self.writer, job, {"cache_backend_name": name})
         return None
 
     async def _fail(self, job: TrainingJob, reason: str, message: str) -> None:
@@ -156,7 +156,7 @@ class CacheReconciler:
             type="Failed", reason=reason, message=message, last_update_time=now, last_transition_time=now
         )
         conditions = [c for c in job.status.conditions if c.type != "Failed"] + [failed]
-        await patch_job_status(
+        await patch_status_as_read(
             self.writer, job, {"conditions": conditions, "phase": "Failed", "completion_time": now}
         )
         await self.events.record(

@@ -47,6 +47,7 @@ from gpuyard.apis.models import (
     VersionInfo,
 )
 from gpuyard.apis.scheduling import LABEL_JOB_NAME
+from gpuyard.controllers.statuses import patch_status_as_read
 from gpuyard.state.context import Context
 from gpuyard.state.events import EventRecorder
 from gpuyard.state.ownership import OPERATOR
@@ -334,16 +335,7 @@ class ModelVersionReconciler:
         current = mv.status.model_dump()
         if all(current.get(k) == v for k, v in changes.items()):
             return
-        try:
-            await self.writer.patch_status(
-                ModelVersion.KIND,
-                mv.metadata.namespace,
-                mv.metadata.name,
-                changes,
-                resource_version=mv.metadata.resource_version,
-            )
-        except NotFound:
-            pass
+        await patch_status_as_read(self.writer, mv, changes)
 
     async def _unbuilt(self, mv: ModelVersion, why: str) -> None:
         """No build: the status' message and a Warning Event say why (once)."""

@@ -27,7 +27,7 @@ from gpuyard.apis.meta import ObjectMeta
 from gpuyard.apis.models import KUBEDL_MODEL_PATH, ModelVersion, ModelVersionSpec
 from gpuyard.apis.scheduling import LABEL_JOB_NAME, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
 from gpuyard.controllers.imagebuilding import storage_volume
-from gpuyard.controllers.statuses import patch_job_status
+from gpuyard.controllers.statuses import patch_status_as_read
 from gpuyard.state.context import Context
 from gpuyard.state.events import EventRecorder
 from gpuyard.state.ownership import OPERATOR
@@ -175,5 +175,5 @@ class ModelVersionCreator:
                     labels=labels,
                 )
         if job.status.model_version_name != name:
-            await patch_job_status(self.writer, job, {"model_version_name": name})
+            await patch_status_as_read(self.writer, job, {"model_version_name": name})
         return None

@@ -16,12 +16,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.jobspecs import JobCondition, JobStatus
+from gpuyard.apis.meta import Resource
 from gpuyard.state.store import NotFound
 from gpuyard.state.writing import Writer
 
-__all__ = ["EXCLUSIVE", "current_phase", "patch_job_status", "set_condition"]
+__all__ = ["EXCLUSIVE", "current_phase", "patch_status_as_read", "set_condition"]
 
 EXCLUSIVE = ("Queuing", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
@@ -69,16 +69,17 @@ def set_condition(
     return True
 
 
-async def patch_job_status(writer: Writer, job: TrainingJob, changes: dict[str, Any]) -> None:
-    """PATCH `changes` into the job's status at the version it was read at. A Conflict goes to the
-    caller (the runner retries the key: the job changed meanwhile); a job gone has nothing to write."""
+async def patch_status_as_read(writer: Writer, obj: Resource, changes: dict[str, Any]) -> None:
+    """PATCH `changes` into the object's status at the version it was read at. A Conflict goes to
+    the caller (the runner retries the key: the object changed meanwhile); an object gone has
+    nothing to write."""
     try:
         await writer.patch_status(
-            job.kind,
-            job.metadata.namespace,
-            job.metadata.name,
+            obj.kind,
+            obj.metadata.namespace,
+            obj.metadata.name,
             changes,
-            resource_version=job.metadata.resource_version,
+            resource_version=obj.metadata.resource_version,
         )
     except NotFound:
         pass
