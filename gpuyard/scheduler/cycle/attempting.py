@@ -70,9 +70,9 @@ def offer(state: Cycling, walk: Walk, job: Any) -> None:
             # the most fundamental reason: no quota, preemption or held room can help it; the
             # attempt says why in full (`place`), and the job holds and protects nothing
             state.claims.holds.drop(key)
-            token = state.memo.never_jobs[key][0]
-            if state.memo.never_told.get(key) == token:  # its status says so already: the change
-                candidates.blocked(job, "", reserve=False)  # that woke it cannot have helped
+            token, _, told = state.memo.never_jobs[key]
+            if told:  # its status says so already: the change that woke it cannot have helped
+                candidates.blocked(job, "", reserve=False)
                 state.admission.queue.park(key, epoch=state.epoch(), reserve=False)
                 return
             outcome = schedule_one(state, key)
@@ -82,7 +82,7 @@ def offer(state: Cycling, walk: Walk, job: Any) -> None:
                 candidates.placed(job)
             else:
                 candidates.blocked(job, outcome.full_message(), reserve=False)
-                state.memo.never_told[key] = token
+                state.memo.never_jobs[key] = (token, never, True)
             return
         shape = adm.shape(key)
         known = walk.verdicts.get(shape) if shape is not None else None
@@ -201,7 +201,7 @@ def never_placed(state: Cycling, key: Key, pg: PodGroup) -> Unschedulable | None
                 result = Unschedulable(reason="Unschedulable", message=message, never=True)
     if len(state.memo.never_jobs) > 100_000:
         state.memo.never_jobs.clear()
-    state.memo.never_jobs[key] = (token, result)
+    state.memo.never_jobs[key] = (token, result, False)
     return result
 
 

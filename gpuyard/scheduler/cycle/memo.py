@@ -6,9 +6,9 @@
   `step`) and each candidate's position in its queue this cycle (`positions`, for its status);
 * answers cached while what they depend on stays as it is: "does not fit" per gang shape
   (`no_fit`, per snapshot epoch and holds version), "can never fit on this cluster" per gang
-  shape (`never_fit`) and per job (`never_jobs`, per generation and node set; `never_told`: the
-  verdict its status already says, so a job woken by a change that cannot help it is set aside
-  again without another attempt), the backfill
+  shape (`never_fit`) and per job (`never_jobs`, per generation and node set, and whether its
+  status says so already: a job woken by a change that cannot help it is set aside again without
+  another attempt), the backfill
   head's planned placement (`head_plans`);
 * per job: the generation at its last attempt (`generation`: an event that changes nothing it
   depends on does not send a parked job through a cycle again), running jobs with pods still to
@@ -56,8 +56,8 @@ class CycleMemo:
         self.positions: dict[Key, int] = {}  # this cycle: a candidate's position in its queue
         self.no_fit: dict[GangSignature, tuple[tuple[int, int], Unschedulable]] = {}
         self.never_fit: dict[object, tuple[tuple[int, int], str | None]] = {}  # per shape and nodes
-        self.never_jobs: dict[Key, tuple[tuple[int, int, int], Unschedulable | None]] = {}  # per job
-        self.never_told: dict[Key, tuple[int, int, int]] = {}  # never_jobs' token its status was written for
+        # per job: (generation and node set, the verdict, whether its status was written for it)
+        self.never_jobs: dict[Key, tuple[tuple[int, int, int], Unschedulable | None, bool]] = {}
         self.head_plans: dict[Key, tuple[tuple[int, int], str, float]] = {}  # head's plan, state, time
         self.generation: dict[Key, int] = {}  # generation at the last attempt
         self.partial: dict[Key, int] = {}  # running jobs with pods still to place -> epoch last tried
@@ -69,7 +69,6 @@ class CycleMemo:
         self.no_fit.clear()
         self.never_fit.clear()
         self.never_jobs.clear()
-        self.never_told.clear()
         self.head_plans.clear()
         self.deadlines.clear()
         self.partial.clear()
@@ -84,5 +83,4 @@ class CycleMemo:
         """The PodGroup is gone: every record of it."""
         self.given_up(key)
         self.never_jobs.pop(key, None)
-        self.never_told.pop(key, None)
         self.partial.pop(key, None)
