@@ -323,6 +323,16 @@ _STORE_KINDS = ("Node", "NodeTopology", "ResourceClass")
 _LAST_STORE: list[tuple[weakref.ref[Any], tuple[int, ...], dict[str, ResourceClass], _Capacity | None]] = []
 
 
+def _stored(store: Any) -> tuple[list[ResourceClass], list[Node], list[NodeTopology]]:
+    """The ResourceClasses, Nodes and NodeTopologies `store` holds (kinds it does not know: none)."""
+    kinds = set(store.kinds())
+    return (
+        store.list("ResourceClass") if "ResourceClass" in kinds else [],
+        store.list("Node"),
+        store.list("NodeTopology") if "NodeTopology" in kinds else [],
+    )
+
+
 def _store_capacity(store: Any) -> tuple[dict[str, ResourceClass], _Capacity | None]:
     """The classes (defaults for the nodes' GPU models added) and the capacity of what `store`
     holds, reused until a node, topology or class is written there (`Store.changed`): a queue of
@@ -333,10 +343,7 @@ def _store_capacity(store: Any) -> tuple[dict[str, ResourceClass], _Capacity | N
         ref, known, by_name, cap = _LAST_STORE[0]
         if ref() is store and known == versions:
             return dict(by_name), cap
-    kinds = set(store.kinds())
-    classes = store.list("ResourceClass") if "ResourceClass" in kinds else []
-    nodes = store.list("Node")
-    topologies = store.list("NodeTopology") if "NodeTopology" in kinds else []
+    classes, nodes, topologies = _stored(store)
     by_name = {c.metadata.name: c for c in classes}
     cap = _capacity_cached(nodes, by_name, topologies) if nodes else None
     if versions is not None:
@@ -415,14 +422,11 @@ def validate_gang_request(
     if store is not None and classes is None and nodes is None and not topologies:
         by_name, cap = _store_capacity(store)
     else:
-        if store is not None:
-            kinds = set(store.kinds())
-            if classes is None:
-                classes = store.list("ResourceClass") if "ResourceClass" in kinds else []
-            if nodes is None:
-                nodes = store.list("Node")
-            if not topologies and "NodeTopology" in kinds:
-                topologies = store.list("NodeTopology")
+        if store is not None:  # what was not given comes from the store
+            stored_classes, stored_nodes, stored_topologies = _stored(store)
+            classes = stored_classes if classes is None else classes
+            nodes = stored_nodes if nodes is None else nodes
+            topologies = topologies or stored_topologies
         by_name = {c.metadata.name: c for c in classes or ()}
         node_list = list(nodes or ())
         cap = _capacity_cached(node_list, by_name, list(topologies)) if node_list else None
