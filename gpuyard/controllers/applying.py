@@ -54,14 +54,18 @@ class Applier:
         self.events = EventRecorder(component=OPERATOR, store=store, writer=writer)
         self.metrics = metrics
         self.create_failures: dict[ObjectKey, int] = {}
+        # job key -> its resourceVersion after this applier's last status write (the reconciler's
+        # record of a settled job; it takes each entry out)
+        self.status_versions: dict[ObjectKey, str] = {}
 
     async def apply(self, job: TrainingJob, plan: Plan) -> Requeue | None:
         ns, name = job.metadata.namespace, job.metadata.name
         report = plan.report
         if plan.status:  # first, and only then counted: a conflict re-decides the whole pass
-            await self.writer.patch_status(
+            stored = await self.writer.patch_status(
                 job.kind, ns, name, plan.status, resource_version=job.metadata.resource_version
             )
+            self.status_versions[(ns, name)] = stored.metadata.resource_version
         self._count(job, plan)
         for pod in plan.delete_pods:
             await self._delete("Pod", pod.metadata.namespace, pod.metadata.name)

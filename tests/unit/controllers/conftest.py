@@ -10,12 +10,31 @@ import pytest_asyncio
 
 from gpuyard.apis.jobkinds import TrainingJob
 from gpuyard.apis.scheduling import PodGroup
-from gpuyard.controllers.reconciling import JobReconciler
+from gpuyard.controllers.observing import observe
+from gpuyard.controllers.reconciling import JobReconciler, quiet
 from gpuyard.state.clock import VirtualClock
 from gpuyard.state.context import Context
-from gpuyard.state.workqueues import ControllerRunner
+from gpuyard.state.workqueues import ControllerRunner, ObjectKey
 from tests.builders import make_node
 from tests.unit.controllers.fakes import ScriptedBackend, TinyScheduler
+
+
+class CheckedReconciler(JobReconciler):
+    """The job operator, planning every pass it skips as settled anyway: the test fails if that
+    plan would have written anything (the skip would have lost a write)."""
+
+    def settled(self, key: ObjectKey, job: TrainingJob) -> bool:
+        if not super().settled(key, job):
+            return False
+        observed = observe(self.store, job)
+        decided = self.plan(job, observed)
+        assert not decided.status and not decided.report.events and quiet(decided, observed), (
+            f"{key}: skipped as settled, but planning it again writes {decided}"
+        )
+        self.checked += 1
+        return True
+
+    checked = 0
 
 
 @dataclass
@@ -23,7 +42,7 @@ class OperatorEnv:
     ctx: Context
     backend: ScriptedBackend
     scheduler: TinyScheduler
-    operator: JobReconciler
+    operator: CheckedReconciler
 
     @property
     def store(self):  # type: ignore[no-untyped-def]
@@ -72,7 +91,7 @@ async def env() -> AsyncIterator[OperatorEnv]:
     backend = ScriptedBackend(ctx.store)
     ctx.backend = backend
     ctx.writer = backend.writer
-    operator = JobReconciler(ctx)
+    operator = CheckedReconciler(ctx)
     scheduler = TinyScheduler(ctx.store)
     runners = [
         ControllerRunner(operator, store=ctx.store, clock=ctx.clock),

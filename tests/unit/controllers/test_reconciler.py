@@ -89,6 +89,22 @@ async def test_job_queues_with_the_schedulers_reason(env: OperatorEnv) -> None:
     assert not env.pods("team-a")
 
 
+async def test_a_settled_job_is_planned_again_only_when_it_or_what_it_owns_changes(env: OperatorEnv) -> None:
+    env.scheduler.hold = True
+    env.submit(tf_job())
+    await env.settle()
+    skipped = env.operator.skipped
+    env.store.mutate("PodGroup", "team-a", "tf", lambda pg: setattr(pg.status, "message", "no room"))
+    await env.settle()
+    assert env.job("team-a", "tf").status.condition("Queuing").message == "TFJob tf is queuing: no room"  # type: ignore[union-attr]
+    # planned for the PodGroup's change; its own status write came back and was skipped (the
+    # fixture plans each skipped pass anyway and checks that nothing would have been written)
+    assert env.operator.skipped == skipped + 1 and env.operator.checked == env.operator.skipped
+    env.store.mutate("TFJob", "team-a", "tf", lambda j: j.metadata.labels.update({"x": "y"}))
+    await env.settle()  # the job changed (a label): planned again, the PodGroup's labels follow
+    assert env.pod_group("team-a", "tf").metadata.labels.get("x") == "y"  # type: ignore[union-attr]
+
+
 async def test_the_queuing_condition_turned_false_does_not_keep_saying_it_is_queuing(
     env: OperatorEnv,
 ) -> None:
