@@ -128,12 +128,12 @@ class JobReconciler:
             await self.applier.delete_children(namespace, name)
             self.applier.create_failures.pop(key, None)
             return None
-        if external_manager(job) is not None:
-            return None  # runPolicy.managedBy names another controller: no pods, no status (managers.py)
         inputs = self._inputs.get(key, 0)
-        if self.settled(key, job):
+        if self.settled(key, job):  # before the managedBy check: only a pass it let through settles
             self.skipped += 1
             return None
+        if external_manager(job) is not None:
+            return None  # runPolicy.managedBy names another controller: no pods, no status (managers.py)
         self._settled.pop(key, None)
         self.applier.status_versions.pop(key, None)
         observed = observe(self.store, job)
