@@ -31,11 +31,12 @@ Nothing is journaled in that mode.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import builtins
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar, cast
@@ -151,13 +152,15 @@ class JournalSink(Protocol):
 
 
 class _Kind:
-    __slots__ = ("by_label", "changed", "cls", "journaled", "objects")
+    __slots__ = ("by_label", "changed", "cls", "journaled", "objects", "order")
 
     def __init__(self, cls: type[Resource], journaled: bool) -> None:
         self.cls = cls
         self.journaled = journaled
         self.changed = 0  # the store's change count when an object of the kind was last written
         self.objects: dict[tuple[str, str], Resource] = {}
+        # the keys of `objects` sorted (`Store.in_order`); None once an object came or went
+        self.order: list[tuple[str, str]] | None = None
         # label key -> label value -> set of (namespace, name)
         self.by_label: dict[str, dict[str, set[tuple[str, str]]]] = {}
 
@@ -329,6 +332,22 @@ class Store:
         over every pod of a large cluster) skips `list`'s sort."""
         return cast("builtins.list[R]", builtins.list(self._kind(cls.KIND).objects.values()))
 
+    def in_order(self, cls: type[R], *, after: tuple[str, str] | None = None) -> Iterator[R]:
+        """The objects of `cls`'s kind in (namespace, name) order, from the first key above `after`:
+        what `list` gives, read lazily, so a page of a long list costs the objects it reads. The
+        sorted keys are kept until an object of the kind is created or deleted (sorted again at
+        the next call). Consume it before the next write: an object deleted meanwhile is skipped."""
+        k = self._kind(cls.KIND)
+        order = k.order
+        if order is None:
+            order = k.order = sorted(k.objects)
+        objects = k.objects
+        start = 0 if after is None else bisect.bisect_right(order, after)
+        for i in range(start, len(order)):
+            obj = objects.get(order[i])
+            if obj is not None:
+                yield cast(R, obj)
+
     def count(self, kind: str) -> int:
         return len(self._kind(kind).objects)
 
@@ -368,6 +387,7 @@ class Store:
             },
         )
         k.objects[key] = stored
+        k.order = None
         k.index(key, stored.metadata.labels)
         self._commit("ADDED", stored, rv, k)
         return stored
@@ -434,6 +454,7 @@ class Store:
             )
         rv = self._next_rv()
         del k.objects[key]
+        k.order = None
         k.unindex(key, old.metadata.labels)
         tomb = old.model_copy(
             update={"metadata": old.metadata.model_copy(update={"resource_version": str(rv)})}
@@ -467,6 +488,8 @@ class Store:
         rv = self._next_rv(at_least=int(given) if given.isascii() and given.isdigit() else 0)
         if old is not None:
             k.unindex(key, old.metadata.labels)
+        else:
+            k.order = None
         k.objects[key] = obj
         k.index(key, obj.metadata.labels)
         self._commit("ADDED" if old is None else "MODIFIED", obj, rv, k)
@@ -480,6 +503,7 @@ class Store:
         old = k.objects.pop(key, None)
         if old is None:
             return False
+        k.order = None
         k.unindex(key, old.metadata.labels)
         self._commit("DELETED", old, self._next_rv(), k)
         return True
@@ -493,6 +517,7 @@ class Store:
         k = self._kind(obj.kind)
         key = (obj.metadata.namespace, obj.metadata.name)
         k.objects[key] = obj
+        k.order = None
         k.index(key, obj.metadata.labels)
         self._changes += 1
         k.changed = self._changes

@@ -29,8 +29,9 @@ durable; the job operator reacts to what they write.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Iterator
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from aiohttp import web
 
@@ -63,7 +64,7 @@ from gpuyard.platform.api.fields import (
 from gpuyard.platform.api.jobschema import job_document_schema
 from gpuyard.platform.api.neverfit import never_fit_warnings
 from gpuyard.platform.api.openapi import Param, operation
-from gpuyard.platform.api.paging import PAGING, event_order, list_body, paginate
+from gpuyard.platform.api.paging import PAGING, event_order, list_body, paginate, paginate_in_order
 from gpuyard.platform.api.priorityclasses import all_classes
 from gpuyard.platform.api.tenancy import binding_problems, priority_problems
 from gpuyard.platform.api.webuis import web_uis
@@ -334,20 +335,31 @@ async def list_jobs(request: web.Request) -> web.Response:
         )
     wanted = phase.lower() if phase else None
 
-    def matching() -> Iterator[TrainingJob]:  # in no order: `paginate` picks the page
-        for k in [kind] if kind else list(KIND_INFO):
-            for job in store.all_of(store.kind_class(k)):
-                assert isinstance(job, TrainingJob)
-                ns = job.metadata.namespace
-                if (namespace is not None and ns != namespace) or (visible is not None and ns not in visible):
-                    continue
-                if wanted and (job.status.phase or "Created").lower() != wanted:
-                    continue
-                if queue and job.queue != queue:
-                    continue
-                yield job
+    def matching(jobs: Iterator[TrainingJob]) -> Iterator[TrainingJob]:
+        for job in jobs:
+            ns = job.metadata.namespace
+            if namespace is not None and ns != namespace:
+                return  # in (namespace, name) order: past the namespace asked for
+            if visible is not None and ns not in visible:
+                continue
+            if wanted and (job.status.phase or "Created").lower() != wanted:
+                continue
+            if queue and job.queue != queue:
+                continue
+            yield job
 
-    page, token = paginate(request, matching())
+    def jobs_after(after: tuple[str, str] | None) -> Iterator[TrainingJob]:
+        """Every kind's matching jobs in (namespace, name) order, merged (kinds in KIND_INFO order
+        where two share a name): a page reads only the jobs up to its end."""
+        if namespace is not None and (after is None or after < (namespace, "")):
+            after = (namespace, "")
+        walks = [
+            matching(store.in_order(cast(type[TrainingJob], store.kind_class(k)), after=after))
+            for k in ([kind] if kind else list(KIND_INFO))
+        ]
+        return heapq.merge(*walks, key=lambda j: (j.metadata.namespace, j.metadata.name))
+
+    page, token = paginate_in_order(request, jobs_after)
     body = list_body([summarize(j) for j in page], next_token=token, resource_version=store.resource_version)
     body["resourceVersion"] = str(store.resource_version)  # where earlier clients read it
     return web.json_response(body)

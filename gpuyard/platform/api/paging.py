@@ -18,21 +18,33 @@ import binascii
 import hashlib
 import heapq
 import hmac
+import itertools
 import json
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from aiohttp import web
 
+from gpuyard.apis.meta import Resource
 from gpuyard.platform.api.app import CTX
 from gpuyard.platform.api.errors import ApiError
 from gpuyard.platform.api.openapi import Param
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "PAGING", "event_order", "list_body", "paginate", "parse_limit"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "MAX_LIMIT",
+    "PAGING",
+    "event_order",
+    "list_body",
+    "paginate",
+    "paginate_in_order",
+    "parse_limit",
+]
 
 T = TypeVar("T")
+R = TypeVar("R", bound=Resource)
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 5000
 
@@ -149,6 +161,21 @@ def paginate(
     page = list(items[start : start + limit])
     more = start + limit < len(items)
     return page, (_encode(request, keyf(page[-1])) if more and page else None)
+
+
+def paginate_in_order(
+    request: web.Request, items_after: Callable[[tuple[str, str] | None], Iterable[R]]
+) -> tuple[list[R], str | None]:
+    """The page the request asks for, of items that `items_after(after)` gives already in
+    (namespace, name) order from the first key above `after` (None: from the start), lazily: only
+    the page and one more item are read, so a page costs the same however long the list is."""
+    limit = parse_limit(request)
+    token = request.query.get("continue")
+    after = _decode(request, token) if token else None
+    picked = list(itertools.islice(items_after(after), limit + 1))
+    page = picked[:limit]
+    last = page[-1].metadata if page else None
+    return page, (_encode(request, (last.namespace, last.name)) if len(picked) > limit and last else None)
 
 
 def list_body(

@@ -92,7 +92,7 @@ async def test_job_pages_come_in_namespace_and_name_order_across_kinds_each_job_
     ]
     r = await http.post("/api/v1/jobs", data="---\n".join(docs), headers={"Content-Type": "application/yaml"})
     assert r.status == 201, await r.text()
-    seen, token = [], None
+    seen, token, pages, expected = [], None, 0, list(wanted)
     while True:
         url = "/api/v1/jobs?limit=6" + (f"&continue={token}" if token else "")
         body = await (await http.get(url)).json()
@@ -100,8 +100,19 @@ async def test_job_pages_come_in_namespace_and_name_order_across_kinds_each_job_
         token = body["metadata"]["continue"]
         if token is None:
             break
-    assert seen == sorted(wanted)
+        pages += 1
+        if pages == 1:  # between pages: one job before the cursor and one after come, one after goes
+            late = [("team-0", "a-late"), ("team-2", "z-late")]
+            for ns, name in late:
+                doc = JOB.format(kind="TFJob", specs="tfReplicaSpecs", role="Worker", ns=ns, name=name)
+                r = await http.post("/api/v1/jobs", data=doc, headers={"Content-Type": "application/yaml"})
+                assert r.status == 201, await r.text()
+            gone = max(expected)
+            r = await http.delete(f"/api/v1/namespaces/{gone[0]}/jobs/{gone[1]}")
+            assert r.status == 200, await r.text()
+            expected = [k for k in expected if k != gone] + [("team-2", "z-late")]
+    assert seen == sorted(expected)
     body = await (await http.get("/api/v1/jobs?limit=3&namespace=team-1&kind=TFJob")).json()
-    tf_team1 = sorted(k for i, k in enumerate(wanted) if i % 2 == 1 and k[0] == "team-1")
+    tf_team1 = sorted(k for i, k in enumerate(wanted) if i % 2 == 1 and k[0] == "team-1" and k != gone)
     assert [(j["metadata"]["namespace"], j["metadata"]["name"]) for j in body["items"]] == tf_team1[:3]
     assert (body["metadata"]["continue"] is not None) == (len(tf_team1) > 3)

@@ -85,6 +85,36 @@ def test_list_with_selectors_and_namespaces():
     assert names(store.list("Pod", selector={"app": "api"})) == ["b"]
 
 
+def test_in_order_walks_every_object_in_list_order_from_a_key_and_follows_creates_and_deletes():
+    store = new_store()
+    for ns, name in [("b", "x"), ("a", "z"), ("b", "a"), ("a", "b")]:
+        store.create(make_pod(name, namespace=ns))
+    keys = lambda objs: [(o.metadata.namespace, o.metadata.name) for o in objs]  # noqa: E731
+    assert (
+        keys(store.in_order(Pod))
+        == keys(store.list("Pod"))
+        == [("a", "b"), ("a", "z"), ("b", "a"), ("b", "x")]
+    )
+    assert keys(store.in_order(Pod, after=("a", "z"))) == [("b", "a"), ("b", "x")]
+    assert keys(store.in_order(Pod, after=("a", "c"))) == [("a", "z"), ("b", "a"), ("b", "x")]
+    pod = store.get("Pod", "a", "z").clone()
+    pod.metadata.labels["x"] = "y"
+    store.update(pod)  # an update keeps the order
+    store.create(make_pod("m", namespace="a"))
+    store.delete("Pod", "b", "a")
+    store.observe(make_pod("c", namespace="c").model_copy(update={"kind": "Pod"}))  # mirrored
+    store.forget("Pod", "a", "b")
+    assert (
+        keys(store.in_order(Pod))
+        == keys(store.list("Pod"))
+        == [("a", "m"), ("a", "z"), ("b", "x"), ("c", "c")]
+    )
+    walk = store.in_order(Pod)
+    assert keys([next(walk)]) == [("a", "m")]
+    store.delete("Pod", "a", "z")  # deleted while a walk is under way: skipped
+    assert keys(walk) == [("b", "x"), ("c", "c")]
+
+
 def test_delete_missing_raises_not_found():
     store = new_store()
     with pytest.raises(NotFound):
