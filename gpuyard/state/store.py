@@ -288,23 +288,39 @@ class Store:
         """
         k = self._kind(kind)
         sel = parse_selector(selector)
-        keys: Iterable[tuple[str, str]]
         eq = sel.equalities() if sel else {}
-        if eq:
-            sets = [k.by_label.get(lk, {}).get(lv, set()) for lk, lv in eq.items()]
-            keys = set.intersection(*sorted(sets, key=len)) if sets else set()
-        else:
-            keys = k.objects.keys()
+        objects = k.objects
         out = []
-        for key in keys:
+        if not eq:  # the kind's sorted keys (`in_order`): no sort per call
+            order = self._order(k)
+            start, stop = 0, len(order)
+            if namespace is not None:
+                start = bisect.bisect_left(order, (namespace, ""))
+                stop = bisect.bisect_left(order, (namespace + "\0", ""), lo=start)
+            for i in range(start, stop):
+                obj = objects[order[i]]
+                if sel and not sel.matches(obj.metadata.labels):
+                    continue
+                out.append(obj)
+            return out
+        sets = [k.by_label.get(lk, {}).get(lv, set()) for lk, lv in eq.items()]
+        for key in set.intersection(*sorted(sets, key=len)):
             if namespace is not None and key[0] != namespace:
                 continue
-            obj = k.objects[key]
-            if sel and not sel.matches(obj.metadata.labels):
+            obj = objects[key]
+            if not sel.matches(obj.metadata.labels):
                 continue
             out.append(obj)
         out.sort(key=lambda o: (o.metadata.namespace, o.metadata.name))
         return out
+
+    @staticmethod
+    def _order(k: _Kind) -> builtins.list[tuple[str, str]]:
+        """`k`'s keys sorted, kept until an object of the kind comes or goes."""
+        order = k.order
+        if order is None:
+            order = k.order = sorted(k.objects)
+        return order
 
     # Typed reads: the kind comes from the model class, and the result has that type. The store
     # holds only objects of a kind's registered class, so no check is made per object.
@@ -338,9 +354,7 @@ class Store:
         sorted keys are kept until an object of the kind is created or deleted (sorted again at
         the next call). Consume it before the next write: an object deleted meanwhile is skipped."""
         k = self._kind(cls.KIND)
-        order = k.order
-        if order is None:
-            order = k.order = sorted(k.objects)
+        order = self._order(k)
         objects = k.objects
         start = 0 if after is None else bisect.bisect_right(order, after)
         for i in range(start, len(order)):

@@ -109,6 +109,9 @@ def test_in_order_walks_every_object_in_list_order_from_a_key_and_follows_create
         == keys(store.list("Pod"))
         == [("a", "m"), ("a", "z"), ("b", "x"), ("c", "c")]
     )
+    assert keys(store.list("Pod", namespace="a")) == [("a", "m"), ("a", "z")]
+    assert keys(store.list("Pod", namespace="")) == keys(store.list("Pod", namespace="aa")) == []
+    assert keys(store.list("Pod", selector="!missing", namespace="b")) == [("b", "x")]
     walk = store.in_order(Pod)
     assert keys([next(walk)]) == [("a", "m")]
     store.delete("Pod", "a", "z")  # deleted while a walk is under way: skipped
