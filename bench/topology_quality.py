@@ -269,8 +269,8 @@ def _reserve(snap: Snapshot, result: Placement, name: str, rv: itertools.count) 
 def _wait_level(job: _Waiting, *, now: float, wait_s: float) -> str | None:
     """The level a job is placed at now: "node" while a gang of one-GPU workers is within the
     scheduler's default wait for one node (the default profile only), else None (preferred)."""
-    if wait_s <= 0 or job.k < 2 or job.shape == "pod" or now - job.arrival >= wait_s:
-        return None
+    if wait_s <= 0 or job.k < 2 or job.shape == "pod" or now >= job.arrival + wait_s:
+        return None  # the same sum as the wake-up: `now - arrival < wait` may round otherwise and spin
     return "node"
 
 
