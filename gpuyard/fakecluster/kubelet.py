@@ -72,16 +72,23 @@ class FakeKubelet:
         self.clock = clock
         self.defaults = defaults
         self.watches: Sequence[Watch] = (Watch("Pod"), Watch("Node", self._pending_pods_on))
+        # node name -> its Pending pods, in list order; built by one pass over the pods and kept
+        # while no pod is written (a re-list maps every node in a row: one pass, not one per node)
+        self._pending: dict[str, list[ObjectKey]] = {}
+        self._pending_at: tuple[int, ...] | None = None
 
     def _pending_pods_on(self, node: Node) -> list[ObjectKey]:
         """A node that turns Ready again starts the pods waiting on it."""
         if not node.ready:
             return []
-        return [
-            (p.metadata.namespace, p.metadata.name)
-            for p in self.store.list_of(Pod)
-            if p.spec.node_name == node.metadata.name and p.status.phase == "Pending"
-        ]
+        mark = self.store.changed(Pod.KIND)
+        if mark != self._pending_at:
+            pending: dict[str, list[ObjectKey]] = {}
+            for p in self.store.in_order(Pod):
+                if p.spec.node_name and p.status.phase == "Pending":
+                    pending.setdefault(p.spec.node_name, []).append((p.metadata.namespace, p.metadata.name))
+            self._pending, self._pending_at = pending, mark
+        return list(self._pending.get(node.metadata.name, ()))
 
     def container_logs(self, pod: Pod) -> dict[str, list[str]]:
         """Each container's log lines of a pod this kubelet runs (`container_logs`)."""

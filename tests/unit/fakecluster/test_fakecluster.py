@@ -97,10 +97,13 @@ async def test_node_failure_fails_its_pods_with_node_lost_and_recovers(cluster):
     await fake.writer.create(make_pod("c", node="gpu-0"))
     await ctx.clock.advance(50)
     assert ctx.store.get("Pod", "default", "c").status.phase == "Pending"
+    await fake.writer.create(make_pod("d", node="gpu-0", namespace="other"))  # one more comes
     await fake.faults.recover_node("gpu-0")
     await ctx.clock.advance(1)
     assert ctx.store.get("Node", "", "gpu-0").ready
     assert ctx.store.get("Pod", "default", "c").status.phase == "Running"
+    await ctx.clock.advance(5)  # its start delay
+    assert ctx.store.get("Pod", "other", "d").status.phase == "Running"
 
 
 async def test_crash_with_exit_code_or_reason(cluster):
