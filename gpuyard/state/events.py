@@ -169,7 +169,7 @@ class EventRecorder:
     def _again(
         self, current: Event, ref: dict[str, str], message: str, type_: EventType, at: datetime
     ) -> Event:
-        copy = current.clone()
+        copy = current.model_copy()  # shallow: every field changed below is replaced, none mutated
         if current.involved_object.get("uid", "") != ref.get("uid", ""):
             # about another object of that name (the earlier one was deleted): it starts again
             copy.involved_object = ref

@@ -53,6 +53,11 @@ async def test_one_event_per_object_and_reason_counts_repeats_and_keeps_the_late
     assert again.source == {"component": "gpuyard-job-operator"}
     assert again.reporting_component == "gpuyard-job-operator"
     assert len(writer.store.list("Event", namespace="team-a")) == 2
+    # the stored Event of the first write is never changed in place (objects in the store are shared)
+    assert (first.count, first.message, first.type, first.last_timestamp) == (1, "pod 0 failed", "Normal", T0)
+    assert first.source == {"component": "gpuyard-job-operator"} and first.metadata.labels == {
+        "job-name": "tf"
+    }
 
 
 async def test_components_and_kinds_never_share_an_event_and_names_are_valid() -> None:
