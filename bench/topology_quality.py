@@ -23,7 +23,11 @@ Per shape and in all (gangs of k >= 2 GPUs), per profile, it reports:
 * `split_nodes`: the share of placed gangs whose GPU pods span more than one node — every one,
   whether or not some node had room when it was placed (no exclusions);
 * `split_blocks`: the share whose pods span more than one network block;
-* `placed`, and `waiting` at the last arrival (the jobs still queued then);
+* `placed`, and `waiting` at the last arrival (the jobs still queued then), with
+  `jobs_waiting_by_choice` (of those, the gangs still within their wait for one node) and
+  `waiting_jobs` (their sizes and shapes);
+* `waited_then_whole` / `waited_then_split`: gangs refused while they waited for one node, then
+  placed on one node / split (a wait that did not pay off);
 * `wait_mean_s`, `wait_p95_s`: the wait (seconds) of the placed multi-GPU gangs.
 
 Figures are given per seed, as the mean over the seeds and as the worst seed (the largest split
@@ -159,6 +163,10 @@ class Figures:
     one_node: list[bool] = field(default_factory=list)
     unavoidable: int = 0
     waited_for_node: int = 0
+    waited_then_whole: int = 0  # gangs refused while waiting for one node, later placed on one node
+    waited_then_split: int = 0  # ... later placed split (their wait did not pay off)
+    waiting_by_choice: int = 0  # of `waiting`: gangs still within their wait for one node
+    waiting_shapes: dict[str, int] = field(default_factory=dict)  # of `waiting`: "k-GPU shape" -> count
     place_s: list[float] = field(default_factory=list)
 
     def record(
@@ -213,12 +221,16 @@ class Figures:
         return {
             "jobs_placed": self.placed,
             "jobs_waiting": self.waiting,
+            "jobs_waiting_by_choice": self.waiting_by_choice,
+            "waiting_jobs": dict(sorted(self.waiting_shapes.items())),
             "gangs": {
                 "placed": n_all,
                 "split_nodes": share(sum(self.split_nodes[s] for s in GANG_SHAPES), n_all),
                 "split_blocks": share(sum(self.split_blocks[s] for s in GANG_SHAPES), n_all),
                 "split_nodes_count": sum(self.split_nodes[s] for s in GANG_SHAPES),
                 "waited_for_one_node": self.waited_for_node,
+                "waited_then_whole": self.waited_then_whole,
+                "waited_then_split": self.waited_then_split,
             },
             "multi_gpu": waits(every_wait),
             "by_shape": by_shape,
@@ -284,6 +296,7 @@ def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s:
     rv = itertools.count(1)
     seq = itertools.count()
     wakeups: list[float] = []
+    refused_at_node: set[str] = set()  # gangs refused while they waited for one node
 
     def drain(now: float) -> None:
         failed: set[tuple[int, str, str | None]] = set()  # signatures that did not fit since the last change
@@ -305,8 +318,14 @@ def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s:
                 keep.append(job)
                 if level is not None:
                     wakeups.append(job.arrival + wait_s)
+                    refused_at_node.add(job.name)
                 continue
             figures.waited_for_node += level is not None and now > job.arrival
+            if job.name in refused_at_node:
+                refused_at_node.discard(job.name)
+                split = len({pp.row for pp in result.pods if pp.gpus}) > 1
+                figures.waited_then_split += split
+                figures.waited_then_whole += not split
             figures.record(snap, result, shape=job.shape, k=job.k, best=best, wait=now - job.arrival)
             ends.append((now + job.lifetime, next(seq), _reserve(snap, result, job.name, rv)))
             ends.sort()
@@ -326,6 +345,11 @@ def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s:
         queue.append(_Waiting(t, name, k, shape, lifetime, gang))
         drain(t)
     figures.waiting = len(queue)
+    last = events[-1][0] if events else 0.0
+    figures.waiting_by_choice = sum(_wait_level(job, now=last, wait_s=wait_s) is not None for job in queue)
+    for job in queue:
+        key = f"{job.k}-GPU {job.shape if job.k > 1 else 'pod'}"
+        figures.waiting_shapes[key] = figures.waiting_shapes.get(key, 0) + 1
     return figures
 
 
@@ -355,6 +379,9 @@ def _aggregate(per_seed: dict[int, dict[str, object]]) -> dict[str, object]:
         "split_blocks": round(float(np.mean([get(r, "gangs", "split_blocks") for r in runs])), 4),
         "jobs_placed": round(float(np.mean([get(r, "jobs_placed") for r in runs])), 1),
         "jobs_waiting": round(float(np.mean([get(r, "jobs_waiting") for r in runs])), 1),
+        "jobs_waiting_by_choice": round(float(np.mean([get(r, "jobs_waiting_by_choice") for r in runs])), 1),
+        "waited_then_whole": round(float(np.mean([get(r, "gangs", "waited_then_whole") for r in runs])), 1),
+        "waited_then_split": round(float(np.mean([get(r, "gangs", "waited_then_split") for r in runs])), 1),
         "wait_mean_s": round(float(np.mean([get(r, "multi_gpu", "wait_mean_s") for r in runs])), 1),
         "wait_p95_s": round(float(np.mean([get(r, "multi_gpu", "wait_p95_s") for r in runs])), 1),
         "old_headline_bandwidth_ratio": round(
@@ -391,8 +418,8 @@ def _aggregate(per_seed: dict[int, dict[str, object]]) -> dict[str, object]:
 
 def _table(results: dict[str, dict[str, dict[str, object]]]) -> str:
     lines = [
-        "mix        profile    split nodes (worst)  split blocks  placed   waiting (worst)  wait mean/p95 s"
-        "  pod bw",
+        "mix        profile    split nodes (worst)  split blocks  placed   waiting (worst) [by choice]"
+        "  wait mean/p95 s  pod bw",
     ]
     for mix, by_profile in results.items():
         for prof, entry in by_profile.items():
@@ -400,7 +427,7 @@ def _table(results: dict[str, dict[str, dict[str, object]]]) -> str:
             lines.append(
                 f"{mix:<10} {prof:<10} {m['split_nodes']:.3f} ({w['largest_split_nodes_any_seed']:.3f})"  # type: ignore[index]
                 f"        {m['split_blocks']:.3f}         {m['jobs_placed']:<8} "  # type: ignore[index]
-                f"{m['jobs_waiting']:<5} ({w['most_waiting_any_seed']:g})"  # type: ignore[index]
+                f"{m['jobs_waiting']:<5} ({w['most_waiting_any_seed']:g}) [{m['jobs_waiting_by_choice']:g}]"  # type: ignore[index]
                 f"       {m['wait_mean_s']:g}/{m['wait_p95_s']:g}"  # type: ignore[index]
                 f"  {m['pod_bandwidth_ratio']:.2f}"  # type: ignore[index]
             )
