@@ -16,10 +16,16 @@ and a job within its wait does not "fit now" — it waits by its own choice. A g
 domain could hold even on an empty cluster does not wait. The cycle
 (`attempting.schedule_one`) places a waiting gang with the level required, parks it until the
 cluster changes or the wait ends (whichever comes first), and says in its status which happened.
+
+Whether one domain could ever hold the gang (`ever_fits` at the required level) depends only on the
+gang's parts and the snapshot's static facts, so it is asked once per gang shape and level and
+kept until a node or class changes (`snapshot.static_version`); a waiting gang is tried again at
+every change of the cluster, and was re-checked against every node each time.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -30,6 +36,32 @@ from gpuyard.scheduler.placement.capacity import ever_fits
 from gpuyard.scheduler.placement.framework import Profile
 
 __all__ = ["TopologyWait", "one_gpu_workers", "topology_wait"]
+
+_DOMAIN_MEMO_SIZE = 1024
+_domain_memo: weakref.WeakKeyDictionary[Snapshot, tuple[int, Profile, dict[tuple[object, ...], bool]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per snapshot: its static version and the profile the verdicts are for, and per (level, the
+gang's parts) whether one domain could ever hold the gang."""
+
+
+def _one_domain_ever(snapshot: Snapshot, gang: GangRequest, profile: Profile, level: str) -> bool:
+    """Whether one `level` domain could hold `gang` on the empty cluster (`ever_fits`), memoised
+    until the snapshot's static facts change (see the module docstring)."""
+    entry = _domain_memo.get(snapshot)
+    if (
+        entry is None
+        or entry[0] != snapshot.static_version
+        or entry[1] is not profile
+        or len(entry[2]) >= _DOMAIN_MEMO_SIZE
+    ):
+        entry = _domain_memo[snapshot] = (snapshot.static_version, profile, {})
+    verdicts = entry[2]
+    key = (level, tuple((p.role, p.shape, p.required) for p in gang.parts))
+    got = verdicts.get(key)
+    if got is None:
+        got = verdicts[key] = not ever_fits(snapshot, replace(gang, topology_required=level), profile).never
+    return got
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +125,6 @@ def topology_wait(
     until = start + timedelta(seconds=seconds)
     if utcnow >= until:
         return TopologyWait(level, until, seconds, why, waiting=False)
-    if ever_fits(snapshot, replace(gang, topology_required=level), profile).never:
+    if not _one_domain_ever(snapshot, gang, profile, level):
         return None  # no single domain could ever hold it: waiting cannot help
     return TopologyWait(level, until, seconds, why, waiting=True)

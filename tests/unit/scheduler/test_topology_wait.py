@@ -304,3 +304,31 @@ def test_the_liveness_rule_sees_the_wait_as_the_jobs_own_choice() -> None:
     assert ("default", "ddp") in fits(60.0)
     assert state.next_due(60.0)[0]
     assert of(PlaceGang, at(state, cluster, 60.0))
+
+
+def test_whether_one_node_could_ever_hold_the_gang_is_asked_once_until_a_node_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuyard.scheduler.cycle import topowait
+
+    calls = []
+    real = topowait.ever_fits
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(topowait, "ever_fits", counting)
+    s = snap([make_node("n1", gpus=8)])
+    profile = build_profile("default")
+    profile.topology_wait = 60.0
+    pg = _pg("ddp", role(replicas=4, gpus=1))
+    for seconds in (1, 2, 3):
+        got = topology_wait(
+            gang_of(s, pg), pg, profile=profile, snapshot=s, utcnow=T0 + timedelta(seconds=seconds)
+        )
+        assert got is not None and got.waiting
+    assert len(calls) == 1
+    s.refresh_node(make_node("n1", gpus=2))  # the only node shrinks: no node could ever hold 4 now
+    assert topology_wait(gang_of(s, pg), pg, profile=profile, snapshot=s, utcnow=T0) is None
+    assert len(calls) == 2
