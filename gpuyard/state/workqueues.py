@@ -8,7 +8,8 @@ queue follows client-go's rules:
   distinct keys, however fast events arrive);
 * a key is never processed by two workers at once;
 * a key added while it is being processed is processed again afterwards (never lost);
-* a failed reconcile is retried with exponential backoff per key.
+* a failed reconcile is retried with exponential backoff per key; a write the API server refused
+  or did not answer is logged as one `reconcile.retry` warning, any other error with its traceback.
 
 :class:`ControllerRunner` connects a :class:`Reconciler` to the store: it lists, watches from
 the list's resourceVersion, re-lists on :class:`Gone`, and runs `concurrency` workers.
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from gpuyard.state.backend import BackendError
 from gpuyard.state.clock import Clock
 from gpuyard.state.store import Conflict, Gone, Store, WatchEvent
 
@@ -262,6 +264,19 @@ class ControllerRunner:
             except Conflict:
                 queue.done(key)
                 queue.add(key)  # someone wrote in between: look again at the newest state
+            except (BackendError, TimeoutError) as exc:
+                # the API server refused or did not answer a write: expected, retried, said in one line
+                # (a traceback says nothing more, and rendering one costs more than the pass)
+                self.errors += 1
+                queue.done(key)
+                delay = queue.add_rate_limited(key)
+                log.warning(
+                    "reconcile.retry",
+                    controller=name,
+                    key="/".join(key),
+                    error=str(exc) or type(exc).__name__,
+                    retry_in=round(delay, 3),
+                )
             except Exception:
                 self.errors += 1
                 queue.done(key)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from structlog.testing import capture_logs
 
+from gpuyard.state.backend import BackendError
 from gpuyard.state.clock import VirtualClock
 from gpuyard.state.kinds import register_kinds
 from gpuyard.state.store import Store
@@ -72,6 +74,7 @@ class Recorder:
         self.overlap = False
         self.fail_first: set[tuple[str, str]] = set()
         self.seen_versions: dict[tuple[str, str], int] = {}
+        self.error: Exception = RuntimeError("transient")
 
     async def reconcile(self, key):
         if key in self.active:
@@ -85,7 +88,7 @@ class Recorder:
                 self.seen_versions[key] = obj.resource_version
             if key in self.fail_first:
                 self.fail_first.discard(key)
-                raise RuntimeError("transient")
+                raise self.error
             return None
         finally:
             self.active.discard(key)
@@ -119,6 +122,37 @@ async def test_runner_sees_latest_state_retries_errors_and_stops_cleanly():
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+@pytest.mark.parametrize(
+    ("error", "event", "level", "traceback"),
+    [
+        (BackendError("injected 500 on create Pod"), "reconcile.retry", "warning", False),
+        (TimeoutError("injected timeout on patch_status TFJob"), "reconcile.retry", "warning", False),
+        (RuntimeError("a bug"), "reconcile.error", "error", True),
+    ],
+)
+async def test_a_failed_write_is_one_warning_and_a_bug_keeps_its_traceback(error, event, level, traceback):
+    clock = VirtualClock()
+    store = Store(now=clock.utcnow)
+    register_kinds(store)
+    rec = Recorder(store)
+    rec.error = error
+    rec.fail_first.add(("default", "p"))
+    store.create(make_pod("p"))
+    runner = ControllerRunner(rec, store=store, clock=clock)
+    with capture_logs() as logs:
+        task = asyncio.create_task(runner.run())
+        await clock.advance(5)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert rec.calls.count(("default", "p")) == 2, "retried after backoff"
+    assert runner.errors == 1
+    [line] = [entry for entry in logs if entry["event"].startswith("reconcile.")]
+    assert (line["event"], line["log_level"], line["key"]) == (event, level, "default/p")
+    assert line.get("exc_info", False) is traceback
+    if not traceback:
+        assert line["error"] == str(error)
 
 
 async def test_requeue_after_runs_again_on_the_clock():
