@@ -13,10 +13,20 @@ import os
 
 import pytest
 import pytest_asyncio
+import structlog
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# structlog's default console renderer draws each logged traceback with rich, which costs tens of
+# milliseconds apiece; in-process tests log what they inject, so the suite renders them plainly.
+structlog.configure(
+    processors=[
+        *structlog.get_config()["processors"][:-1],
+        structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback),
+    ]
+)
 
 
 @pytest_asyncio.fixture(autouse=True)

@@ -28,8 +28,9 @@ async def boom(request: web.Request) -> web.Response:
 
 @pytest.fixture(params=["console", "json"])
 def logging_format(request):
+    saved = structlog.get_config()
     yield request.param
-    structlog.reset_defaults()
+    structlog.configure(**saved)
 
 
 async def test_no_token_in_any_log_line(aiohttp_client, capsys, caplog, logging_format):
