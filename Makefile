@@ -20,8 +20,9 @@ run: $(STAMP)  ## the demo on the embedded fake cluster at http://127.0.0.1:8080
 plot: $(STAMP)  ## matplotlib (the `plot` extra) in .venv, for the PNG plots of `gpuyard simulate openb|replay`
 	$(BIN)/python -m pip install --quiet -e '.[dev,plot]'
 
-test: $(STAMP)  ## the whole test suite
-	$(BIN)/python -m pytest
+TEST_WORKERS ?= auto
+test: $(STAMP)  ## the whole test suite, in one process per core (at most 4; TEST_WORKERS=0 for one process)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4
 
 lint: $(STAMP)  ## ruff + import-linter layer contracts + mypy (configured in pyproject.toml)
 	$(BIN)/ruff check gpuyard tests bench
