@@ -24,8 +24,11 @@ Per shape and in all (gangs of k >= 2 GPUs), per profile, it reports:
   whether or not some node had room when it was placed (no exclusions);
 * `split_blocks`: the share whose pods span more than one network block;
 * `placed`, and `waiting` at the last arrival (the jobs still queued then), with
-  `jobs_waiting_by_choice` (of those, the gangs still within their wait for one node) and
+  `jobs_waiting_by_choice` (of those, the gangs still within their wait for one node that would
+  fit now if they were split: waiting by their own choice, not for room) and
   `waiting_jobs` (their sizes and shapes);
+* `idle_gpus_while_queued`: the time-average, over the run, of the GPUs left idle while some job
+  waits (a job waiting by its own choice leaves the GPUs it could have used idle);
 * `waited_then_whole` / `waited_then_split`: gangs refused while they waited for one node, then
   placed on one node / split (a wait that did not pay off);
 * `wait_mean_s`, `wait_p95_s`: the wait (seconds) of the placed multi-GPU gangs.
@@ -61,7 +64,7 @@ from gpuyard.apis.scheduling import PodGroup, Reservation, ReservationSpec
 from gpuyard.devices.presets import get_preset
 from gpuyard.scheduler.cache.snapshot import Snapshot
 from gpuyard.scheduler.gangs.outcomes import Placement
-from gpuyard.scheduler.gangs.requests import GangRequest, build_gang
+from gpuyard.scheduler.gangs.requests import GPU_MILLI, GangRequest, build_gang
 from gpuyard.scheduler.placement.placing import place
 from gpuyard.scheduler.placement.profiles import build_profile
 from gpuyard.scheduler.placement.topology import free_masks
@@ -165,8 +168,10 @@ class Figures:
     waited_for_node: int = 0
     waited_then_whole: int = 0  # gangs refused while waiting for one node, later placed on one node
     waited_then_split: int = 0  # ... later placed split (their wait did not pay off)
-    waiting_by_choice: int = 0  # of `waiting`: gangs still within their wait for one node
+    waiting_by_choice: int = 0  # of `waiting`: gangs within their wait for one node that would fit split
     waiting_shapes: dict[str, int] = field(default_factory=dict)  # of `waiting`: "k-GPU shape" -> count
+    idle_queued_gpu_s: float = 0.0  # GPU-seconds idle while some job was waiting
+    span_s: float = 0.0  # first to last arrival
     place_s: list[float] = field(default_factory=list)
 
     def record(
@@ -222,6 +227,7 @@ class Figures:
             "jobs_placed": self.placed,
             "jobs_waiting": self.waiting,
             "jobs_waiting_by_choice": self.waiting_by_choice,
+            "idle_gpus_while_queued": round(self.idle_queued_gpu_s / self.span_s, 2) if self.span_s else None,
             "waiting_jobs": dict(sorted(self.waiting_shapes.items())),
             "gangs": {
                 "placed": n_all,
@@ -297,8 +303,10 @@ def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s:
     seq = itertools.count()
     wakeups: list[float] = []
     refused_at_node: set[str] = set()  # gangs refused while they waited for one node
+    idle_since: list[float] = [0.0, 0.0]  # (time, GPUs idle while something waits) since the last drain
 
     def drain(now: float) -> None:
+        figures.idle_queued_gpu_s += (now - idle_since[0]) * idle_since[1]
         failed: set[tuple[int, str, str | None]] = set()  # signatures that did not fit since the last change
         keep = []
         for job in queue:
@@ -330,6 +338,7 @@ def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s:
             ends.append((now + job.lifetime, next(seq), _reserve(snap, result, job.name, rv)))
             ends.sort()
         queue[:] = keep
+        idle_since[:] = [now, float((snap.gpu_free_milli == GPU_MILLI).sum()) if queue else 0.0]
 
     for t, name, k, shape, lifetime in events:
         while (ends and ends[0][0] <= t) or (wakeups and min(wakeups) <= t):
@@ -345,8 +354,12 @@ def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s:
         queue.append(_Waiting(t, name, k, shape, lifetime, gang))
         drain(t)
     figures.waiting = len(queue)
+    figures.span_s = events[-1][0] - events[0][0] if events else 0.0
     last = events[-1][0] if events else 0.0
-    figures.waiting_by_choice = sum(_wait_level(job, now=last, wait_s=wait_s) is not None for job in queue)
+    for job in queue:  # within its wait, and it would fit now if it were split: waiting by its own choice
+        if _wait_level(job, now=last, wait_s=wait_s) is not None:
+            job.gang.topology_required = None
+            figures.waiting_by_choice += isinstance(place(snap, job.gang, profile), Placement)
     for job in queue:
         key = f"{job.k}-GPU {job.shape if job.k > 1 else 'pod'}"
         figures.waiting_shapes[key] = figures.waiting_shapes.get(key, 0) + 1
@@ -380,6 +393,7 @@ def _aggregate(per_seed: dict[int, dict[str, object]]) -> dict[str, object]:
         "jobs_placed": round(float(np.mean([get(r, "jobs_placed") for r in runs])), 1),
         "jobs_waiting": round(float(np.mean([get(r, "jobs_waiting") for r in runs])), 1),
         "jobs_waiting_by_choice": round(float(np.mean([get(r, "jobs_waiting_by_choice") for r in runs])), 1),
+        "idle_gpus_while_queued": round(float(np.mean([get(r, "idle_gpus_while_queued") for r in runs])), 2),
         "waited_then_whole": round(float(np.mean([get(r, "gangs", "waited_then_whole") for r in runs])), 1),
         "waited_then_split": round(float(np.mean([get(r, "gangs", "waited_then_split") for r in runs])), 1),
         "wait_mean_s": round(float(np.mean([get(r, "multi_gpu", "wait_mean_s") for r in runs])), 1),
