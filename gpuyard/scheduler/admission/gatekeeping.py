@@ -27,8 +27,9 @@ only for objects whose numbers changed; `write_failed` makes the next call write
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import structlog
 
@@ -37,6 +38,7 @@ from gpuyard.apis.devices import NodeTopology
 from gpuyard.apis.quotakinds import ElasticQuota, Queue, ResourceQuota
 from gpuyard.apis.resourceclasses import ResourceClass, is_class_resource
 from gpuyard.apis.scheduling import PodGroup
+from gpuyard.scheduler.admission.priorities import RunningPriorities
 from gpuyard.scheduler.admission.quota import (
     FairQueue,
     JobCharge,
@@ -97,6 +99,10 @@ class Admission:
         self.rqs = ResourceQuotaBook()
         self.queue = FairQueue()
         self.jobs: dict[Key, TrackedJob] = {}
+        self.running = RunningPriorities()
+        """The running, tracked jobs by priority and quota (preemption's questions; kept by
+        `_reindex`)."""
+        self.queue.on_running = self._reindex
         self.epoch = 0
         self.has_queues = False
         self.has_quotas = False
@@ -125,7 +131,9 @@ class Admission:
         self.quotas = QuotaBook(self.tree)
         self.rqs = ResourceQuotaBook()
         self.queue = FairQueue()
+        self.queue.on_running = self._reindex
         self.jobs.clear()
+        self.running.clear()
         self._shapes.clear()
         self.has_quotas = False
         self._written.clear()
@@ -266,6 +274,7 @@ class Admission:
             self._retrack(key, t, quota=t.quota, admitted=bool(admitted and admitted.admitted))
         else:
             self.jobs[key] = t
+            self._reindex(key)
             self.quotas.track(
                 key, quota=t.quota, usage=self.quota_usage(job.request), preemptible=t.preemptible
             )
@@ -277,6 +286,7 @@ class Admission:
             admitted = bool(charge and charge.admitted)
         t.quota = quota
         self.jobs[key] = t
+        self._reindex(key)
         self.quotas.track(
             key,
             quota=quota,
@@ -286,6 +296,15 @@ class Admission:
         )
         if admitted:
             self.rqs.charge(key, t.namespace, t.rq_usage)
+
+    def _reindex(self, key: Hashable) -> None:
+        """`key` started or stopped running, or its tracked job was replaced: `running` follows."""
+        k = cast(Key, key)
+        t = self.jobs.get(k)
+        if t is not None and self.queue.is_running(k):
+            self.running.set(k, t.job.priority, t.quota)
+        else:
+            self.running.set(k, None)
 
     def enqueue(self, pg: PodGroup) -> QueuedJob:
         """A PodGroup with no placement waits: tracked (its demand joins the request) and queued."""
@@ -426,6 +445,7 @@ class Admission:
         self._shapes.pop(key, None)
         if self.jobs.pop(key, None) is None:
             return
+        self._reindex(key)
         self.quotas.forget(key)
         self.rqs.uncharge(key)
         self.queue.remove(key)
@@ -435,9 +455,7 @@ class Admission:
     def running_jobs(self) -> list[RunningJob]:
         """Admitted jobs as reclaim sees them."""
         out = []
-        for key, charge in self.quotas.jobs():
-            if not charge.admitted:
-                continue
+        for key, charge in self.quotas.admitted():
             t = self.jobs.get(key)
             if t is None:
                 continue

@@ -7,7 +7,7 @@
   (`cycle.backfilling.plan_head`, for `backfill_hold_seconds`);
 * `preempting`: each preemptor's victims whose pods still stop (no new plan for it meanwhile);
 * `preempt_tried`: the state of the cluster (the core's epoch) a preemptor last looked for a
-  plan in, and `lowest_running`: the lowest running priority in such a state;
+  plan in;
 * the :class:`~gpuyard.scheduler.preemption.reclaim.Reclaimer` (quota reclaim's delays and the
   quotas whose victims still stop).
 
@@ -37,7 +37,6 @@ class Claims:
     holds: Holds = field(default_factory=Holds)  # room held for nominated preemptors and the head
     preempting: dict[Key, set[Key]] = field(default_factory=dict)  # preemptor -> victims still stopping
     preempt_tried: dict[Key, int] = field(default_factory=dict)  # preemptor -> epoch of its last search
-    lowest_running: tuple[int, int | None] | None = None  # (epoch, lowest running priority)
 
     def clear(self) -> None:
         """A re-list: nothing is held, no preemptor waits (the reclaim delays run on)."""

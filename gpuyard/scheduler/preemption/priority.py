@@ -26,7 +26,7 @@ for at most once per state of the cluster (the core's epoch).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from gpuyard.apis.disruption import PodDisruptionBudget
 from gpuyard.apis.scheduling import PodGroup
@@ -60,11 +60,13 @@ def _candidates(state: Preempting, key: Key, me: Preemptor) -> list[Candidate]:
     # `withinClusterQueue`); other quotas' jobs are taken back by reclaim, never by priority
     own = adm.jobs[key].quota if adm.has_quotas and key in adm.jobs else None
     out: list[Candidate] = []
-    for other, t in adm.jobs.items():
-        if other == key or not queue.is_running(other):
+    # only running jobs of lower priority (or equal, when newer equal ones may be preempted) can
+    # pass `protected`: the index hands out those (of its quota), not every running or tracked job
+    equal = me.policy == "LowerOrNewerEqualPriority"
+    for other in adm.running.at_most(me.priority, equal=equal, quota=own):
+        if other == key:
             continue
-        if own is not None and t.quota != own:
-            continue
+        t = adm.jobs[other]
         held = snap.placed_pods(other)
         if not held:
             continue
@@ -105,23 +107,6 @@ def _surplus(state: Preempting, key: Key) -> list[str]:
     return surplus_pods(pg, state.cache.snapshot.placed_pods(key)) if isinstance(pg, PodGroup) else []
 
 
-def _lowest_running_priority(state: Preempting, token: int) -> int | None:
-    """The lowest priority among running jobs, computed once per state of the cluster."""
-    cached = state.claims.lowest_running
-    if cached is not None and cached[0] == token:
-        return cached[1]
-    # over the running jobs, not every tracked one: the queue may hold far more than run
-    jobs = state.admission.jobs
-    prios = [
-        t.job.priority
-        for run in state.admission.queue.running()
-        if (t := jobs.get(cast(Key, run.key))) is not None
-    ]
-    lowest = min(prios) if prios else None
-    state.claims.lowest_running = (token, lowest)
-    return lowest
-
-
 def _quota_room(state: Preempting, key: Key) -> Callable[[list[Candidate]], bool] | None:
     """For a job its own quota blocks: whether stopping these jobs of that quota makes room in
     it and every quota above it (`used - freed + need <= runtime`); None when it is not such a job."""
@@ -135,12 +120,13 @@ def _quota_room(state: Preempting, key: Key) -> Callable[[list[Candidate]], bool
     used = {q: tree.used(q) for q in path}
     runtime = {q: tree.runtime(q) for q in path}
     need = {r: a for r, a in charge.usage.items() if a > 0}
-    usage = {k: c.usage for k, c in adm.quotas.jobs()}
+    charge_of = adm.quotas.charge
 
     def enough(victims: list[Candidate]) -> bool:
         freed: dict[str, int] = {}
         for v in victims:
-            for r, a in usage.get(v.key, {}).items():
+            c = charge_of(v.key)
+            for r, a in (c.usage if c is not None else {}).items():
                 freed[r] = freed.get(r, 0) + a
         return all(
             used[q].get(r, 0) - freed.get(r, 0) + a <= runtime[q].get(r, 0)
@@ -170,7 +156,7 @@ def preempt_for(state: Preempting, key: Key, *, quota_blocked: bool = False) -> 
     me = Preemptor(tracked.job.priority, tracked.job.submit_time, policy=cfg.preemption_policy)
     if me.policy == "Never":
         return []
-    lowest = _lowest_running_priority(state, token)
+    lowest = state.admission.running.lowest()  # kept as jobs start and stop (`RunningPriorities`)
     if lowest is None or lowest > me.priority or (lowest == me.priority and me.policy == "LowerPriority"):
         return []  # nobody it may preempt (cheap: most waiting jobs stop here)
     candidates = _candidates(state, key, me)

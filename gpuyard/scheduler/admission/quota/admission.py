@@ -200,6 +200,7 @@ class QuotaBook(Generic[K]):
     def __init__(self, tree: QuotaTree) -> None:
         self.tree = tree
         self._jobs: dict[K, JobCharge] = {}
+        self._admitted: dict[K, JobCharge] = {}  # the admitted ones (kept where `admitted` flips)
 
     def __contains__(self, key: object) -> bool:
         return key in self._jobs
@@ -209,6 +210,11 @@ class QuotaBook(Generic[K]):
 
     def jobs(self) -> Iterable[tuple[K, JobCharge]]:
         return self._jobs.items()
+
+    def admitted(self) -> Iterable[tuple[K, JobCharge]]:
+        """The admitted jobs' charges (what `jobs` holds with `admitted` set), without walking
+        the waiting ones."""
+        return self._admitted.items()
 
     def track(
         self,
@@ -228,6 +234,7 @@ class QuotaBook(Generic[K]):
         if charge.counted:
             self.tree.add_request(quota, charge.usage)
         if admitted:
+            self._admitted[key] = charge
             self.tree.add_used(quota, charge.usage, preemptible=preemptible)
 
     def check(self, key: K) -> str | None:
@@ -259,6 +266,7 @@ class QuotaBook(Generic[K]):
             if not charge.admitted:
                 self.count_demand(key, True)
                 charge.admitted = True
+                self._admitted[key] = charge
                 self.tree.add_used(charge.quota, charge.usage, preemptible=charge.preemptible)
         return reason
 
@@ -277,6 +285,7 @@ class QuotaBook(Generic[K]):
         charge = self._jobs.get(key)
         if charge is not None and charge.admitted:
             charge.admitted = False
+            del self._admitted[key]
             self.tree.add_used(charge.quota, charge.usage, preemptible=charge.preemptible, sign=-1)
 
     def forget(self, key: K) -> None:
@@ -284,6 +293,7 @@ class QuotaBook(Generic[K]):
         if charge is None:
             return
         if charge.admitted:
+            del self._admitted[key]
             self.tree.add_used(charge.quota, charge.usage, preemptible=charge.preemptible, sign=-1)
         if charge.counted:
             self.tree.add_request(charge.quota, charge.usage, sign=-1)

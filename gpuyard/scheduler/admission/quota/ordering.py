@@ -115,6 +115,8 @@ class FairQueue:
         self._causes: dict[Hashable, str] = {}
         self._head: Hashable | None = None  # the last protected head, kept while it is parked
         self._seq = itertools.count()
+        self.on_running: Callable[[Hashable], None] | None = None
+        """Told the key each time a job starts or stops running (an index kept beside the queue)."""
         for cfg in queues:
             self.set_queue(cfg)
 
@@ -373,6 +375,8 @@ class FairQueue:
         add(q.usage, use)
         self._shares.pop(job.queue, None)
         add(self._used, use)
+        if self.on_running is not None:
+            self.on_running(job.key)
 
     def finish(self, key: Hashable) -> None:
         """A running job ended (or was stopped and is gone)."""
@@ -384,6 +388,8 @@ class FairQueue:
         add(q.usage, run.usage, sign=-1)
         self._shares.pop(run.job.queue, None)
         add(self._used, run.usage, sign=-1)
+        if self.on_running is not None:
+            self.on_running(key)
 
     def requeue(self, key: Hashable) -> None:
         """A running job was stopped (preempted) and waits again, keeping its submission time."""
