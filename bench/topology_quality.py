@@ -16,7 +16,10 @@ order, later ones may pass) whenever a job arrives or ends. Every attempt is the
 on a `Snapshot`, assumed with one Reservation per pod. Each profile (`default`, `binpack`,
 `first-fit`) sees the same arrivals; a job's own topology policy (`gpuyard.io/topology-policy`,
 and for gangs of one-GPU workers the scheduler's default wait for one node,
-`scheduler.topology_wait_seconds`) is applied as the scheduler applies it (`policy.wait_level`).
+`scheduler.topology_wait_seconds`) is applied as the scheduler applies it (`_wait_level`).
+`--no-wait-while-others-wait` tries a rule the scheduler does not have: the default wait is not
+kept while some other job waits for room (one whose last attempt left it unplaced, not within a
+wait of its own), as measured in docs/scheduling.md ("What was tried and not kept").
 
 Per shape and in all (gangs of k >= 2 GPUs), per profile, it reports:
 
@@ -284,16 +287,27 @@ def _reserve(snap: Snapshot, result: Placement, name: str, rv: itertools.count) 
     return keys
 
 
-def _wait_level(job: _Waiting, *, now: float, wait_s: float) -> str | None:
+def _wait_level(job: _Waiting, *, now: float, wait_s: float, others_wait: bool = False) -> str | None:
     """The level a job is placed at now: "node" while a gang of one-GPU workers is within the
-    scheduler's default wait for one node (the default profile only), else None (preferred)."""
+    scheduler's default wait for one node (the default profile only), else None (preferred).
+    `others_wait`: some other job waits for room and the wait is not kept then (`run`)."""
     if wait_s <= 0 or job.k < 2 or job.shape == "pod" or now >= job.arrival + wait_s:
         return None  # the same sum as the wake-up: `now - arrival < wait` may round otherwise and spin
-    return "node"
+    return None if others_wait else "node"
 
 
-def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s: float = 0.0) -> Figures:
-    """One pass of `events` through `profile_name` on a fresh `mix` cluster (see module doc)."""
+def run(
+    profile_name: str,
+    *,
+    nodes: int,
+    mix: str,
+    events: list[Event],
+    wait_s: float = 0.0,
+    yield_wait: bool = False,
+) -> Figures:
+    """One pass of `events` through `profile_name` on a fresh `mix` cluster (see module doc).
+    `yield_wait`: the default wait for one node is not kept while some other job waits for room
+    (a rule tried, not the scheduler's)."""
     snap = _cluster(nodes, mix)
     profile = build_profile(profile_name)
     figures = Figures()
@@ -304,16 +318,20 @@ def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s:
     wakeups: list[float] = []
     refused_at_node: set[str] = set()  # gangs refused while they waited for one node
     idle_since: list[float] = [0.0, 0.0]  # (time, GPUs idle while something waits) since the last drain
+    room: set[str] = set()  # jobs whose last attempt left them waiting for room (not within their own wait)
 
     def drain(now: float) -> None:
         figures.idle_queued_gpu_s += (now - idle_since[0]) * idle_since[1]
         failed: set[tuple[int, str, str | None]] = set()  # signatures that did not fit since the last change
         keep = []
         for job in queue:
-            level = _wait_level(job, now=now, wait_s=wait_s)
+            others = yield_wait and len(room) > (job.name in room)
+            level = _wait_level(job, now=now, wait_s=wait_s, others_wait=others)
             sig = (job.k, job.shape, level)
             if sig in failed:
                 keep.append(job)
+                if level is None:
+                    room.add(job.name)
                 continue
             job.gang.topology_required = level
             t0 = time.perf_counter()
@@ -327,7 +345,11 @@ def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s:
                 if level is not None:
                     wakeups.append(job.arrival + wait_s)
                     refused_at_node.add(job.name)
+                    room.discard(job.name)  # within its own wait: not waiting for room
+                else:
+                    room.add(job.name)
                 continue
+            room.discard(job.name)
             figures.waited_for_node += level is not None and now > job.arrival
             if job.name in refused_at_node:
                 refused_at_node.discard(job.name)
@@ -357,7 +379,8 @@ def run(profile_name: str, *, nodes: int, mix: str, events: list[Event], wait_s:
     figures.span_s = events[-1][0] - events[0][0] if events else 0.0
     last = events[-1][0] if events else 0.0
     for job in queue:  # within its wait, and it would fit now if it were split: waiting by its own choice
-        if _wait_level(job, now=last, wait_s=wait_s) is not None:
+        others = yield_wait and len(room) > (job.name in room)
+        if _wait_level(job, now=last, wait_s=wait_s, others_wait=others) is not None:
             job.gang.topology_required = None
             figures.waiting_by_choice += isinstance(place(snap, job.gang, profile), Placement)
     for job in queue:
@@ -462,6 +485,12 @@ def main() -> None:
         help="seconds a gang of one-GPU workers waits for one node under the default profile "
         "(default: the scheduler's setting, scheduler.topology_wait_seconds)",
     )
+    parser.add_argument(
+        "--no-wait-while-others-wait",
+        action="store_true",
+        help="a rule tried, not the scheduler's: the default profile's gangs give up their one-node "
+        "wait while some other job waits for room",
+    )
     parser.add_argument("--small", action="store_true", help="CI size: 8 nodes, 300 jobs, seed 1")
     args = parser.parse_args()
     nodes, jobs, seeds = (8, 300, [1]) if args.small else (args.nodes, args.jobs, _seeds(args.seeds))
@@ -477,7 +506,12 @@ def main() -> None:
             for seed in seeds:
                 events = _events(jobs, nodes, seed)
                 figs = run(
-                    prof, nodes=nodes, mix=mix, events=events, wait_s=wait_s if prof == "default" else 0.0
+                    prof,
+                    nodes=nodes,
+                    mix=mix,
+                    events=events,
+                    wait_s=wait_s if prof == "default" else 0.0,
+                    yield_wait=args.no_wait_while_others_wait,
                 )
                 per_seed[seed] = figs.summary()
             results[mix][prof] = {**_aggregate(per_seed), "per_seed": per_seed}
@@ -497,6 +531,7 @@ def main() -> None:
                     "load": LOAD,
                     "lifetime_mean_s": LIFETIME_S,
                     "default_profile_one_node_wait_s": wait_s,
+                    "wait_given_up_while_others_wait_for_room": args.no_wait_while_others_wait,
                 },
                 "results": results,
                 "total_s": round(time.perf_counter() - t0, 1),
