@@ -99,6 +99,7 @@ class Admission:
         self.rqs = ResourceQuotaBook()
         self.queue = FairQueue()
         self.jobs: dict[Key, TrackedJob] = {}
+        self._reclaim_view: dict[Key, RunningJob] = {}  # admitted, tracked jobs (`running_jobs`)
         self.running = RunningPriorities()
         """The running, tracked jobs by priority and quota (preemption's questions; kept by
         `_reindex`)."""
@@ -134,6 +135,7 @@ class Admission:
         self.queue.on_running = self._reindex
         self.jobs.clear()
         self.running.clear()
+        self._reclaim_view.clear()
         self._shapes.clear()
         self.has_quotas = False
         self._written.clear()
@@ -274,10 +276,10 @@ class Admission:
             self._retrack(key, t, quota=t.quota, admitted=bool(admitted and admitted.admitted))
         else:
             self.jobs[key] = t
-            self._reindex(key)
             self.quotas.track(
                 key, quota=t.quota, usage=self.quota_usage(job.request), preemptible=t.preemptible
             )
+            self._reindex(key)
         return t
 
     def _retrack(self, key: Key, t: TrackedJob, *, quota: str, admitted: bool | None = None) -> None:
@@ -286,7 +288,6 @@ class Admission:
             admitted = bool(charge and charge.admitted)
         t.quota = quota
         self.jobs[key] = t
-        self._reindex(key)
         self.quotas.track(
             key,
             quota=quota,
@@ -294,17 +295,31 @@ class Admission:
             preemptible=t.preemptible,
             admitted=admitted,
         )
+        self._reindex(key)
         if admitted:
             self.rqs.charge(key, t.namespace, t.rq_usage)
 
     def _reindex(self, key: Hashable) -> None:
-        """`key` started or stopped running, or its tracked job was replaced: `running` follows."""
+        """`key` started or stopped running, was admitted or released, its start time or its
+        tracked job was replaced: `running` and the reclaim view (`running_jobs`) follow."""
         k = cast(Key, key)
         t = self.jobs.get(k)
         if t is not None and self.queue.is_running(k):
             self.running.set(k, t.job.priority, t.quota)
         else:
             self.running.set(k, None)
+        charge = self.quotas.charge(k)
+        if t is None or charge is None or not charge.admitted:
+            self._reclaim_view.pop(k, None)
+            return
+        self._reclaim_view[k] = RunningJob(
+            key=k,
+            quota=charge.quota,
+            priority=t.job.priority,
+            start_time=t.started or 0.0,
+            usage=charge.usage,
+            preemptible=charge.preemptible,
+        )
 
     def enqueue(self, pg: PodGroup) -> QueuedJob:
         """A PodGroup with no placement waits: tracked (its demand joins the request) and queued."""
@@ -325,6 +340,7 @@ class Admission:
         if not self.queue.is_running(key):
             self.queue.add_running(t.job, start=now)
             t.started = now
+        self._reindex(key)
 
     def _admit(self, key: Key, t: TrackedJob) -> bool:
         """Charge the job to its quota as admitted; True if it was not admitted before."""
@@ -338,6 +354,7 @@ class Admission:
             preemptible=t.preemptible,
             admitted=True,
         )
+        self._reindex(key)
         return True
 
     def check(self, key: Key) -> Refusal | None:
@@ -429,6 +446,7 @@ class Admission:
             else:
                 self.queue.add_running(t.job, start=now)
         t.started = now
+        self._reindex(key)
 
     def requeue(self, key: Key) -> None:
         """The job lost its placement (preempted, un-assumed) and waits again, keeping its place."""
@@ -438,6 +456,7 @@ class Admission:
         t = self.jobs.get(key)
         if t is not None:
             t.started = None
+        self._reindex(key)
         self.epoch += 1
 
     def forget(self, key: Key) -> None:
@@ -453,23 +472,8 @@ class Admission:
         self.epoch += 1
 
     def running_jobs(self) -> list[RunningJob]:
-        """Admitted jobs as reclaim sees them."""
-        out = []
-        for key, charge in self.quotas.admitted():
-            t = self.jobs.get(key)
-            if t is None:
-                continue
-            out.append(
-                RunningJob(
-                    key=key,
-                    quota=charge.quota,
-                    priority=t.job.priority,
-                    start_time=t.started or 0.0,
-                    usage=charge.usage,
-                    preemptible=charge.preemptible,
-                )
-            )
-        return out
+        """Admitted jobs as reclaim sees them (kept per job by `_reindex`, not built per call)."""
+        return list(self._reclaim_view.values())
 
     @property
     def tenancy(self) -> bool:

@@ -1,6 +1,7 @@
 """The indexes preemption and reclaim read per attempt (`Admission.running`: the running jobs by
-priority; `QuotaBook.admitted`: the admitted charges) equal the answer computed from scratch
-after any sequence of starts, stops, preemptions, priority changes and forgets."""
+priority and quota; `QuotaBook.admitted`: the admitted charges; `Admission.running_jobs`: the
+admitted jobs as reclaim sees them) equal the answer computed from scratch after any sequence of
+starts, stops, preemptions, priority and quota changes and forgets."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from gpuyard.apis.quotakinds import LABEL_QUOTA_NAME
 from gpuyard.apis.scheduling import PodGroup
 from gpuyard.scheduler.admission.gatekeeping import Admission
 from gpuyard.scheduler.admission.priorities import RunningPriorities
+from gpuyard.scheduler.admission.quota import RunningJob
 from gpuyard.scheduler.cache.objects import ObjectCache
 
 Key = tuple[str, str]
@@ -70,7 +72,19 @@ def _check(adm: Admission) -> None:
                 assert [want[k][0] for k in got] == sorted(want[k][0] for k in got)  # lowest first
     admitted = {k: c for k, c in adm.quotas.jobs() if c.admitted}
     assert dict(adm.quotas.admitted()) == admitted
-    assert {j.key for j in adm.running_jobs()} == {k for k in admitted if k in adm.jobs}
+    fresh = [  # what `running_jobs` built per call before
+        RunningJob(
+            key=k,
+            quota=c.quota,
+            priority=adm.jobs[k].job.priority,
+            start_time=adm.jobs[k].started or 0.0,
+            usage=c.usage,
+            preemptible=c.preemptible,
+        )
+        for k, c in admitted.items()
+        if k in adm.jobs
+    ]
+    assert sorted(adm.running_jobs(), key=str) == sorted(fresh, key=str)
 
 
 ops = st.lists(
