@@ -189,25 +189,36 @@ async def test_a_node_whose_lease_goes_stale_takes_no_new_pods_and_loses_its_pod
     try:
         await client.create(NODES, to_json(make_node("gpu-0", gpus=8)))
         await client.create(LEASES, lease_body("gpu-0", renewed=datetime.now(UTC)))
-        s = settings(served.kubeconfig, election=False, node_lost_grace=0.5, node_monitor_grace=1.0)
+        s = settings(served.kubeconfig, election=False, node_lost_grace=0.5, node_monitor_grace=2.0)
         async with platform(s) as p:
             assert p.store.get("Lease", "kube-node-lease", "gpu-0") is not None
+            kubelet = asyncio.create_task(_heartbeats(client, "gpu-0"))  # alive until it goes quiet
             await client.create(TFJOBS, tfjob("running", workers=1, gpus=1))
             await eventually(
                 lambda: any(x["spec"].get("nodeName") == "gpu-0" for x in job_pods(served, "running")),
                 what="placed on gpu-0",
             )
             await play_kubelet(client, served, "running", phase="Running")
+            kubelet.cancel()
+            await asyncio.gather(kubelet, return_exceptions=True)
             loop = asyncio.get_running_loop()
             last_renewal = loop.time()
+            renewed = datetime.now(UTC)
             await client.patch(  # the last heartbeat; then the kubelet goes quiet
-                LEASES, "kube-node-lease", "gpu-0", {"spec": {"renewTime": _now_micro()}}
+                LEASES, "kube-node-lease", "gpu-0", {"spec": {"renewTime": _micro(renewed)}}
+            )
+            await eventually(  # gpuyard has seen it
+                lambda: (
+                    (lease := p.store.get_of(Lease, "kube-node-lease", "gpu-0")) is not None
+                    and lease.spec.renew_time == renewed
+                ),
+                what="the last heartbeat in gpuyard's view",
             )
             node = await eventually(
                 lambda: (n := p.store.must_get_of(Node, "", "gpu-0")) and not n.ready and n,
                 what="gpu-0 NotReady in gpuyard's view",
             )
-            assert loop.time() - last_renewal >= 1.0
+            assert loop.time() - last_renewal >= 2.0
             (ready,) = [c for c in node.status.conditions if c.type == "Ready"]
             assert (ready.status, ready.reason) == ("Unknown", "NodeStatusUnknown")
             assert "kube-node-lease/gpu-0" in (ready.message or "")
@@ -224,7 +235,7 @@ async def test_a_node_whose_lease_goes_stale_takes_no_new_pods_and_loses_its_pod
                 what="NodeLost",
             )
             assert pod["status"]["phase"] == "Failed"
-            assert loop.time() - last_renewal >= 1.5  # the monitor grace, then the lost grace
+            assert loop.time() - last_renewal >= 2.5  # the monitor grace, then the lost grace
             assert not any(x["spec"].get("nodeName") for x in job_pods(served, "waiting"))
             await client.patch(LEASES, "kube-node-lease", "gpu-0", {"spec": {"renewTime": _now_micro()}})
             await eventually(lambda: p.store.must_get_of(Node, "", "gpu-0").ready, what="gpu-0 Ready again")
@@ -236,8 +247,19 @@ async def test_a_node_whose_lease_goes_stale_takes_no_new_pods_and_loses_its_pod
         await client.close()
 
 
+async def _heartbeats(client: Any, node: str) -> None:
+    """A live kubelet: renews its node's Lease every 0.2 s."""
+    while True:
+        await client.patch(LEASES, "kube-node-lease", node, {"spec": {"renewTime": _now_micro()}})
+        await asyncio.sleep(0.2)
+
+
 def _now_micro() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _micro(datetime.now(UTC))
+
+
+def _micro(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 async def test_a_renewed_lease_and_a_node_without_one_keep_their_nodes_ready(
