@@ -22,7 +22,7 @@ plot: $(STAMP)  ## matplotlib (the `plot` extra) in .venv, for the PNG plots of 
 
 TEST_WORKERS ?= auto
 test: $(STAMP)  ## the whole test suite, in one process per core (at most 4; TEST_WORKERS=0 for one process)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup
 
 lint: $(STAMP)  ## ruff + import-linter layer contracts + mypy (configured in pyproject.toml)
 	$(BIN)/ruff check gpuyard tests bench

@@ -17,6 +17,24 @@ kubernetes_asyncio = pytest.importorskip("kubernetes_asyncio")
 __all__ = ["clean_plane", "crd_manifest", "fake_apiserver", "kube", "plane_stack", "real_plane"]
 
 
+_PLANE_FIXTURES = frozenset({"kube_control_plane", "real_plane", "clean_plane", "plane_stack", "plane"})
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs the suite in several processes (pytest-xdist, `--dist loadgroup`); the tests
+    on a real control plane all go to one of them, so one plane runs at a time (as in one process)
+    and its timings are not squeezed by a second plane beside it."""
+    for item in items:
+        if _HERE not in item.path.parents:
+            continue
+        callspec = getattr(item, "callspec", None)
+        served = callspec.params.get("served") if callspec is not None else None
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if served == "real" or _PLANE_FIXTURES & fixtures or item.path.name.startswith("test_real_"):
+            item.add_marker(pytest.mark.xdist_group("control-plane"))
+
+
 @pytest_asyncio.fixture
 async def kube(fake_apiserver: RunningApiServer) -> AsyncIterator[Any]:
     """A kubernetes-asyncio ApiClient for the server, loaded from its kubeconfig."""
