@@ -109,15 +109,17 @@ async def running(coro: Any) -> AsyncIterator[None]:
     "lost_grace",
     [
         pytest.param(1.0, id="gpuyard-fails-the-pod-first"),
-        # gpuyard waits longer than the taint manager: its eviction (a graceful delete) comes first
-        # and leaves the pod Terminating, with the replacement's name
-        pytest.param(8.0, id="the-taint-manager-evicts-first"),
+        # gpuyard waits far longer than the taint manager (6 s + 2 s here, later on a loaded machine):
+        # its eviction (a graceful delete) comes first and leaves the pod Terminating, with the
+        # replacement's name
+        pytest.param(20.0, id="the-taint-manager-evicts-first"),
     ],
 )
 async def test_a_job_on_a_node_whose_kubelet_died_runs_again_elsewhere(plane: Any, lost_grace: float) -> None:
     view = View(plane)
     client = await KubeClient.connect(kubeconfig=str(plane.admin_kubeconfig), request_timeout=10.0)
-    alive = {"gpu-0": True, "gpu-1": True}
+    # names of this test's own: the lifecycle controller keeps what it knew of a deleted node by name
+    alive = {f"gpu-{lost_grace:g}-0": True, f"gpu-{lost_grace:g}-1": True}
     try:
         for name in alive:
             await client.create(NODES, to_json(make_node(name, gpus=8)))
@@ -125,6 +127,13 @@ async def test_a_job_on_a_node_whose_kubelet_died_runs_again_elsewhere(plane: An
             plane.admin_kubeconfig, election=False, node_monitor_grace=6.0, node_lost_grace=lost_grace
         )
         async with running(kubelets(client, alive)), platform(s):
+            # a node just created may carry the lifecycle controller's not-ready taints for a
+            # moment (longer on a loaded machine); the job is submitted to nodes that are up
+            await eventually(
+                lambda: all(not n["spec"].get("taints") for n in view.list("nodes")),
+                what="both nodes without taints",
+                timeout=60,
+            )
             job = tfjob("survivor", workers=1, gpus=8)
             job["spec"]["tfReplicaSpecs"]["Worker"]["restartPolicy"] = "OnFailure"  # NodeLost: run again
             await client.create(TFJOBS, job)
