@@ -293,7 +293,8 @@ def test_dashboard_quota_tree_shows_units_and_what_a_quota_asks_for(server: Serv
         expect(team_b.locator('[data-resource="memory"] [data-col="used"]')).to_have_text("used 1Ti")
         assert "300647710720" not in page.locator("#quotas").inner_text()
         assert team_b.locator('[data-resource="nvidia.k80"]').count() == 0  # untouched: no row
-        page.locator("#quotas").screenshot(path=str(ARTIFACTS / "dashboard-quota-tree.png"))
+        # the page, not the element: the dashboard's refresh may replace #quotas mid-shot
+        page.screenshot(path=str(ARTIFACTS / "dashboard-quota-tree.png"), full_page=True)
 
 
 def test_dashboard_job_colours_are_distinct_and_an_unhealthy_gpu_is_labelled(server: Server) -> None:
